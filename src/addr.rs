@@ -1,0 +1,232 @@
+//! Addresses (`host:port` or `unix:/path`) and the plain streams and
+//! listeners behind them, so every route can listen or connect on either.
+
+use std::io;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::str::FromStr;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+
+/// Where a route listens or connects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Addr {
+    /// `host:port`; the host may be a name resolved at connect time.
+    Tcp(String),
+    /// `unix:/path/to/socket`.
+    Unix(PathBuf),
+}
+
+/// Why an address string was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid address {input:?}: {why} (expected host:port or unix:/path)")]
+pub struct AddrError {
+    input: String,
+    why: &'static str,
+}
+
+impl FromStr for Addr {
+    type Err = AddrError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |why| AddrError {
+            input: s.to_string(),
+            why,
+        };
+        if let Some(path) = s.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err(err("empty socket path"));
+            }
+            return Ok(Addr::Unix(PathBuf::from(path)));
+        }
+        let (host, port) = s.rsplit_once(':').ok_or_else(|| err("missing port"))?;
+        if host.is_empty() {
+            return Err(err("missing host"));
+        }
+        port.parse::<u16>().map_err(|_| err("bad port"))?;
+        Ok(Addr::Tcp(s.to_string()))
+    }
+}
+
+impl std::fmt::Display for Addr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Addr::Tcp(a) => f.write_str(a),
+            Addr::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+impl Addr {
+    /// The host part of a TCP address without brackets (`None` for Unix sockets).
+    pub fn host(&self) -> Option<&str> {
+        match self {
+            Addr::Tcp(a) => a
+                .rsplit_once(':')
+                .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']')),
+            Addr::Unix(_) => None,
+        }
+    }
+
+    /// True when only this machine can reach the address: a Unix socket, a
+    /// loopback IP, or `localhost`.
+    pub fn is_local_only(&self) -> bool {
+        match self.host() {
+            None => true,
+            Some("localhost") => true,
+            Some(h) => h.parse::<IpAddr>().map(|ip| ip.is_loopback()).unwrap_or(false),
+        }
+    }
+
+    /// Connects within `timeout`, with `TCP_NODELAY` set on TCP.
+    pub async fn connect(&self, timeout: Duration) -> io::Result<Stream> {
+        let fut = async {
+            match self {
+                Addr::Tcp(a) => {
+                    let s = TcpStream::connect(a.as_str()).await?;
+                    s.set_nodelay(true)?;
+                    Ok(Stream::Tcp(s))
+                }
+                Addr::Unix(p) => Ok(Stream::Unix(UnixStream::connect(p).await?)),
+            }
+        };
+        match tokio::time::timeout(timeout, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("connecting to {self} timed out after {timeout:?}"),
+            )),
+        }
+    }
+
+    /// Binds a listener. A stale Unix socket file left by an earlier run is
+    /// removed first; any other file at that path is an error.
+    pub async fn bind(&self) -> io::Result<Listener> {
+        match self {
+            Addr::Tcp(a) => Ok(Listener::Tcp(TcpListener::bind(a.as_str()).await?)),
+            Addr::Unix(p) => {
+                use std::os::unix::fs::FileTypeExt;
+                if let Ok(meta) = std::fs::symlink_metadata(p) {
+                    if meta.file_type().is_socket() {
+                        std::fs::remove_file(p)?;
+                    }
+                }
+                Ok(Listener::Unix(UnixListener::bind(p)?))
+            }
+        }
+    }
+}
+
+/// A bound listener of either kind.
+#[derive(Debug)]
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+impl Listener {
+    /// Accepts one connection, returning it with a printable peer address.
+    pub async fn accept(&self) -> io::Result<(Stream, String)> {
+        match self {
+            Listener::Tcp(l) => {
+                let (s, peer) = l.accept().await?;
+                // A socket we cannot set NODELAY on is still usable; the
+                // failure is not worth refusing the connection over.
+                let _ = s.set_nodelay(true);
+                Ok((Stream::Tcp(s), peer.to_string()))
+            }
+            Listener::Unix(l) => {
+                let (s, _) = l.accept().await?;
+                Ok((Stream::Unix(s), "unix".to_string()))
+            }
+        }
+    }
+
+    /// The bound address, with the real port when the config said port 0.
+    pub fn local_addr(&self) -> io::Result<Addr> {
+        match self {
+            Listener::Tcp(l) => Ok(Addr::Tcp(l.local_addr()?.to_string())),
+            Listener::Unix(l) => {
+                let a = l.local_addr()?;
+                let p = a.as_pathname().map(PathBuf::from).unwrap_or_default();
+                Ok(Addr::Unix(p))
+            }
+        }
+    }
+}
+
+/// A plain (non-TLS) byte stream over TCP or a Unix socket.
+#[derive(Debug)]
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+macro_rules! delegate {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self.get_mut() {
+            Stream::Tcp($s) => $e,
+            Stream::Unix($s) => $e,
+        }
+    };
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        delegate!(self, s => Pin::new(s).poll_read(cx, buf))
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        delegate!(self, s => Pin::new(s).poll_write(cx, buf))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        delegate!(self, s => Pin::new(s).poll_flush(cx))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        delegate!(self, s => Pin::new(s).poll_shutdown(cx))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        delegate!(self, s => Pin::new(s).poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Tcp(s) => s.is_write_vectored(),
+            Stream::Unix(s) => s.is_write_vectored(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_tcp_and_unix() {
+        assert_eq!("127.0.0.1:80".parse::<Addr>().unwrap().host(), Some("127.0.0.1"));
+        assert_eq!("[::1]:80".parse::<Addr>().unwrap().host(), Some("::1"));
+        assert!("[::1]:80".parse::<Addr>().unwrap().is_local_only());
+        assert!(!"0.0.0.0:80".parse::<Addr>().unwrap().is_local_only());
+        assert!("unix:/tmp/x".parse::<Addr>().unwrap().is_local_only());
+        assert!("nohost".parse::<Addr>().is_err());
+        assert!("h:99999".parse::<Addr>().is_err());
+        assert!("unix:".parse::<Addr>().is_err());
+    }
+}

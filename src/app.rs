@@ -1,0 +1,181 @@
+//! A running sidecar process: credential stores (one per distinct source,
+//! shared by its routes), their pollers, the routes, and the admin endpoint;
+//! plus the orderly drain on shutdown.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::addr::Addr;
+use crate::config::Settings;
+use crate::credentials::{CredError, CredentialStore};
+use crate::reason::CloseReason;
+use crate::route::{Route, RouteError};
+
+/// What the admin endpoint observes.
+#[derive(Debug)]
+pub struct Shared {
+    pub routes: Vec<Arc<Route>>,
+    pub stores: Vec<Arc<CredentialStore>>,
+    /// True from the first shutdown signal on: `/readyz` answers 503.
+    pub draining: AtomicBool,
+    pub metrics: PrometheusHandle,
+}
+
+impl Shared {
+    /// True while draining.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+}
+
+/// Why the process could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Credentials(#[from] CredError),
+    #[error("{0}")]
+    Route(#[from] RouteError),
+    #[error("cannot listen on admin address {addr}: {source}")]
+    AdminBind { addr: String, source: std::io::Error },
+}
+
+impl StartError {
+    /// 2 for configuration problems, 1 for run-time ones (a port in use).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            StartError::Credentials(_) | StartError::Route(RouteError::Tls(_) | RouteError::ServerName(_)) => 2,
+            StartError::Route(RouteError::Bind { .. }) | StartError::AdminBind { .. } => 1,
+        }
+    }
+}
+
+/// A started sidecar.
+#[derive(Debug)]
+pub struct Running {
+    pub shared: Arc<Shared>,
+    /// The admin listener's bound address, when enabled.
+    pub admin: Option<Addr>,
+    stop: watch::Sender<bool>,
+    admin_stop: watch::Sender<bool>,
+    wakes: Vec<Arc<Notify>>,
+    tasks: Vec<JoinHandle<()>>,
+    drain_timeout: Duration,
+}
+
+/// Loads credentials, binds every route and the admin endpoint, and starts
+/// serving. Nothing is served unless everything started.
+pub async fn start(settings: Settings) -> Result<Running, StartError> {
+    let provider = crate::crypto_provider();
+    let metrics = crate::metrics::install();
+    let mut stores: Vec<Arc<CredentialStore>> = Vec::new();
+    let mut bound = Vec::new();
+    for cfg in settings.routes {
+        let store = match stores.iter().find(|s| *s.source() == cfg.credentials) {
+            Some(s) => s.clone(),
+            None => {
+                let s = CredentialStore::load(cfg.credentials.clone(), provider.clone(), settings.trust_grace)?;
+                crate::reload::publish_expiry(&s);
+                stores.push(s.clone());
+                s
+            }
+        };
+        bound.push(Route::bind(cfg, store).await?);
+    }
+    let admin_listener = match &settings.admin {
+        Some(addr) => Some(addr.bind().await.map_err(|source| StartError::AdminBind {
+            addr: addr.to_string(),
+            source,
+        })?),
+        None => None,
+    };
+    let (stop, _) = watch::channel(false);
+    let (admin_stop, _) = watch::channel(false);
+    let shared = Arc::new(Shared {
+        routes: bound.iter().map(|(r, _)| r.clone()).collect(),
+        stores: stores.clone(),
+        draining: AtomicBool::new(false),
+        metrics,
+    });
+    let mut tasks = Vec::new();
+    let mut wakes = Vec::new();
+    for store in &stores {
+        let wake = Arc::new(Notify::new());
+        wakes.push(wake.clone());
+        tasks.push(tokio::spawn(crate::reload::run(
+            store.clone(),
+            settings.reload_interval,
+            wake,
+            stop.subscribe(),
+        )));
+    }
+    for (route, listener) in bound {
+        tasks.push(tokio::spawn(route.clone().watch_trust(stop.subscribe())));
+        tasks.push(tokio::spawn(route.serve(listener, stop.subscribe())));
+    }
+    let admin = match admin_listener {
+        Some(l) => {
+            let addr = l.local_addr().ok();
+            tasks.push(tokio::spawn(crate::admin::serve(l, shared.clone(), admin_stop.subscribe())));
+            addr
+        }
+        None => None,
+    };
+    Ok(Running {
+        shared,
+        admin,
+        stop,
+        admin_stop,
+        wakes,
+        tasks,
+        drain_timeout: settings.drain_timeout,
+    })
+}
+
+impl Running {
+    /// The bound address of the named route.
+    pub fn listen_addr(&self, route: &str) -> Option<Addr> {
+        self.shared.routes.iter().find(|r| r.cfg.name == route).map(|r| r.bound.clone())
+    }
+
+    /// Polls every credential source at once (SIGHUP).
+    pub fn reload_now(&self) {
+        for w in &self.wakes {
+            w.notify_one();
+        }
+    }
+
+    /// Stops accepting, turns `/readyz` to 503, lets live connections finish
+    /// for up to the drain timeout, then closes the rest (`drain`).
+    pub async fn drain(self) {
+        self.shared.draining.store(true, Ordering::SeqCst);
+        let _ = self.stop.send(true);
+        let live: usize = self.shared.routes.iter().map(|r| r.registry.len()).sum();
+        info!(live, timeout = ?self.drain_timeout, "draining");
+        let all_empty = || futures_wait_all(&self.shared.routes);
+        if tokio::time::timeout(self.drain_timeout, all_empty()).await.is_err() {
+            let left: usize = self.shared.routes.iter().map(|r| r.registry.len()).sum();
+            warn!(left, "drain timeout reached; closing remaining connections");
+            for r in &self.shared.routes {
+                r.registry.close_all(CloseReason::Drain);
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(2), all_empty()).await;
+        }
+        let _ = self.admin_stop.send(true);
+        for t in self.tasks {
+            t.abort();
+        }
+        info!("drained");
+    }
+}
+
+async fn futures_wait_all(routes: &[Arc<Route>]) {
+    for r in routes {
+        r.registry.wait_empty().await;
+    }
+}

@@ -1,0 +1,288 @@
+//! The command line (see PRODUCT.md's "Command line"). Parsing only: flags
+//! become a [`RouteSpec`]/[`FileSpec`] and are validated in [`crate::config`].
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::{CredentialSpec, FileSpec, Mode, RouteSpec};
+use crate::logging::LogFormat;
+
+/// A transparent mutual-TLS sidecar proxy for plaintext controller/replica ports.
+#[derive(Debug, Parser)]
+#[command(name = "mtls-sidecar", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Terminate mutual TLS and forward to a plaintext target on this host.
+    Server(ServerArgs),
+    /// Accept plaintext locally and originate mutual TLS to a remote sidecar.
+    Client(ClientArgs),
+    /// Run several routes from a TOML config file, sharing one credential set.
+    Run(RunArgs),
+    /// Preflight-check a credential directory or three files.
+    Check(CheckArgs),
+    /// Development PKI in process: mint a CA and issue identities.
+    #[command(subcommand)]
+    Certs(CertsCommand),
+    /// A self-contained walkthrough: two sidecars, a rotation, the metrics.
+    Demo(DemoArgs),
+    /// Probe a running sidecar's admin endpoint (for container HEALTHCHECKs).
+    Health(HealthArgs),
+}
+
+/// Where credentials come from.
+#[derive(Debug, Clone, Args)]
+pub struct CredentialArgs {
+    /// Directory holding tls.crt, tls.key and ca.crt (a Secret mount or a plain directory).
+    #[arg(long, value_name = "DIR")]
+    pub tls_dir: Option<PathBuf>,
+    /// Certificate chain file (leaf first); with --key and --ca instead of --tls-dir.
+    #[arg(long, value_name = "FILE")]
+    pub cert: Option<PathBuf>,
+    /// Private key file (PKCS#8, SEC1 or PKCS#1 PEM).
+    #[arg(long, value_name = "FILE")]
+    pub key: Option<PathBuf>,
+    /// CA bundle file (one or more trust anchors).
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+}
+
+impl CredentialArgs {
+    pub fn spec(&self) -> CredentialSpec {
+        CredentialSpec {
+            tls_dir: self.tls_dir.clone(),
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            ca: self.ca.clone(),
+        }
+    }
+}
+
+/// Flags shared by `server` and `client`.
+#[derive(Debug, Clone, Args)]
+pub struct CommonArgs {
+    /// Where to accept (TLS for server, plaintext for client): host:port or unix:/path.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: String,
+    /// Where to connect (plaintext for server, TLS for client): host:port or unix:/path.
+    #[arg(long, value_name = "ADDR")]
+    pub target: String,
+    #[command(flatten)]
+    pub credentials: CredentialArgs,
+    /// Route name in logs and metric labels [default: server / client].
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Admin HTTP listener for /metrics, /livez, /readyz, /status (host:port or unix:/path).
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<String>,
+    /// Bound on one TLS handshake.
+    #[arg(long, value_name = "DUR", default_value = "10s")]
+    pub handshake_timeout: String,
+    /// Bound on connecting to the target.
+    #[arg(long, value_name = "DUR", default_value = "5s")]
+    pub connect_timeout: String,
+    /// Concurrent connections on the route.
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    pub max_connections: usize,
+    /// How often the credential files are polled.
+    #[arg(long, value_name = "DUR", default_value = "1s")]
+    pub reload_interval: String,
+    /// How long a CA removed from ca.crt stays trusted (max 24h).
+    #[arg(long, value_name = "DUR", default_value = "0s")]
+    pub trust_grace: String,
+    /// Close connections older than this [default: off].
+    #[arg(long, value_name = "DUR")]
+    pub max_connection_lifetime: Option<String>,
+    /// Lowest TLS version offered/accepted.
+    #[arg(long, value_name = "VERSION", default_value = "1.3", value_parser = ["1.2", "1.3"])]
+    pub tls_min_version: String,
+    /// On SIGTERM, how long live connections may finish.
+    #[arg(long, value_name = "DUR", default_value = "30s")]
+    pub drain_timeout: String,
+    /// Log line format (level from RUST_LOG, default info).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServerArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Allowed client identity: DNS name, *.suffix (one label), or URI (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub allow_san: Vec<String>,
+    /// Accept any client certificate from the trusted CA (logs a warning).
+    #[arg(long)]
+    pub allow_any_san: bool,
+    /// Forward one connection at a time; an authenticated newcomer displaces the incumbent.
+    #[arg(long)]
+    pub exclusive: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// SNI sent to the remote sidecar and default expected SAN [default: the target's host].
+    #[arg(long, value_name = "NAME")]
+    pub server_name: Option<String>,
+    /// Expected server identity: DNS name, *.suffix or URI (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub expect_san: Vec<String>,
+    /// Allow a plaintext listener on a non-loopback address.
+    #[arg(long)]
+    pub unsafe_listen: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// The TOML config file.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Log line format (level from RUST_LOG, default info).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// Which extended key usage a certificate must allow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Role {
+    Server,
+    Client,
+    Both,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub credentials: CredentialArgs,
+    /// A SAN the certificate must carry (repeatable; extra SANs are fine).
+    #[arg(long, value_name = "NAME")]
+    pub require_san: Vec<String>,
+    /// The usage the certificate must allow.
+    #[arg(long, value_enum)]
+    pub role: Option<Role>,
+    /// Fail when less than this much validity is left.
+    #[arg(long, value_name = "DUR")]
+    pub min_validity: Option<String>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum CertsCommand {
+    /// Mint an ECDSA P-256 CA into DIR (ca.crt, ca.key).
+    Ca(CertsCaArgs),
+    /// Issue a leaf from a CA into DIR (tls.crt, tls.key, ca.crt).
+    Issue(CertsIssueArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CertsCaArgs {
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// The CA's common name.
+    #[arg(long, default_value = "mtls-sidecar dev CA")]
+    pub name: String,
+    #[arg(long, default_value_t = 365)]
+    pub days: u32,
+    /// Overwrite an existing key.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CertsIssueArgs {
+    /// Directory written by `certs ca`.
+    #[arg(long, value_name = "DIR")]
+    pub ca: PathBuf,
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// DNS SAN (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub dns: Vec<String>,
+    /// URI SAN such as a SPIFFE ID (repeatable).
+    #[arg(long, value_name = "URI")]
+    pub uri: Vec<String>,
+    /// Extended key usage of the leaf.
+    #[arg(long, value_enum)]
+    pub role: Role,
+    #[arg(long, default_value_t = 90)]
+    pub days: u32,
+    /// Overwrite an existing key.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {}
+
+#[derive(Debug, Clone, Args)]
+pub struct HealthArgs {
+    /// The sidecar's admin address (host:port or unix:/path).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9901")]
+    pub admin: String,
+    /// The path to probe.
+    #[arg(long, default_value = "/readyz")]
+    pub path: String,
+}
+
+impl CommonArgs {
+    fn route_spec(&self, mode: Mode) -> RouteSpec {
+        RouteSpec {
+            name: self.name.clone(),
+            mode: Some(mode),
+            listen: Some(self.listen.clone()),
+            target: Some(self.target.clone()),
+            handshake_timeout: Some(self.handshake_timeout.clone()),
+            connect_timeout: Some(self.connect_timeout.clone()),
+            max_connections: Some(self.max_connections),
+            max_connection_lifetime: self.max_connection_lifetime.clone(),
+            tls_min_version: Some(self.tls_min_version.clone()),
+            ..Default::default()
+        }
+    }
+
+    fn file_spec(&self, route: RouteSpec) -> FileSpec {
+        FileSpec {
+            admin: self.admin.clone(),
+            reload_interval: Some(self.reload_interval.clone()),
+            trust_grace: Some(self.trust_grace.clone()),
+            drain_timeout: Some(self.drain_timeout.clone()),
+            credentials: self.credentials.spec(),
+            routes: vec![route],
+        }
+    }
+}
+
+impl ServerArgs {
+    /// The one-route config this command line describes.
+    pub fn to_spec(&self) -> FileSpec {
+        let route = RouteSpec {
+            allow_san: self.allow_san.clone(),
+            allow_any_san: self.allow_any_san,
+            exclusive: self.exclusive,
+            ..self.common.route_spec(Mode::Server)
+        };
+        self.common.file_spec(route)
+    }
+}
+
+impl ClientArgs {
+    /// The one-route config this command line describes.
+    pub fn to_spec(&self) -> FileSpec {
+        let route = RouteSpec {
+            server_name: self.server_name.clone(),
+            expect_san: self.expect_san.clone(),
+            unsafe_listen: self.unsafe_listen,
+            ..self.common.route_spec(Mode::Client)
+        };
+        self.common.file_spec(route)
+    }
+}

@@ -1,0 +1,447 @@
+//! The validated configuration of a sidecar process: its routes and the
+//! credential source they share. Built from the command line (`server`,
+//! `client`) or a TOML file (`run --config`); everything downstream takes
+//! these types, never raw flags.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::addr::Addr;
+use crate::credentials::CredentialSource;
+use crate::identity::{SanPattern, SanPolicy};
+
+/// The longest `--trust-grace` accepted: a removed CA must not linger.
+pub const MAX_TRUST_GRACE: Duration = Duration::from_secs(24 * 3600);
+
+/// Which side of the mutual TLS a route plays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Terminates mTLS and forwards plaintext to a local target.
+    Server,
+    /// Accepts plaintext locally and originates mTLS to a remote sidecar.
+    Client,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Server => "server",
+            Mode::Client => "client",
+        }
+    }
+}
+
+/// The lowest TLS version a route offers or accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsVersion {
+    Tls12,
+    Tls13,
+}
+
+impl std::str::FromStr for TlsVersion {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "1.2" => Ok(TlsVersion::Tls12),
+            "1.3" => Ok(TlsVersion::Tls13),
+            other => Err(format!("unsupported TLS version {other:?} (use 1.2 or 1.3)")),
+        }
+    }
+}
+
+/// Everything one route needs, validated.
+#[derive(Debug, Clone)]
+pub struct RouteConfig {
+    pub name: String,
+    pub mode: Mode,
+    pub listen: Addr,
+    pub target: Addr,
+    /// Server: which client identities are allowed. Client: which server
+    /// identities are expected.
+    pub peer_sans: SanPolicy,
+    /// Client only: the SNI sent to the remote sidecar.
+    pub server_name: Option<String>,
+    /// Server only: one forwarded connection at a time.
+    pub exclusive: bool,
+    pub handshake_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub max_connections: usize,
+    pub max_connection_lifetime: Option<Duration>,
+    pub tls_min_version: TlsVersion,
+    /// The credentials this route uses; routes naming the same source share
+    /// one store.
+    pub credentials: CredentialSource,
+}
+
+/// Process-wide settings plus the routes.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub routes: Vec<RouteConfig>,
+    pub admin: Option<Addr>,
+    pub reload_interval: Duration,
+    pub trust_grace: Duration,
+    pub drain_timeout: Duration,
+}
+
+/// A configuration problem; the message names the flag, file or field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{field}: {why}")]
+    Invalid { field: String, why: String },
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: Box<toml::de::Error>,
+    },
+}
+
+fn invalid(field: impl Into<String>, why: impl std::fmt::Display) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        why: why.to_string(),
+    }
+}
+
+/// Per-route options as written by a user, before validation. The command
+/// line and the TOML file both produce this.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct RouteSpec {
+    pub name: Option<String>,
+    pub mode: Option<Mode>,
+    pub listen: Option<String>,
+    pub target: Option<String>,
+    #[serde(default)]
+    pub allow_san: Vec<String>,
+    #[serde(default)]
+    pub allow_any_san: bool,
+    #[serde(default)]
+    pub exclusive: bool,
+    pub server_name: Option<String>,
+    #[serde(default)]
+    pub expect_san: Vec<String>,
+    #[serde(default)]
+    pub unsafe_listen: bool,
+    pub handshake_timeout: Option<String>,
+    pub connect_timeout: Option<String>,
+    pub max_connections: Option<usize>,
+    pub max_connection_lifetime: Option<String>,
+    pub tls_min_version: Option<String>,
+    #[serde(flatten)]
+    pub credentials: CredentialSpec,
+}
+
+/// Where credentials come from, as written by a user.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialSpec {
+    pub tls_dir: Option<PathBuf>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub ca: Option<PathBuf>,
+}
+
+/// Process-wide options as written by a user.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSpec {
+    pub admin: Option<String>,
+    pub reload_interval: Option<String>,
+    pub trust_grace: Option<String>,
+    pub drain_timeout: Option<String>,
+    #[serde(flatten)]
+    pub credentials: CredentialSpec,
+    #[serde(default, rename = "route")]
+    pub routes: Vec<RouteSpec>,
+}
+
+/// Parses a duration like `500ms`, `30s`, `1h`.
+pub fn parse_duration(field: &str, s: &str) -> Result<Duration, ConfigError> {
+    humantime::parse_duration(s).map_err(|e| invalid(field, format!("{s:?}: {e}")))
+}
+
+fn opt_duration(field: &str, s: &Option<String>, default: Duration) -> Result<Duration, ConfigError> {
+    match s {
+        Some(s) => parse_duration(field, s),
+        None => Ok(default),
+    }
+}
+
+impl CredentialSpec {
+    /// Resolves to a source; `prefix` qualifies field names in messages.
+    pub fn to_source(&self, prefix: &str) -> Result<Option<CredentialSource>, ConfigError> {
+        match (&self.tls_dir, &self.cert, &self.key, &self.ca) {
+            (None, None, None, None) => Ok(None),
+            (Some(dir), None, None, None) => Ok(Some(CredentialSource::Dir(dir.clone()))),
+            (None, Some(cert), Some(key), Some(ca)) => Ok(Some(CredentialSource::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: ca.clone(),
+            })),
+            (Some(_), _, _, _) => Err(invalid(
+                format!("{prefix}tls-dir"),
+                "give either a directory or --cert/--key/--ca, not both",
+            )),
+            _ => Err(invalid(
+                format!("{prefix}cert/key/ca"),
+                "--cert, --key and --ca must be given together",
+            )),
+        }
+    }
+}
+
+fn patterns(field: &str, list: &[String]) -> Result<Vec<SanPattern>, ConfigError> {
+    list.iter()
+        .map(|s| s.parse::<SanPattern>().map_err(|e| invalid(field, e)))
+        .collect()
+}
+
+impl RouteSpec {
+    /// Validates one route. `default_creds` is the process-wide source.
+    pub fn validate(
+        &self,
+        default_name: &str,
+        default_creds: Option<&CredentialSource>,
+    ) -> Result<RouteConfig, ConfigError> {
+        let name = self.name.clone().unwrap_or_else(|| default_name.to_string());
+        let label = name.clone();
+        let p = |f: &str| format!("route {label:?}: {f}");
+        let mode = self.mode.ok_or_else(|| invalid(p("mode"), "required (server or client)"))?;
+        let listen: Addr = self
+            .listen
+            .as_deref()
+            .ok_or_else(|| invalid(p("--listen"), "required"))?
+            .parse()
+            .map_err(|e| invalid(p("--listen"), e))?;
+        let target: Addr = self
+            .target
+            .as_deref()
+            .ok_or_else(|| invalid(p("--target"), "required"))?
+            .parse()
+            .map_err(|e| invalid(p("--target"), e))?;
+        let credentials = match self.credentials.to_source(&p("--"))? {
+            Some(c) => c,
+            None => default_creds.cloned().ok_or_else(|| {
+                invalid(p("--tls-dir"), "required (or --cert, --key and --ca)")
+            })?,
+        };
+        let mut server_name = None;
+        let peer_sans = match mode {
+            Mode::Server => {
+                if !self.expect_san.is_empty() || self.server_name.is_some() || self.unsafe_listen {
+                    return Err(invalid(
+                        p("--expect-san/--server-name/--unsafe-listen"),
+                        "only valid for client routes",
+                    ));
+                }
+                match (self.allow_any_san, self.allow_san.is_empty()) {
+                    (true, true) => SanPolicy::Any,
+                    (false, false) => SanPolicy::OneOf(patterns(&p("--allow-san"), &self.allow_san)?),
+                    (true, false) => {
+                        return Err(invalid(p("--allow-any-san"), "conflicts with --allow-san"))
+                    }
+                    (false, true) => {
+                        return Err(invalid(
+                            p("--allow-san"),
+                            "required: name the client identities to accept (or --allow-any-san)",
+                        ))
+                    }
+                }
+            }
+            Mode::Client => {
+                if !self.allow_san.is_empty() || self.allow_any_san || self.exclusive {
+                    return Err(invalid(
+                        p("--allow-san/--allow-any-san/--exclusive"),
+                        "only valid for server routes",
+                    ));
+                }
+                if !listen.is_local_only() && !self.unsafe_listen {
+                    return Err(invalid(
+                        p("--listen"),
+                        format!(
+                            "{listen} is reachable from other hosts and the client side is \
+                             plaintext; listen on loopback or unix:, or pass --unsafe-listen"
+                        ),
+                    ));
+                }
+                let sni = match &self.server_name {
+                    Some(n) => n.clone(),
+                    None => target
+                        .host()
+                        .ok_or_else(|| invalid(p("--server-name"), "required when --target is a unix socket"))?
+                        .to_string(),
+                };
+                rustls_pki_types::ServerName::try_from(sni.clone())
+                    .map_err(|_| invalid(p("--server-name"), format!("{sni:?} is not a valid server name")))?;
+                let expected = if self.expect_san.is_empty() {
+                    vec![sni.parse::<SanPattern>().map_err(|e| invalid(p("--server-name"), e))?]
+                } else {
+                    patterns(&p("--expect-san"), &self.expect_san)?
+                };
+                server_name = Some(sni);
+                SanPolicy::OneOf(expected)
+            }
+        };
+        let max_connections = self.max_connections.unwrap_or(4096);
+        if max_connections == 0 {
+            return Err(invalid(p("--max-connections"), "must be at least 1"));
+        }
+        let tls_min_version = match &self.tls_min_version {
+            Some(v) => v.parse().map_err(|e| invalid(p("--tls-min-version"), e))?,
+            None => TlsVersion::Tls13,
+        };
+        let max_connection_lifetime = match &self.max_connection_lifetime {
+            Some(s) => Some(parse_duration(&p("--max-connection-lifetime"), s)?),
+            None => None,
+        };
+        Ok(RouteConfig {
+            name,
+            mode,
+            listen,
+            target,
+            peer_sans,
+            server_name,
+            exclusive: self.exclusive,
+            handshake_timeout: opt_duration(&p("--handshake-timeout"), &self.handshake_timeout, Duration::from_secs(10))?,
+            connect_timeout: opt_duration(&p("--connect-timeout"), &self.connect_timeout, Duration::from_secs(5))?,
+            max_connections,
+            max_connection_lifetime,
+            tls_min_version,
+            credentials,
+        })
+    }
+}
+
+impl FileSpec {
+    /// Validates process-wide options and every route.
+    pub fn validate(&self) -> Result<Settings, ConfigError> {
+        let default_creds = self.credentials.to_source("")?;
+        if self.routes.is_empty() {
+            return Err(invalid("route", "at least one [[route]] is required"));
+        }
+        let mut routes = Vec::new();
+        for (i, r) in self.routes.iter().enumerate() {
+            let default_name = match r.mode {
+                Some(m) if self.routes.len() == 1 => m.as_str().to_string(),
+                _ => format!("route-{i}"),
+            };
+            let route = r.validate(&default_name, default_creds.as_ref())?;
+            if routes.iter().any(|x: &RouteConfig| x.name == route.name) {
+                return Err(invalid(format!("route {:?}", route.name), "duplicate route name"));
+            }
+            routes.push(route);
+        }
+        let trust_grace = opt_duration("--trust-grace", &self.trust_grace, Duration::ZERO)?;
+        if trust_grace > MAX_TRUST_GRACE {
+            return Err(invalid("--trust-grace", "at most 24h: a removed CA must not stay trusted longer"));
+        }
+        let reload_interval = opt_duration("--reload-interval", &self.reload_interval, Duration::from_secs(1))?;
+        if reload_interval.is_zero() {
+            return Err(invalid("--reload-interval", "must be greater than zero"));
+        }
+        let admin = match &self.admin {
+            Some(a) => Some(a.parse().map_err(|e| invalid("--admin", e))?),
+            None => None,
+        };
+        Ok(Settings {
+            routes,
+            admin,
+            reload_interval,
+            trust_grace,
+            drain_timeout: opt_duration("--drain-timeout", &self.drain_timeout, Duration::from_secs(30))?,
+        })
+    }
+
+    /// Reads and validates a TOML config file.
+    pub fn load(path: &Path) -> Result<Settings, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let spec: FileSpec = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            source: Box::new(e),
+        })?;
+        spec.validate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server() -> RouteSpec {
+        RouteSpec {
+            mode: Some(Mode::Server),
+            listen: Some("127.0.0.1:0".into()),
+            target: Some("127.0.0.1:1".into()),
+            allow_san: vec!["controller.svc".into()],
+            credentials: CredentialSpec {
+                tls_dir: Some("/x".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn server_needs_an_allow_list() {
+        let mut r = server();
+        r.allow_san.clear();
+        let e = r.validate("server", None).unwrap_err().to_string();
+        assert!(e.contains("--allow-san"), "{e}");
+        r.allow_any_san = true;
+        assert_eq!(r.validate("server", None).unwrap().peer_sans, SanPolicy::Any);
+    }
+
+    #[test]
+    fn client_refuses_public_plaintext_listener() {
+        let r = RouteSpec {
+            mode: Some(Mode::Client),
+            listen: Some("0.0.0.0:2100".into()),
+            target: Some("replica.svc:6877".into()),
+            credentials: CredentialSpec {
+                tls_dir: Some("/x".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert!(r.validate("client", None).unwrap_err().to_string().contains("--unsafe-listen"));
+        let ok = RouteSpec {
+            unsafe_listen: true,
+            ..r
+        }
+        .validate("client", None)
+        .unwrap();
+        assert_eq!(ok.server_name.as_deref(), Some("replica.svc"));
+        assert_eq!(ok.peer_sans, SanPolicy::OneOf(vec!["replica.svc".parse().unwrap()]));
+    }
+
+    #[test]
+    fn file_format_parses_and_limits_grace() {
+        let text = r#"
+            tls_dir = "/etc/mtls"
+            trust_grace = "25h"
+            [[route]]
+            name = "replica"
+            mode = "server"
+            listen = "0.0.0.0:6877"
+            target = "127.0.0.1:2100"
+            allow_san = ["controller.env-1.svc"]
+        "#;
+        let spec: FileSpec = toml::from_str(text).unwrap();
+        assert!(spec.validate().unwrap_err().to_string().contains("--trust-grace"));
+        let spec: FileSpec = toml::from_str(&text.replace("25h", "1h")).unwrap();
+        let s = spec.validate().unwrap();
+        assert_eq!(s.routes[0].name, "replica");
+        assert!(toml::from_str::<FileSpec>("bogus = 1").is_err());
+    }
+}

@@ -1,0 +1,174 @@
+//! The live connections of one route: what each was authenticated with, and
+//! a handle to close it with a reason. Rotation (revocation), expiry,
+//! `--exclusive` displacement and draining all act through this registry.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use rustls_pki_types::CertificateDer;
+use tokio::sync::{Notify, watch};
+
+use crate::identity::CertInfo;
+use crate::reason::CloseReason;
+
+/// Asks one connection's task to close, with a reason. The first reason wins.
+#[derive(Debug, Default)]
+pub struct CloseSignal {
+    reason: OnceLock<CloseReason>,
+    notify: Notify,
+}
+
+impl CloseSignal {
+    /// Requests the close; returns false when a reason was already set.
+    pub fn close(&self, reason: CloseReason) -> bool {
+        let first = self.reason.set(reason).is_ok();
+        self.notify.notify_waiters();
+        first
+    }
+
+    /// Resolves once a close was requested.
+    pub async fn closed(&self) -> CloseReason {
+        loop {
+            let notified = self.notify.notified();
+            if let Some(r) = self.reason.get() {
+                return *r;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// One authenticated, forwarded connection.
+#[derive(Debug)]
+pub struct LiveConn {
+    pub id: u64,
+    pub peer_addr: String,
+    pub peer: Option<CertInfo>,
+    /// The chain the peer presented, re-verified when the trust shrinks.
+    pub chain: Vec<CertificateDer<'static>>,
+    pub opened: Instant,
+    pub signal: CloseSignal,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    live: HashMap<u64, Arc<LiveConn>>,
+    /// The one connection an `--exclusive` route forwards.
+    incumbent: Option<Arc<LiveConn>>,
+}
+
+/// All live connections of a route.
+#[derive(Debug)]
+pub struct Registry {
+    inner: Mutex<Inner>,
+    next_id: AtomicU64,
+    count: watch::Sender<usize>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            inner: Mutex::default(),
+            next_id: AtomicU64::new(1),
+            count: watch::channel(0).0,
+        }
+    }
+}
+
+/// Removes its connection from the registry when dropped.
+#[derive(Debug)]
+pub struct Registration {
+    registry: Arc<Registry>,
+    pub conn: Arc<LiveConn>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut inner = self.registry.lock();
+        inner.live.remove(&self.conn.id);
+        if inner.incumbent.as_ref().is_some_and(|c| c.id == self.conn.id) {
+            inner.incumbent = None;
+        }
+        let n = inner.live.len();
+        drop(inner);
+        self.registry.count.send_replace(n);
+    }
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // Inner holds plain maps; a panic elsewhere cannot corrupt them.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds an authenticated connection. With `exclusive`, it becomes the
+    /// incumbent and the previous incumbent is returned, already told to
+    /// close as `displaced`.
+    pub fn register(
+        self: &Arc<Self>,
+        peer_addr: String,
+        peer: Option<CertInfo>,
+        chain: Vec<CertificateDer<'static>>,
+        exclusive: bool,
+    ) -> (Registration, Option<Arc<LiveConn>>) {
+        let conn = Arc::new(LiveConn {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            peer_addr,
+            peer,
+            chain,
+            opened: Instant::now(),
+            signal: CloseSignal::default(),
+        });
+        let mut inner = self.lock();
+        inner.live.insert(conn.id, conn.clone());
+        let displaced = if exclusive {
+            inner.incumbent.replace(conn.clone())
+        } else {
+            None
+        };
+        let n = inner.live.len();
+        drop(inner);
+        if let Some(old) = &displaced {
+            old.signal.close(CloseReason::Displaced);
+        }
+        self.count.send_replace(n);
+        (
+            Registration {
+                registry: self.clone(),
+                conn,
+            },
+            displaced,
+        )
+    }
+
+    /// The live connections now.
+    pub fn snapshot(&self) -> Vec<Arc<LiveConn>> {
+        self.lock().live.values().cloned().collect()
+    }
+
+    /// How many connections are live.
+    pub fn len(&self) -> usize {
+        *self.count.borrow()
+    }
+
+    /// True when nothing is live.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Tells every live connection to close.
+    pub fn close_all(&self, reason: CloseReason) {
+        for c in self.snapshot() {
+            c.signal.close(reason);
+        }
+    }
+
+    /// Resolves once no connection is live.
+    pub async fn wait_empty(&self) {
+        let mut rx = self.count.subscribe();
+        // The sender lives as long as self, so this cannot fail.
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+}

@@ -1,0 +1,57 @@
+//! Credentials: read from a Secret-style directory or three files, validated
+//! whole, and held in one store that every route's TLS config reads on each
+//! handshake. Swapping the store's contents is how rotation happens.
+
+mod source;
+mod store;
+mod trust;
+mod validate;
+
+use std::path::{Path, PathBuf};
+
+pub use source::{content_hash, CredentialSource, RawFile, RawRevision, CA_FILE, CERT_FILE, DATA_LINK, KEY_FILE};
+pub use store::{Applied, CredentialStore, Credentials, ReloadStatus};
+pub use trust::{Anchor, Trust};
+pub use validate::{parse_certs, parse_key, root_store, validate, verify_chain, ValidRevision};
+
+/// Why a revision could not be used. Every variant names the file.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum CredError {
+    #[error("{path}: cannot read: {detail}", path = .path.display())]
+    Read { path: PathBuf, detail: String },
+    #[error("{path}: file is empty", path = .path.display())]
+    Empty { path: PathBuf },
+    #[error("{path}: not valid PEM: {detail}", path = .path.display())]
+    Pem { path: PathBuf, detail: String },
+    #[error("{path}: {detail}", path = .path.display())]
+    Parse { path: PathBuf, detail: String },
+    #[error("{key}: private key does not match the certificate in {cert}", key = .key.display(), cert = .cert.display())]
+    KeyMismatch { cert: PathBuf, key: PathBuf },
+    #[error("{path}: certificate expired at {}", fmt_time(*.not_after), path = .path.display())]
+    Expired { path: PathBuf, not_after: i64 },
+    #[error("{path}: certificate not valid before {}", fmt_time(*.not_before), path = .path.display())]
+    NotYetValid { path: PathBuf, not_before: i64 },
+    #[error("{cert}: certificate does not chain to {ca}: {detail}", cert = .cert.display(), ca = .ca.display())]
+    Chain { cert: PathBuf, ca: PathBuf, detail: String },
+    #[error("{path}: certificate issued {} is older than the one in force (issued {}); refusing to go back", fmt_time(*.not_before), fmt_time(*.current), path = .path.display())]
+    Older { path: PathBuf, not_before: i64, current: i64 },
+}
+
+impl CredError {
+    /// Adds the revision directory a `..data` read resolved to, so a log
+    /// names both the link and the real directory.
+    fn within(self, rev_dir: &Path) -> CredError {
+        match self {
+            CredError::Read { path, detail } => CredError::Read {
+                detail: format!("{detail} (revision {})", rev_dir.display()),
+                path,
+            },
+            other => other,
+        }
+    }
+}
+
+/// Formats epoch seconds as RFC 3339 for messages.
+pub fn fmt_time(secs: i64) -> String {
+    humantime::format_rfc3339_seconds(crate::identity::epoch_to_time(secs)).to_string()
+}

@@ -1,0 +1,172 @@
+//! Reading one whole revision of credential files from disk, the way the
+//! kubelet publishes them: through the `..data` symlink, checked not to have
+//! moved while we read, and identified by a hash of the contents.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::CredError;
+
+/// The certificate file name in a credential directory (a Secret mount).
+pub const CERT_FILE: &str = "tls.crt";
+/// The private key file name in a credential directory.
+pub const KEY_FILE: &str = "tls.key";
+/// The CA bundle file name in a credential directory.
+pub const CA_FILE: &str = "ca.crt";
+/// The symlink the kubelet's atomic writer swaps to publish a revision.
+pub const DATA_LINK: &str = "..data";
+
+/// Where credentials are read from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum CredentialSource {
+    /// A directory holding `tls.crt`, `tls.key` and `ca.crt`; a Kubernetes
+    /// Secret volume or a plain directory.
+    Dir(PathBuf),
+    /// Three explicit files.
+    Files {
+        cert: PathBuf,
+        key: PathBuf,
+        ca: PathBuf,
+    },
+}
+
+impl std::fmt::Display for CredentialSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CredentialSource::Dir(d) => write!(f, "{}", d.display()),
+            CredentialSource::Files { cert, key, ca } => {
+                write!(f, "{}, {}, {}", cert.display(), key.display(), ca.display())
+            }
+        }
+    }
+}
+
+/// One file's bytes and the path a user knows it by.
+#[derive(Debug, Clone)]
+pub struct RawFile {
+    pub path: PathBuf,
+    pub bytes: Vec<u8>,
+}
+
+/// The three files of one revision, read together, with their content hash.
+#[derive(Debug, Clone)]
+pub struct RawRevision {
+    pub cert: RawFile,
+    pub key: RawFile,
+    pub ca: RawFile,
+    /// Hex SHA-256 over the three contents: the revision's identity.
+    pub hash: String,
+}
+
+/// How often a read that raced a `..data` swap is retried before giving up
+/// until the next poll.
+const LINK_RETRIES: usize = 5;
+
+impl CredentialSource {
+    /// Reads one consistent revision.
+    pub fn read(&self) -> Result<RawRevision, CredError> {
+        match self {
+            CredentialSource::Files { cert, key, ca } => read_three(cert, key, ca),
+            CredentialSource::Dir(dir) => {
+                let link = dir.join(DATA_LINK);
+                let is_link = fs::symlink_metadata(&link)
+                    .map(|m| m.file_type().is_symlink())
+                    .unwrap_or(false);
+                if !is_link {
+                    if !dir.is_dir() {
+                        return Err(CredError::Read {
+                            path: dir.clone(),
+                            detail: "not a directory (or missing)".into(),
+                        });
+                    }
+                    return read_three(&dir.join(CERT_FILE), &dir.join(KEY_FILE), &dir.join(CA_FILE));
+                }
+                for _ in 0..LINK_RETRIES {
+                    let before = read_link(&link)?;
+                    let rev_dir = dir.join(&before);
+                    let mut rev = read_three(
+                        &rev_dir.join(CERT_FILE),
+                        &rev_dir.join(KEY_FILE),
+                        &rev_dir.join(CA_FILE),
+                    );
+                    if read_link(&link)? != before {
+                        continue;
+                    }
+                    // Name files as the user sees them; the revision they came
+                    // from is in the hash and the logs.
+                    if let Ok(r) = &mut rev {
+                        r.cert.path = dir.join(CERT_FILE);
+                        r.key.path = dir.join(KEY_FILE);
+                        r.ca.path = dir.join(CA_FILE);
+                    }
+                    return rev.map_err(|e| e.within(&rev_dir));
+                }
+                Err(CredError::Read {
+                    path: link,
+                    detail: format!("the link kept moving during {LINK_RETRIES} reads"),
+                })
+            }
+        }
+    }
+
+    /// The directory whose changes can wake a poller early.
+    pub fn watch_dirs(&self) -> Vec<PathBuf> {
+        match self {
+            CredentialSource::Dir(d) => vec![d.clone()],
+            CredentialSource::Files { cert, key, ca } => {
+                let mut v: Vec<PathBuf> = [cert, key, ca]
+                    .iter()
+                    .filter_map(|p| p.parent().map(Path::to_path_buf))
+                    .collect();
+                v.sort();
+                v.dedup();
+                v
+            }
+        }
+    }
+}
+
+fn read_link(link: &Path) -> Result<PathBuf, CredError> {
+    fs::read_link(link).map_err(|e| CredError::Read {
+        path: link.to_path_buf(),
+        detail: e.to_string(),
+    })
+}
+
+fn read_file(path: &Path) -> Result<RawFile, CredError> {
+    let bytes = fs::read(path).map_err(|e| CredError::Read {
+        path: path.to_path_buf(),
+        detail: match e.kind() {
+            std::io::ErrorKind::NotFound => "file not found".to_string(),
+            _ => e.to_string(),
+        },
+    })?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(CredError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(RawFile {
+        path: path.to_path_buf(),
+        bytes,
+    })
+}
+
+fn read_three(cert: &Path, key: &Path, ca: &Path) -> Result<RawRevision, CredError> {
+    let cert = read_file(cert)?;
+    let key = read_file(key)?;
+    let ca = read_file(ca)?;
+    let hash = content_hash(&[&cert.bytes, &key.bytes, &ca.bytes]);
+    Ok(RawRevision { cert, key, ca, hash })
+}
+
+/// Hex SHA-256 over length-prefixed parts, so moving bytes between files
+/// changes the hash.
+pub fn content_hash(parts: &[&[u8]]) -> String {
+    let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+    for p in parts {
+        ctx.update(&(p.len() as u64).to_be_bytes());
+        ctx.update(p);
+    }
+    ctx.finish().as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,153 @@
+//! Metric names (the public contract in PRODUCT.md), their descriptions, and
+//! per-route handles so the hot path increments atomics instead of looking
+//! series up by name.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter, Gauge, Histogram, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::reason::{CloseReason, FailureReason};
+
+pub const HANDSHAKES: &str = "mtls_sidecar_tls_handshakes_total";
+pub const HANDSHAKE_FAILURES: &str = "mtls_sidecar_tls_handshake_failures_total";
+pub const HANDSHAKE_DURATION: &str = "mtls_sidecar_tls_handshake_duration_seconds";
+pub const CONNECTIONS_ACTIVE: &str = "mtls_sidecar_connections_active";
+pub const CONNECTIONS: &str = "mtls_sidecar_connections_total";
+pub const CONNECTIONS_CLOSED: &str = "mtls_sidecar_connections_closed_total";
+pub const BYTES: &str = "mtls_sidecar_bytes_total";
+pub const TARGET_CONNECT_FAILURES: &str = "mtls_sidecar_target_connect_failures_total";
+pub const CREDENTIAL_RELOADS: &str = "mtls_sidecar_credential_reloads_total";
+pub const CERT_NOT_AFTER: &str = "mtls_sidecar_cert_not_after_timestamp_seconds";
+
+/// Handshake duration buckets: 100 µs to 10 s.
+const HANDSHAKE_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide Prometheus recorder (once) and returns the
+/// handle `/metrics` renders from.
+pub fn install() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Full(HANDSHAKE_DURATION.to_string()), HANDSHAKE_BUCKETS)
+                .unwrap_or_else(|_| PrometheusBuilder::new());
+            let recorder = builder.build_recorder();
+            let handle = recorder.handle();
+            // Fails only if another recorder was installed first (a test
+            // harness); metrics then go there and /metrics shows ours empty.
+            let _ = metrics::set_global_recorder(recorder);
+            describe();
+            for result in ["applied", "rejected"] {
+                counter!(CREDENTIAL_RELOADS, "result" => result).increment(0);
+            }
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    describe_counter!(HANDSHAKES, Unit::Count, "TLS handshakes completed and authorized, by route.");
+    describe_counter!(
+        HANDSHAKE_FAILURES,
+        Unit::Count,
+        "TLS handshakes refused or failed, by route and reason (no_client_cert, unknown_ca, bad_san, expired, not_tls, timeout, protocol, io)."
+    );
+    describe_histogram!(HANDSHAKE_DURATION, Unit::Seconds, "Time from accept (or connect) to a finished TLS handshake, successful or not.");
+    describe_gauge!(CONNECTIONS_ACTIVE, Unit::Count, "Connections currently being forwarded, by route.");
+    describe_counter!(CONNECTIONS, Unit::Count, "Connections accepted, by route.");
+    describe_counter!(CONNECTIONS_CLOSED, Unit::Count, "Forwarded connections closed, by route and reason.");
+    describe_counter!(BYTES, Unit::Bytes, "Bytes forwarded, by route and direction (to_target, from_target).");
+    describe_counter!(TARGET_CONNECT_FAILURES, Unit::Count, "Failed connections to the route's target.");
+    describe_counter!(CREDENTIAL_RELOADS, Unit::Count, "Credential revisions applied or rejected.");
+    describe_gauge!(
+        CERT_NOT_AFTER,
+        Unit::Seconds,
+        "Expiry (Unix time) of the identity certificate and of the earliest-expiring trust anchor."
+    );
+}
+
+/// Records a credential reload outcome.
+pub fn credential_reload(applied: bool) {
+    let result = if applied { "applied" } else { "rejected" };
+    counter!(CREDENTIAL_RELOADS, "result" => result).increment(1);
+}
+
+/// Publishes certificate expiry times (Unix seconds).
+pub fn cert_expiry(identity: i64, trust: Option<i64>) {
+    gauge!(CERT_NOT_AFTER, "cert" => "identity").set(identity as f64);
+    if let Some(t) = trust {
+        gauge!(CERT_NOT_AFTER, "cert" => "trust").set(t as f64);
+    }
+}
+
+/// The series of one route, resolved once.
+#[derive(Clone)]
+pub struct RouteMetrics {
+    route: String,
+    pub handshakes: Counter,
+    pub handshake_duration: Histogram,
+    pub active: Gauge,
+    pub connections: Counter,
+    pub to_target: Counter,
+    pub from_target: Counter,
+    pub target_connect_failures: Counter,
+}
+
+impl std::fmt::Debug for RouteMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteMetrics").field("route", &self.route).finish()
+    }
+}
+
+impl RouteMetrics {
+    /// Resolves the route's series and creates every labelled one at zero,
+    /// so `increase()` alerts fire on the first failure.
+    pub fn new(route: &str) -> RouteMetrics {
+        let r = route.to_string();
+        for reason in FailureReason::ALL {
+            counter!(HANDSHAKE_FAILURES, "route" => r.clone(), "reason" => reason.as_str()).increment(0);
+        }
+        for reason in CloseReason::ALL {
+            counter!(CONNECTIONS_CLOSED, "route" => r.clone(), "reason" => reason.as_str()).increment(0);
+        }
+        let m = RouteMetrics {
+            handshakes: counter!(HANDSHAKES, "route" => r.clone()),
+            handshake_duration: histogram!(HANDSHAKE_DURATION, "route" => r.clone()),
+            active: gauge!(CONNECTIONS_ACTIVE, "route" => r.clone()),
+            connections: counter!(CONNECTIONS, "route" => r.clone()),
+            to_target: counter!(BYTES, "route" => r.clone(), "direction" => "to_target"),
+            from_target: counter!(BYTES, "route" => r.clone(), "direction" => "from_target"),
+            target_connect_failures: counter!(TARGET_CONNECT_FAILURES, "route" => r.clone()),
+            route: r,
+        };
+        m.handshakes.increment(0);
+        m.connections.increment(0);
+        m.to_target.increment(0);
+        m.from_target.increment(0);
+        m.target_connect_failures.increment(0);
+        m.active.increment(0.0);
+        m
+    }
+
+    /// Counts a refused or failed handshake.
+    pub fn handshake_failed(&self, reason: FailureReason, took: Duration) {
+        counter!(HANDSHAKE_FAILURES, "route" => self.route.clone(), "reason" => reason.as_str()).increment(1);
+        self.handshake_duration.record(took.as_secs_f64());
+    }
+
+    /// Counts a successful handshake.
+    pub fn handshake_ok(&self, took: Duration) {
+        self.handshakes.increment(1);
+        self.handshake_duration.record(took.as_secs_f64());
+    }
+
+    /// Counts a closed connection.
+    pub fn closed(&self, reason: CloseReason) {
+        counter!(CONNECTIONS_CLOSED, "route" => self.route.clone(), "reason" => reason.as_str()).increment(1);
+    }
+}

@@ -1,0 +1,199 @@
+//! Why a handshake failed or a connection closed, as the fixed label values
+//! dashboards and alerts key on. Classification of TLS and I/O errors lives
+//! here and nowhere else.
+
+use std::io;
+
+use rustls::{CertificateError, Error as TlsError};
+
+/// The `reason` label of `mtls_sidecar_tls_handshake_failures_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureReason {
+    /// The client sent no certificate.
+    NoClientCert,
+    /// The peer's chain does not lead to a trusted CA (or a bad signature).
+    UnknownCa,
+    /// The peer's certificate is not for this role: no allowed SAN, or the
+    /// wrong extended key usage.
+    BadSan,
+    /// The peer's certificate is expired or not yet valid.
+    Expired,
+    /// The peer did not speak TLS (a plaintext probe, garbage).
+    NotTls,
+    /// The handshake did not finish within `--handshake-timeout`.
+    Timeout,
+    /// Any other TLS failure: an alert, no common version or cipher.
+    Protocol,
+    /// The peer went away mid-handshake.
+    Io,
+}
+
+impl FailureReason {
+    /// Every value, for pre-registering metric series at zero.
+    pub const ALL: [FailureReason; 8] = [
+        FailureReason::NoClientCert,
+        FailureReason::UnknownCa,
+        FailureReason::BadSan,
+        FailureReason::Expired,
+        FailureReason::NotTls,
+        FailureReason::Timeout,
+        FailureReason::Protocol,
+        FailureReason::Io,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::NoClientCert => "no_client_cert",
+            FailureReason::UnknownCa => "unknown_ca",
+            FailureReason::BadSan => "bad_san",
+            FailureReason::Expired => "expired",
+            FailureReason::NotTls => "not_tls",
+            FailureReason::Timeout => "timeout",
+            FailureReason::Protocol => "protocol",
+            FailureReason::Io => "io",
+        }
+    }
+
+    /// Classifies a handshake error as returned by tokio-rustls.
+    pub fn from_io(err: &io::Error) -> FailureReason {
+        if let Some(tls) = err.get_ref().and_then(|e| e.downcast_ref::<TlsError>()) {
+            return FailureReason::from_tls(tls);
+        }
+        match err.kind() {
+            io::ErrorKind::TimedOut => FailureReason::Timeout,
+            io::ErrorKind::InvalidData => FailureReason::NotTls,
+            _ => FailureReason::Io,
+        }
+    }
+
+    /// Classifies a rustls error.
+    pub fn from_tls(err: &TlsError) -> FailureReason {
+        match err {
+            TlsError::NoCertificatesPresented => FailureReason::NoClientCert,
+            TlsError::InvalidCertificate(c) => match c {
+                CertificateError::UnknownIssuer
+                | CertificateError::BadSignature
+                | CertificateError::UnsupportedSignatureAlgorithmContext { .. }
+                | CertificateError::UnsupportedSignatureAlgorithmForPublicKeyContext { .. } => {
+                    FailureReason::UnknownCa
+                }
+                CertificateError::Expired
+                | CertificateError::ExpiredContext { .. }
+                | CertificateError::NotValidYet
+                | CertificateError::NotValidYetContext { .. } => FailureReason::Expired,
+                CertificateError::NotValidForName
+                | CertificateError::NotValidForNameContext { .. }
+                | CertificateError::InvalidPurpose
+                | CertificateError::InvalidPurposeContext { .. } => FailureReason::BadSan,
+                _ => FailureReason::Protocol,
+            },
+            TlsError::InvalidMessage(_) => FailureReason::NotTls,
+            _ => FailureReason::Protocol,
+        }
+    }
+}
+
+/// The `reason` label of `mtls_sidecar_connections_closed_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CloseReason {
+    /// Both directions ended with EOF.
+    Completed,
+    /// The mTLS/plaintext peer side failed (reset, broken pipe).
+    PeerError,
+    /// The target could not be reached or failed mid-stream.
+    TargetError,
+    /// Half-closed and quiet for longer than the linger.
+    Linger,
+    /// Replaced by an authenticated newcomer (`--exclusive`).
+    Displaced,
+    /// The trust that authenticated the peer was removed.
+    Revoked,
+    /// The peer's certificate expired.
+    Expired,
+    /// Older than `--max-connection-lifetime`.
+    Lifetime,
+    /// Still open when the drain timeout ran out at shutdown.
+    Drain,
+}
+
+impl CloseReason {
+    /// Every value, for pre-registering metric series at zero.
+    pub const ALL: [CloseReason; 9] = [
+        CloseReason::Completed,
+        CloseReason::PeerError,
+        CloseReason::TargetError,
+        CloseReason::Linger,
+        CloseReason::Displaced,
+        CloseReason::Revoked,
+        CloseReason::Expired,
+        CloseReason::Lifetime,
+        CloseReason::Drain,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::Completed => "completed",
+            CloseReason::PeerError => "peer_error",
+            CloseReason::TargetError => "target_error",
+            CloseReason::Linger => "linger",
+            CloseReason::Displaced => "displaced",
+            CloseReason::Revoked => "revoked",
+            CloseReason::Expired => "expired",
+            CloseReason::Lifetime => "lifetime",
+            CloseReason::Drain => "drain",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::{AlertDescription, InvalidMessage, PeerIncompatible};
+
+    fn wrapped(e: TlsError) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidData, e)
+    }
+
+    #[test]
+    fn tls_errors_map_to_reasons() {
+        use FailureReason::*;
+        let cases = [
+            (TlsError::NoCertificatesPresented, NoClientCert),
+            (TlsError::InvalidCertificate(CertificateError::UnknownIssuer), UnknownCa),
+            (TlsError::InvalidCertificate(CertificateError::BadSignature), UnknownCa),
+            (TlsError::InvalidCertificate(CertificateError::Expired), Expired),
+            (TlsError::InvalidCertificate(CertificateError::NotValidYet), Expired),
+            (TlsError::InvalidCertificate(CertificateError::NotValidForName), BadSan),
+            (TlsError::InvalidCertificate(CertificateError::InvalidPurpose), BadSan),
+            (TlsError::InvalidMessage(InvalidMessage::InvalidContentType), NotTls),
+            (TlsError::AlertReceived(AlertDescription::HandshakeFailure), Protocol),
+            (
+                TlsError::PeerIncompatible(PeerIncompatible::Tls13RequiredForQuic),
+                Protocol,
+            ),
+        ];
+        for (err, want) in cases {
+            assert_eq!(FailureReason::from_io(&wrapped(err.clone())), want, "{err:?}");
+            assert_eq!(FailureReason::from_tls(&err), want);
+        }
+    }
+
+    #[test]
+    fn io_errors_map_to_reasons() {
+        let e = |k| io::Error::new(k, "x");
+        assert_eq!(FailureReason::from_io(&e(io::ErrorKind::UnexpectedEof)), FailureReason::Io);
+        assert_eq!(FailureReason::from_io(&e(io::ErrorKind::ConnectionReset)), FailureReason::Io);
+        assert_eq!(FailureReason::from_io(&e(io::ErrorKind::TimedOut)), FailureReason::Timeout);
+    }
+
+    #[test]
+    fn label_values_are_the_contract() {
+        let all: Vec<_> = FailureReason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(
+            all,
+            ["no_client_cert", "unknown_ca", "bad_san", "expired", "not_tls", "timeout", "protocol", "io"]
+        );
+    }
+}

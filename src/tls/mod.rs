@@ -1,0 +1,65 @@
+//! TLS configs for the two route modes. Each is built once per route; the
+//! identity and trust inside are read from the credential store on every
+//! handshake through [`resolve`] and [`verify`].
+//!
+//! Session resumption is disabled in both directions: every connection
+//! performs a full handshake, so the peer chain is always checked against
+//! the trust and SAN policy in force (a resumed session could otherwise
+//! outlive the trust that authenticated it).
+
+pub mod resolve;
+pub mod verify;
+
+use std::sync::Arc;
+
+use rustls::client::Resumption;
+use rustls::server::NoServerSessionStorage;
+use rustls::{ClientConfig, ServerConfig, SupportedProtocolVersion};
+
+use crate::config::TlsVersion;
+use crate::credentials::CredentialStore;
+use crate::identity::SanPolicy;
+use resolve::IdentityResolver;
+use verify::{ClientCertPolicy, ServerCertPolicy};
+
+fn versions(min: TlsVersion) -> &'static [&'static SupportedProtocolVersion] {
+    static ONLY_13: &[&SupportedProtocolVersion] = &[&rustls::version::TLS13];
+    static BOTH: &[&SupportedProtocolVersion] = &[&rustls::version::TLS13, &rustls::version::TLS12];
+    match min {
+        TlsVersion::Tls13 => ONLY_13,
+        TlsVersion::Tls12 => BOTH,
+    }
+}
+
+/// The config a `server` route accepts with, and its verifier (kept for
+/// re-verifying live connections).
+pub fn server_config(
+    store: &Arc<CredentialStore>,
+    allowed: SanPolicy,
+    min: TlsVersion,
+) -> Result<(Arc<ServerConfig>, Arc<ClientCertPolicy>), rustls::Error> {
+    let policy = Arc::new(ClientCertPolicy::new(store.clone(), allowed));
+    let mut cfg = ServerConfig::builder_with_provider(store.provider().clone())
+        .with_protocol_versions(versions(min))?
+        .with_client_cert_verifier(policy.clone())
+        .with_cert_resolver(Arc::new(IdentityResolver::new(store.clone())));
+    cfg.session_storage = Arc::new(NoServerSessionStorage {});
+    cfg.send_tls13_tickets = 0;
+    Ok((Arc::new(cfg), policy))
+}
+
+/// The config a `client` route connects with, and its verifier.
+pub fn client_config(
+    store: &Arc<CredentialStore>,
+    expected: SanPolicy,
+    min: TlsVersion,
+) -> Result<(Arc<ClientConfig>, Arc<ServerCertPolicy>), rustls::Error> {
+    let policy = Arc::new(ServerCertPolicy::new(store.clone(), expected));
+    let mut cfg = ClientConfig::builder_with_provider(store.provider().clone())
+        .with_protocol_versions(versions(min))?
+        .dangerous()
+        .with_custom_certificate_verifier(policy.clone())
+        .with_client_cert_resolver(Arc::new(IdentityResolver::new(store.clone())));
+    cfg.resumption = Resumption::disabled();
+    Ok((Arc::new(cfg), policy))
+}

@@ -1,0 +1,229 @@
+//! Peer verification: rustls's WebPKI chain checks, wrapped with the role
+//! SAN check, both reading the trust in force at the moment of the handshake.
+//! Failing inside the handshake makes the peer get a TLS alert rather than a
+//! silent close.
+
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::ParsedCertificate;
+use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme};
+use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
+
+use crate::credentials::CredentialStore;
+use crate::identity::{CertInfo, SanPolicy};
+
+/// What a verifier learned about the peer during one handshake, for the
+/// refusal log line and the live-connection registry.
+#[derive(Debug, Default, Clone)]
+pub struct PeerReport {
+    /// The peer's leaf, when it sent one that parsed.
+    pub cert: Option<CertInfo>,
+    /// The chain as sent, kept so the connection can be re-verified when the
+    /// trust shrinks.
+    pub chain: Vec<CertificateDer<'static>>,
+}
+
+tokio::task_local! {
+    static REPORT: Arc<Mutex<PeerReport>>;
+}
+
+/// Runs a handshake future with a slot the verifiers fill in. rustls calls
+/// the verifier synchronously while the handshake future is polled, so a
+/// task-local reaches it without per-connection configs.
+pub async fn with_report<F: std::future::Future>(fut: F) -> (F::Output, PeerReport) {
+    let slot = Arc::new(Mutex::new(PeerReport::default()));
+    let out = REPORT.scope(slot.clone(), fut).await;
+    let report = slot.lock().map(|r| r.clone()).unwrap_or_default();
+    (out, report)
+}
+
+fn note_peer(end_entity: &CertificateDer<'_>, intermediates: &[CertificateDer<'_>]) -> Option<CertInfo> {
+    let info = CertInfo::parse(end_entity).ok();
+    let _ = REPORT.try_with(|slot| {
+        if let Ok(mut r) = slot.lock() {
+            r.cert = info.clone();
+            r.chain = std::iter::once(end_entity)
+                .chain(intermediates)
+                .map(|c| c.clone().into_owned())
+                .collect();
+        }
+    });
+    info
+}
+
+fn unix_time(t: SystemTime) -> UnixTime {
+    UnixTime::since_unix_epoch(t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default())
+}
+
+fn check_san(policy: &SanPolicy, info: Option<&CertInfo>) -> Result<(), Error> {
+    match info {
+        Some(info) if policy.allows(info) => Ok(()),
+        _ => Err(Error::InvalidCertificate(CertificateError::NotValidForName)),
+    }
+}
+
+/// Server-side: verifies client certificates (chain to the trust in force,
+/// clientAuth usage, an allowed role SAN).
+#[derive(Debug)]
+pub struct ClientCertPolicy {
+    store: Arc<CredentialStore>,
+    allowed: SanPolicy,
+    provider: Arc<CryptoProvider>,
+}
+
+impl ClientCertPolicy {
+    pub fn new(store: Arc<CredentialStore>, allowed: SanPolicy) -> Self {
+        let provider = store.provider().clone();
+        ClientCertPolicy {
+            store,
+            allowed,
+            provider,
+        }
+    }
+
+    /// Re-checks a live connection's chain against the trust in force now.
+    pub fn reverify(&self, chain: &[CertificateDer<'static>], now: SystemTime) -> Result<(), Error> {
+        let (ee, rest) = chain.split_first().ok_or(Error::NoCertificatesPresented)?;
+        self.check(ee, rest, unix_time(now), CertInfo::parse(ee).ok().as_ref())
+    }
+
+    fn check(
+        &self,
+        ee: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+        info: Option<&CertInfo>,
+    ) -> Result<(), Error> {
+        let trust = self.store.current().trust.clone();
+        trust.client_verifier.verify_client_cert(ee, intermediates, now)?;
+        check_san(&self.allowed, info)
+    }
+}
+
+impl ClientCertVerifier for ClientCertPolicy {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        // The trust can change under us; advertising no hints keeps every
+        // client sending its certificate regardless.
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, Error> {
+        let info = note_peer(end_entity, intermediates);
+        self.check(end_entity, intermediates, now, info.as_ref())?;
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// Client-side: verifies the remote sidecar's certificate (chain to the
+/// trust in force, serverAuth usage, one of the expected SANs). The SAN check
+/// replaces hostname verification so URI SANs (SPIFFE IDs) work.
+#[derive(Debug)]
+pub struct ServerCertPolicy {
+    store: Arc<CredentialStore>,
+    expected: SanPolicy,
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertPolicy {
+    pub fn new(store: Arc<CredentialStore>, expected: SanPolicy) -> Self {
+        let provider = store.provider().clone();
+        ServerCertPolicy {
+            store,
+            expected,
+            provider,
+        }
+    }
+
+    /// Re-checks a live connection's chain against the trust in force now.
+    pub fn reverify(&self, chain: &[CertificateDer<'static>], now: SystemTime) -> Result<(), Error> {
+        let (ee, rest) = chain.split_first().ok_or(Error::NoCertificatesPresented)?;
+        self.check(ee, rest, unix_time(now), CertInfo::parse(ee).ok().as_ref())
+    }
+
+    fn check(
+        &self,
+        ee: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+        info: Option<&CertInfo>,
+    ) -> Result<(), Error> {
+        let trust = self.store.current().trust.clone();
+        let parsed = ParsedCertificate::try_from(ee)?;
+        rustls::client::verify_server_cert_signed_by_trust_anchor(
+            &parsed,
+            &trust.roots,
+            intermediates,
+            now,
+            self.provider.signature_verification_algorithms.all,
+        )?;
+        check_san(&self.expected, info)
+    }
+}
+
+impl ServerCertVerifier for ServerCertPolicy {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, Error> {
+        let info = note_peer(end_entity, intermediates);
+        self.check(end_entity, intermediates, now, info.as_ref())?;
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider.signature_verification_algorithms.supported_schemes()
+    }
+}
