@@ -121,6 +121,9 @@ pub async fn start(settings: Settings) -> Result<Running, StartError> {
     let admin = match admin_listener {
         Some(l) => {
             let addr = l.local_addr().ok();
+            if let Some(a) = &addr {
+                info!(admin = %a, "admin endpoint listening");
+            }
             tasks.push(tokio::spawn(crate::admin::serve(l, shared.clone(), admin_stop.subscribe())));
             addr
         }

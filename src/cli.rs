@@ -3,10 +3,11 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
 use crate::config::{CredentialSpec, FileSpec, Mode, RouteSpec};
 use crate::logging::LogFormat;
+pub use crate::pki::Role;
 
 /// A transparent mutual-TLS sidecar proxy for plaintext controller/replica ports.
 #[derive(Debug, Parser)]
@@ -147,14 +148,6 @@ pub struct RunArgs {
     /// Log line format (level from RUST_LOG, default info).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-}
-
-/// Which extended key usage a certificate must allow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Role {
-    Server,
-    Client,
-    Both,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -9,6 +9,7 @@
 pub mod addr;
 pub mod admin;
 pub mod app;
+pub mod atomic_writer;
 pub mod certs;
 pub mod check;
 pub mod cli;
@@ -21,6 +22,7 @@ pub mod health;
 pub mod identity;
 pub mod logging;
 pub mod metrics;
+pub mod pki;
 pub mod reason;
 pub mod reload;
 pub mod route;

@@ -1,0 +1,182 @@
+//! A development PKI in process (rcgen): an ECDSA P-256 CA and leaves with
+//! role SANs and explicit usages. Backs `mtls-sidecar certs`, the demo, and
+//! the tests, so nobody needs openssl or a script.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+    KeyPair, KeyUsagePurpose, SanType, SerialNumber,
+};
+
+/// Which extended key usage a leaf carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Role {
+    Server,
+    Client,
+    Both,
+}
+
+/// A certificate authority whose key is in memory.
+pub struct DevCa {
+    issuer: Issuer<'static, KeyPair>,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for DevCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DevCa").finish_non_exhaustive()
+    }
+}
+
+/// What to put in a leaf certificate.
+#[derive(Debug, Clone)]
+pub struct LeafSpec {
+    pub common_name: String,
+    pub dns: Vec<String>,
+    pub uris: Vec<String>,
+    pub role: Role,
+    pub not_before: SystemTime,
+    pub not_after: SystemTime,
+}
+
+impl LeafSpec {
+    /// A leaf valid from a minute ago for `days`, with one DNS SAN.
+    pub fn dns(name: &str, role: Role, days: u32) -> LeafSpec {
+        let now = SystemTime::now();
+        LeafSpec {
+            common_name: name.to_string(),
+            dns: vec![name.to_string()],
+            uris: Vec::new(),
+            role,
+            not_before: now - Duration::from_secs(60),
+            not_after: now + Duration::from_secs(u64::from(days) * 86_400),
+        }
+    }
+
+    /// The same leaf with another validity window.
+    pub fn valid(mut self, not_before: SystemTime, not_after: SystemTime) -> LeafSpec {
+        self.not_before = not_before;
+        self.not_after = not_after;
+        self
+    }
+}
+
+/// An issued leaf: PEM for files, DER for in-process use.
+#[derive(Debug, Clone)]
+pub struct Issued {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub cert_der: rustls_pki_types::CertificateDer<'static>,
+}
+
+fn random_serial() -> SerialNumber {
+    let mut bytes = [0u8; 16];
+    // The system RNG failing is not recoverable; an all-zero-but-one serial
+    // would still be a valid (if unlucky) certificate, so fall back quietly.
+    let _ = aws_lc_rs::rand::fill(&mut bytes);
+    bytes[0] &= 0x7f;
+    bytes[0] |= 0x01;
+    SerialNumber::from_slice(&bytes)
+}
+
+fn offset(t: SystemTime) -> time::OffsetDateTime {
+    time::OffsetDateTime::from(t)
+}
+
+impl DevCa {
+    /// Mints a self-signed CA valid from a minute ago for `days`.
+    pub fn new(name: &str, days: u32) -> Result<DevCa, rcgen::Error> {
+        let now = SystemTime::now();
+        DevCa::with_validity(name, now - Duration::from_secs(60), now + Duration::from_secs(u64::from(days) * 86_400))
+    }
+
+    /// Mints a self-signed CA with an explicit validity window.
+    pub fn with_validity(name: &str, not_before: SystemTime, not_after: SystemTime) -> Result<DevCa, rcgen::Error> {
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, name);
+        params.distinguished_name = dn;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        params.not_before = offset(not_before);
+        params.not_after = offset(not_after);
+        params.serial_number = Some(random_serial());
+        let key = KeyPair::generate()?;
+        let cert = params.self_signed(&key)?;
+        let key_pem = key.serialize_pem();
+        Ok(DevCa {
+            cert_pem: cert.pem(),
+            key_pem,
+            issuer: Issuer::new(params, key),
+        })
+    }
+
+    /// Loads a CA written by [`DevCa::write`] (or any CA cert and PKCS#8 key).
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<DevCa, rcgen::Error> {
+        let key = KeyPair::from_pem(key_pem)?;
+        let issuer = Issuer::from_ca_cert_pem(cert_pem, key)?;
+        Ok(DevCa {
+            issuer,
+            cert_pem: cert_pem.to_string(),
+            key_pem: key_pem.to_string(),
+        })
+    }
+
+    /// Issues a leaf with a fresh ECDSA P-256 key.
+    pub fn issue(&self, spec: &LeafSpec) -> Result<Issued, rcgen::Error> {
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, spec.common_name.as_str());
+        params.distinguished_name = dn;
+        let mut sans = Vec::new();
+        for d in &spec.dns {
+            sans.push(SanType::DnsName(d.as_str().try_into()?));
+        }
+        for u in &spec.uris {
+            sans.push(SanType::URI(u.as_str().try_into()?));
+        }
+        params.subject_alt_names = sans;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params.extended_key_usages = match spec.role {
+            Role::Server => vec![ExtendedKeyUsagePurpose::ServerAuth],
+            Role::Client => vec![ExtendedKeyUsagePurpose::ClientAuth],
+            Role::Both => vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth],
+        };
+        params.use_authority_key_identifier_extension = true;
+        params.not_before = offset(spec.not_before);
+        params.not_after = offset(spec.not_after);
+        params.serial_number = Some(random_serial());
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok(Issued {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            cert_der: cert.der().clone(),
+        })
+    }
+}
+
+/// Writes `tls.crt`, `tls.key` (mode 0600) and `ca.crt` into `dir` — the
+/// layout of a `kubernetes.io/tls` Secret with its CA.
+pub fn write_secret_dir(dir: &Path, leaf: &Issued, ca_pem: &str) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("tls.crt"), &leaf.cert_pem)?;
+    write_private(&dir.join("tls.key"), leaf.key_pem.as_bytes())?;
+    std::fs::write(dir.join("ca.crt"), ca_pem)
+}
+
+/// Writes a file readable by its owner only.
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(bytes)
+}

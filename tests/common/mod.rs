@@ -1,0 +1,374 @@
+//! Shared test fixtures: an in-process PKI, credential directories, the real
+//! sidecar binary with its logs, plaintext targets and TLS peers.
+#![allow(dead_code)]
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mtls_sidecar::pki::{write_secret_dir, DevCa, Issued, LeafSpec, Role};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+pub const CONTROLLER: &str = "controller.env-1.svc";
+pub const REPLICA: &str = "replica-0.env-1.svc";
+
+/// How long any awaited event may take on a loaded 2-core machine.
+pub const DEADLINE: Duration = Duration::from_secs(20);
+
+pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    mtls_sidecar::crypto_provider()
+}
+
+/// A CA plus helpers to issue role identities.
+pub struct Pki {
+    pub ca: DevCa,
+}
+
+impl Pki {
+    pub fn new(name: &str) -> Pki {
+        Pki {
+            ca: DevCa::new(name, 30).expect("mint CA"),
+        }
+    }
+    pub fn leaf(&self, name: &str, role: Role) -> Issued {
+        self.ca.issue(&LeafSpec::dns(name, role, 30)).expect("issue leaf")
+    }
+    pub fn issue(&self, spec: &LeafSpec) -> Issued {
+        self.ca.issue(spec).expect("issue leaf")
+    }
+    /// A Secret-style directory holding `leaf` and this CA.
+    pub fn dir(&self, root: &Path, sub: &str, leaf: &Issued) -> PathBuf {
+        let d = root.join(sub);
+        write_secret_dir(&d, leaf, &self.ca.cert_pem).expect("write secret dir");
+        d
+    }
+}
+
+/// The real binary, its stderr captured.
+pub struct Sidecar {
+    child: Child,
+    logs: Arc<Mutex<Vec<String>>>,
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_mtls-sidecar")
+}
+
+impl Sidecar {
+    /// Starts the binary and waits until `routes` routes are listening.
+    pub async fn start(args: &[&str], routes: usize) -> Sidecar {
+        let sc = Sidecar::spawn(args);
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let n = sc.logs().iter().filter(|l| l.contains(" listening ")).count();
+            if n >= routes && (sc.has_admin_flag(args) <= sc.log_count("admin endpoint listening")) {
+                return sc;
+            }
+            if let Some(status) = sc.exited() {
+                panic!("sidecar exited early ({status}):\n{}", sc.logs().join("\n"));
+            }
+            assert!(Instant::now() < deadline, "sidecar did not start:\n{}", sc.logs().join("\n"));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    fn has_admin_flag(&self, args: &[&str]) -> usize {
+        args.iter().filter(|a| **a == "--admin").count()
+    }
+
+    /// Starts the binary without waiting.
+    pub fn spawn(args: &[&str]) -> Sidecar {
+        let mut child = Command::new(bin())
+            .args(args)
+            .env("RUST_LOG", "info,mtls_sidecar=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn sidecar");
+        let stderr = child.stderr.take().expect("stderr");
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Sidecar { child, logs }
+    }
+
+    pub fn logs(&self) -> Vec<String> {
+        self.logs.lock().unwrap().clone()
+    }
+
+    pub fn log_count(&self, needle: &str) -> usize {
+        self.logs().iter().filter(|l| l.contains(needle)).count()
+    }
+
+    /// Waits for a log line containing every needle.
+    pub async fn wait_log(&self, needles: &[&str]) -> String {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if let Some(l) = self.logs().into_iter().find(|l| needles.iter().all(|n| l.contains(n))) {
+                return l;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no log line with {needles:?}:\n{}",
+                self.logs().join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// The bound address of route `name` (from its "listening" log line).
+    pub fn addr(&self, route: &str) -> String {
+        let logs = self.logs();
+        let line = logs
+            .iter()
+            .find(|l| l.contains(" listening ") && l.contains(&format!("route={route} ")))
+            .unwrap_or_else(|| panic!("route {route} not listening:\n{}", logs.join("\n")));
+        field(line, "listen")
+    }
+
+    /// The admin endpoint's bound address.
+    pub fn admin(&self) -> String {
+        let logs = self.logs();
+        let line = logs
+            .iter()
+            .find(|l| l.contains("admin endpoint listening"))
+            .expect("admin not listening");
+        field(line, "admin")
+    }
+
+    pub fn exited(&self) -> Option<std::process::ExitStatus> {
+        // try_wait needs &mut; use a non-blocking probe through /proc.
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
+        let state = stat.rsplit(')').next()?.split_whitespace().next()?;
+        if state == "Z" {
+            Some(std::os::unix::process::ExitStatusExt::from_raw(0))
+        } else {
+            None
+        }
+    }
+
+    pub fn signal(&self, sig: i32) {
+        unsafe {
+            libc::kill(self.child.id() as i32, sig);
+        }
+    }
+
+    /// Waits for the process to exit and returns its code.
+    pub async fn wait_exit(mut self) -> (Option<i32>, Vec<String>) {
+        let deadline = Instant::now() + DEADLINE + DEADLINE;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                // Let the log thread drain.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                return (status.code(), self.logs());
+            }
+            assert!(Instant::now() < deadline, "sidecar did not exit:\n{}", self.logs().join("\n"));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Extracts `key=value` from a text log line (value up to whitespace).
+pub fn field(line: &str, key: &str) -> String {
+    let pat = format!("{key}=");
+    line.split_whitespace()
+        .find_map(|t| t.strip_prefix(&pat))
+        .unwrap_or_else(|| panic!("no {key}= in {line}"))
+        .trim_matches('"')
+        .to_string()
+}
+
+/// Runs the binary to completion (for CLI errors).
+pub fn run_bin(args: &[&str]) -> (i32, String) {
+    let out = Command::new(bin()).args(args).output().expect("run binary");
+    let text = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// An echo server that counts the connections it accepted.
+pub struct Echo {
+    pub addr: SocketAddr,
+    pub accepted: Arc<AtomicUsize>,
+}
+
+impl Echo {
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+pub async fn echo_target() -> Echo {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+                let _ = w.shutdown().await;
+            });
+        }
+    });
+    Echo { addr, accepted }
+}
+
+/// A rustls client config presenting `ident` (if any) and trusting `ca_pem`.
+pub fn client_config(ident: Option<&Issued>, ca_pem: &str) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let cfg = match ident {
+        Some(id) => builder
+            .with_client_auth_cert(
+                vec![id.cert_der.clone()],
+                PrivateKeyDer::from_pem_slice(id.key_pem.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    Arc::new(cfg)
+}
+
+/// A rustls server config presenting `ident`, requiring client certs from
+/// `client_ca` when given.
+pub fn server_config(ident: &Issued, client_ca: Option<&str>) -> Arc<rustls::ServerConfig> {
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap();
+    let builder = match client_ca {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+                roots.add(c.unwrap()).unwrap();
+            }
+            builder.with_client_cert_verifier(
+                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+                    .build()
+                    .unwrap(),
+            )
+        }
+        None => builder.with_no_client_auth(),
+    };
+    Arc::new(
+        builder
+            .with_single_cert(
+                vec![ident.cert_der.clone()],
+                PrivateKeyDer::from_pem_slice(ident.key_pem.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+    )
+}
+
+pub type ClientTls = tokio_rustls::client::TlsStream<TcpStream>;
+
+/// Connects with TLS as a client.
+pub async fn tls_connect(addr: &str, name: &str, cfg: Arc<rustls::ClientConfig>) -> io::Result<ClientTls> {
+    let tcp = TcpStream::connect(addr).await?;
+    tcp.set_nodelay(true)?;
+    let sn = ServerName::try_from(name.to_string()).unwrap();
+    tokio_rustls::TlsConnector::from(cfg).connect(sn, tcp).await
+}
+
+/// True when the server refused us: in TLS 1.3 a refused client certificate
+/// surfaces on the first read after the handshake (an alert or EOF).
+pub async fn refused<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(s: &mut S) -> bool {
+    let _ = s.write_all(b"ping").await;
+    let _ = s.flush().await;
+    let mut buf = [0u8; 16];
+    match tokio::time::timeout(DEADLINE, s.read(&mut buf)).await {
+        Ok(Ok(0)) | Ok(Err(_)) => true,
+        Ok(Ok(_)) => false,
+        Err(_) => panic!("no answer from server"),
+    }
+}
+
+/// Sends `msg` and reads exactly its length back.
+pub async fn roundtrip<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(s: &mut S, msg: &[u8]) -> Vec<u8> {
+    s.write_all(msg).await.unwrap();
+    s.flush().await.unwrap();
+    let mut buf = vec![0u8; msg.len()];
+    tokio::time::timeout(DEADLINE, s.read_exact(&mut buf))
+        .await
+        .expect("reply in time")
+        .expect("reply");
+    buf
+}
+
+/// A server sidecar + client sidecar pair in front of an echo target.
+pub struct Pair {
+    pub tmp: tempfile::TempDir,
+    pub pki: Pki,
+    pub echo: Echo,
+    pub server: Sidecar,
+    pub client: Sidecar,
+    pub server_dir: PathBuf,
+    pub client_dir: PathBuf,
+}
+
+impl Pair {
+    pub async fn start(extra_server: &[&str], extra_client: &[&str]) -> Pair {
+        let tmp = tempfile::tempdir().unwrap();
+        let pki = Pki::new("test CA");
+        let server_dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+        let client_dir = pki.dir(tmp.path(), "controller", &pki.leaf(CONTROLLER, Role::Client));
+        let echo = echo_target().await;
+        let target = echo.addr.to_string();
+        let sd = server_dir.to_str().unwrap().to_string();
+        let mut args = vec![
+            "server", "--listen", "127.0.0.1:0", "--target", &target, "--tls-dir", &sd, "--allow-san", CONTROLLER,
+        ];
+        args.extend_from_slice(extra_server);
+        let server = Sidecar::start(&args, 1).await;
+        let saddr = server.addr("server");
+        let cd = client_dir.to_str().unwrap().to_string();
+        let mut args = vec![
+            "client", "--listen", "127.0.0.1:0", "--target", &saddr, "--server-name", REPLICA, "--tls-dir", &cd,
+        ];
+        args.extend_from_slice(extra_client);
+        let client = Sidecar::start(&args, 1).await;
+        Pair {
+            tmp,
+            pki,
+            echo,
+            server,
+            client,
+            server_dir,
+            client_dir,
+        }
+    }
+
+    /// A plaintext connection into the client sidecar.
+    pub async fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.client.addr("client")).await.unwrap();
+        s.set_nodelay(true).unwrap();
+        s
+    }
+}
