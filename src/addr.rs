@@ -78,7 +78,10 @@ impl Addr {
         match self.host() {
             None => true,
             Some("localhost") => true,
-            Some(h) => h.parse::<IpAddr>().map(|ip| ip.is_loopback()).unwrap_or(false),
+            Some(h) => h
+                .parse::<IpAddr>()
+                .map(|ip| ip.is_loopback())
+                .unwrap_or(false),
         }
     }
 
@@ -186,7 +189,11 @@ impl AsyncRead for Stream {
 }
 
 impl AsyncWrite for Stream {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         delegate!(self, s => Pin::new(s).poll_write(cx, buf))
     }
 
@@ -220,7 +227,10 @@ mod tests {
 
     #[test]
     fn parses_tcp_and_unix() {
-        assert_eq!("127.0.0.1:80".parse::<Addr>().unwrap().host(), Some("127.0.0.1"));
+        assert_eq!(
+            "127.0.0.1:80".parse::<Addr>().unwrap().host(),
+            Some("127.0.0.1")
+        );
         assert_eq!("[::1]:80".parse::<Addr>().unwrap().host(), Some("::1"));
         assert!("[::1]:80".parse::<Addr>().unwrap().is_local_only());
         assert!(!"0.0.0.0:80".parse::<Addr>().unwrap().is_local_only());

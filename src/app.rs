@@ -42,14 +42,18 @@ pub enum StartError {
     #[error("{0}")]
     Route(#[from] RouteError),
     #[error("cannot listen on admin address {addr}: {source}")]
-    AdminBind { addr: String, source: std::io::Error },
+    AdminBind {
+        addr: String,
+        source: std::io::Error,
+    },
 }
 
 impl StartError {
     /// 2 for configuration problems, 1 for run-time ones (a port in use).
     pub fn exit_code(&self) -> u8 {
         match self {
-            StartError::Credentials(_) | StartError::Route(RouteError::Tls(_) | RouteError::ServerName(_)) => 2,
+            StartError::Credentials(_)
+            | StartError::Route(RouteError::Tls(_) | RouteError::ServerName(_)) => 2,
             StartError::Route(RouteError::Bind { .. }) | StartError::AdminBind { .. } => 1,
         }
     }
@@ -79,7 +83,11 @@ pub async fn start(settings: Settings) -> Result<Running, StartError> {
         let store = match stores.iter().find(|s| *s.source() == cfg.credentials) {
             Some(s) => s.clone(),
             None => {
-                let s = CredentialStore::load(cfg.credentials.clone(), provider.clone(), settings.trust_grace)?;
+                let s = CredentialStore::load(
+                    cfg.credentials.clone(),
+                    provider.clone(),
+                    settings.trust_grace,
+                )?;
                 crate::reload::publish_expiry(&s);
                 stores.push(s.clone());
                 s
@@ -124,7 +132,11 @@ pub async fn start(settings: Settings) -> Result<Running, StartError> {
             if let Some(a) = &addr {
                 info!(admin = %a, "admin endpoint listening");
             }
-            tasks.push(tokio::spawn(crate::admin::serve(l, shared.clone(), admin_stop.subscribe())));
+            tasks.push(tokio::spawn(crate::admin::serve(
+                l,
+                shared.clone(),
+                admin_stop.subscribe(),
+            )));
             addr
         }
         None => None,
@@ -143,7 +155,11 @@ pub async fn start(settings: Settings) -> Result<Running, StartError> {
 impl Running {
     /// The bound address of the named route.
     pub fn listen_addr(&self, route: &str) -> Option<Addr> {
-        self.shared.routes.iter().find(|r| r.cfg.name == route).map(|r| r.bound.clone())
+        self.shared
+            .routes
+            .iter()
+            .find(|r| r.cfg.name == route)
+            .map(|r| r.bound.clone())
     }
 
     /// Polls every credential source at once (SIGHUP).
@@ -161,7 +177,10 @@ impl Running {
         let live: usize = self.shared.routes.iter().map(|r| r.registry.len()).sum();
         info!(live, timeout = ?self.drain_timeout, "draining");
         let all_empty = || futures_wait_all(&self.shared.routes);
-        if tokio::time::timeout(self.drain_timeout, all_empty()).await.is_err() {
+        if tokio::time::timeout(self.drain_timeout, all_empty())
+            .await
+            .is_err()
+        {
             let left: usize = self.shared.routes.iter().map(|r| r.registry.len()).sum();
             warn!(left, "drain timeout reached; closing remaining connections");
             for r in &self.shared.routes {

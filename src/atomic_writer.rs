@@ -20,7 +20,9 @@ impl AtomicDir {
     /// Uses `root` (created if missing).
     pub fn new(root: &Path) -> io::Result<AtomicDir> {
         fs::create_dir_all(root)?;
-        Ok(AtomicDir { root: root.to_path_buf() })
+        Ok(AtomicDir {
+            root: root.to_path_buf(),
+        })
     }
 
     /// The directory to point `--tls-dir` at.

@@ -47,7 +47,9 @@ impl std::str::FromStr for TlsVersion {
         match s {
             "1.2" => Ok(TlsVersion::Tls12),
             "1.3" => Ok(TlsVersion::Tls13),
-            other => Err(format!("unsupported TLS version {other:?} (use 1.2 or 1.3)")),
+            other => Err(format!(
+                "unsupported TLS version {other:?} (use 1.2 or 1.3)"
+            )),
         }
     }
 }
@@ -168,7 +170,11 @@ pub fn parse_duration(field: &str, s: &str) -> Result<Duration, ConfigError> {
     humantime::parse_duration(s).map_err(|e| invalid(field, format!("{s:?}: {e}")))
 }
 
-fn opt_duration(field: &str, s: &Option<String>, default: Duration) -> Result<Duration, ConfigError> {
+fn opt_duration(
+    field: &str,
+    s: &Option<String>,
+    default: Duration,
+) -> Result<Duration, ConfigError> {
     match s {
         Some(s) => parse_duration(field, s),
         None => Ok(default),
@@ -211,10 +217,15 @@ impl RouteSpec {
         default_name: &str,
         default_creds: Option<&CredentialSource>,
     ) -> Result<RouteConfig, ConfigError> {
-        let name = self.name.clone().unwrap_or_else(|| default_name.to_string());
+        let name = self
+            .name
+            .clone()
+            .unwrap_or_else(|| default_name.to_string());
         let label = name.clone();
         let p = |f: &str| format!("route {label:?}: {f}");
-        let mode = self.mode.ok_or_else(|| invalid(p("mode"), "required (server or client)"))?;
+        let mode = self
+            .mode
+            .ok_or_else(|| invalid(p("mode"), "required (server or client)"))?;
         let listen: Addr = self
             .listen
             .as_deref()
@@ -229,9 +240,9 @@ impl RouteSpec {
             .map_err(|e| invalid(p("--target"), e))?;
         let credentials = match self.credentials.to_source(&p("--"))? {
             Some(c) => c,
-            None => default_creds.cloned().ok_or_else(|| {
-                invalid(p("--tls-dir"), "required (or --cert, --key and --ca)")
-            })?,
+            None => default_creds
+                .cloned()
+                .ok_or_else(|| invalid(p("--tls-dir"), "required (or --cert, --key and --ca)"))?,
         };
         let mut server_name = None;
         let peer_sans = match mode {
@@ -244,7 +255,9 @@ impl RouteSpec {
                 }
                 match (self.allow_any_san, self.allow_san.is_empty()) {
                     (true, true) => SanPolicy::Any,
-                    (false, false) => SanPolicy::OneOf(patterns(&p("--allow-san"), &self.allow_san)?),
+                    (false, false) => {
+                        SanPolicy::OneOf(patterns(&p("--allow-san"), &self.allow_san)?)
+                    }
                     (true, false) => {
                         return Err(invalid(p("--allow-any-san"), "conflicts with --allow-san"))
                     }
@@ -276,13 +289,24 @@ impl RouteSpec {
                     Some(n) => n.clone(),
                     None => target
                         .host()
-                        .ok_or_else(|| invalid(p("--server-name"), "required when --target is a unix socket"))?
+                        .ok_or_else(|| {
+                            invalid(
+                                p("--server-name"),
+                                "required when --target is a unix socket",
+                            )
+                        })?
                         .to_string(),
                 };
-                rustls_pki_types::ServerName::try_from(sni.clone())
-                    .map_err(|_| invalid(p("--server-name"), format!("{sni:?} is not a valid server name")))?;
+                rustls_pki_types::ServerName::try_from(sni.clone()).map_err(|_| {
+                    invalid(
+                        p("--server-name"),
+                        format!("{sni:?} is not a valid server name"),
+                    )
+                })?;
                 let expected = if self.expect_san.is_empty() {
-                    vec![sni.parse::<SanPattern>().map_err(|e| invalid(p("--server-name"), e))?]
+                    vec![sni
+                        .parse::<SanPattern>()
+                        .map_err(|e| invalid(p("--server-name"), e))?]
                 } else {
                     patterns(&p("--expect-san"), &self.expect_san)?
                 };
@@ -310,8 +334,16 @@ impl RouteSpec {
             peer_sans,
             server_name,
             exclusive: self.exclusive,
-            handshake_timeout: opt_duration(&p("--handshake-timeout"), &self.handshake_timeout, Duration::from_secs(10))?,
-            connect_timeout: opt_duration(&p("--connect-timeout"), &self.connect_timeout, Duration::from_secs(5))?,
+            handshake_timeout: opt_duration(
+                &p("--handshake-timeout"),
+                &self.handshake_timeout,
+                Duration::from_secs(10),
+            )?,
+            connect_timeout: opt_duration(
+                &p("--connect-timeout"),
+                &self.connect_timeout,
+                Duration::from_secs(5),
+            )?,
             max_connections,
             max_connection_lifetime,
             tls_min_version,
@@ -335,15 +367,25 @@ impl FileSpec {
             };
             let route = r.validate(&default_name, default_creds.as_ref())?;
             if routes.iter().any(|x: &RouteConfig| x.name == route.name) {
-                return Err(invalid(format!("route {:?}", route.name), "duplicate route name"));
+                return Err(invalid(
+                    format!("route {:?}", route.name),
+                    "duplicate route name",
+                ));
             }
             routes.push(route);
         }
         let trust_grace = opt_duration("--trust-grace", &self.trust_grace, Duration::ZERO)?;
         if trust_grace > MAX_TRUST_GRACE {
-            return Err(invalid("--trust-grace", "at most 24h: a removed CA must not stay trusted longer"));
+            return Err(invalid(
+                "--trust-grace",
+                "at most 24h: a removed CA must not stay trusted longer",
+            ));
         }
-        let reload_interval = opt_duration("--reload-interval", &self.reload_interval, Duration::from_secs(1))?;
+        let reload_interval = opt_duration(
+            "--reload-interval",
+            &self.reload_interval,
+            Duration::from_secs(1),
+        )?;
         if reload_interval.is_zero() {
             return Err(invalid("--reload-interval", "must be greater than zero"));
         }
@@ -356,7 +398,11 @@ impl FileSpec {
             admin,
             reload_interval,
             trust_grace,
-            drain_timeout: opt_duration("--drain-timeout", &self.drain_timeout, Duration::from_secs(30))?,
+            drain_timeout: opt_duration(
+                "--drain-timeout",
+                &self.drain_timeout,
+                Duration::from_secs(30),
+            )?,
         })
     }
 
@@ -399,7 +445,10 @@ mod tests {
         let e = r.validate("server", None).unwrap_err().to_string();
         assert!(e.contains("--allow-san"), "{e}");
         r.allow_any_san = true;
-        assert_eq!(r.validate("server", None).unwrap().peer_sans, SanPolicy::Any);
+        assert_eq!(
+            r.validate("server", None).unwrap().peer_sans,
+            SanPolicy::Any
+        );
     }
 
     #[test]
@@ -414,7 +463,11 @@ mod tests {
             },
             ..Default::default()
         };
-        assert!(r.validate("client", None).unwrap_err().to_string().contains("--unsafe-listen"));
+        assert!(r
+            .validate("client", None)
+            .unwrap_err()
+            .to_string()
+            .contains("--unsafe-listen"));
         let ok = RouteSpec {
             unsafe_listen: true,
             ..r
@@ -422,7 +475,10 @@ mod tests {
         .validate("client", None)
         .unwrap();
         assert_eq!(ok.server_name.as_deref(), Some("replica.svc"));
-        assert_eq!(ok.peer_sans, SanPolicy::OneOf(vec!["replica.svc".parse().unwrap()]));
+        assert_eq!(
+            ok.peer_sans,
+            SanPolicy::OneOf(vec!["replica.svc".parse().unwrap()])
+        );
     }
 
     #[test]
@@ -438,7 +494,11 @@ mod tests {
             allow_san = ["controller.env-1.svc"]
         "#;
         let spec: FileSpec = toml::from_str(text).unwrap();
-        assert!(spec.validate().unwrap_err().to_string().contains("--trust-grace"));
+        assert!(spec
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("--trust-grace"));
         let spec: FileSpec = toml::from_str(&text.replace("25h", "1h")).unwrap();
         let s = spec.validate().unwrap();
         assert_eq!(s.routes[0].name, "replica");

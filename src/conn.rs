@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use rustls_pki_types::CertificateDer;
-use tokio::sync::{Notify, watch};
+use tokio::sync::{watch, Notify};
 
 use crate::identity::CertInfo;
 use crate::reason::CloseReason;
@@ -88,7 +88,11 @@ impl Drop for Registration {
     fn drop(&mut self) {
         let mut inner = self.registry.lock();
         inner.live.remove(&self.conn.id);
-        if inner.incumbent.as_ref().is_some_and(|c| c.id == self.conn.id) {
+        if inner
+            .incumbent
+            .as_ref()
+            .is_some_and(|c| c.id == self.conn.id)
+        {
             inner.incumbent = None;
         }
         let n = inner.live.len();

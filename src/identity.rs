@@ -68,7 +68,11 @@ impl CertInfo {
 
     /// All SANs, DNS then URI, for logs.
     pub fn sans(&self) -> Vec<String> {
-        self.dns_sans.iter().chain(&self.uri_sans).cloned().collect()
+        self.dns_sans
+            .iter()
+            .chain(&self.uri_sans)
+            .cloned()
+            .collect()
     }
 
     /// The expiry as a `SystemTime`.
@@ -173,7 +177,9 @@ impl SanPattern {
             SanPattern::WildcardDns(suffix) => cert.dns_sans.iter().any(|d| {
                 let d = d.to_ascii_lowercase();
                 match d.strip_suffix(suffix.as_str()) {
-                    Some(label) => !label.is_empty() && !label.contains('.') && !label.contains('*'),
+                    Some(label) => {
+                        !label.is_empty() && !label.contains('.') && !label.contains('*')
+                    }
                     None => false,
                 }
             }),

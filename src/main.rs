@@ -15,7 +15,10 @@ fn main() -> ExitCode {
         eprintln!("error: a TLS crypto provider was already installed");
         return ExitCode::from(1);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -5,7 +5,10 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter, Gauge, Histogram, Unit};
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter,
+    Gauge, Histogram, Unit,
+};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::reason::{CloseReason, FailureReason};
@@ -23,7 +26,8 @@ pub const CERT_NOT_AFTER: &str = "mtls_sidecar_cert_not_after_timestamp_seconds"
 
 /// Handshake duration buckets: 100 µs to 10 s.
 const HANDSHAKE_BUCKETS: &[f64] = &[
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
 ];
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
@@ -34,7 +38,10 @@ pub fn install() -> PrometheusHandle {
     HANDLE
         .get_or_init(|| {
             let builder = PrometheusBuilder::new()
-                .set_buckets_for_metric(Matcher::Full(HANDSHAKE_DURATION.to_string()), HANDSHAKE_BUCKETS)
+                .set_buckets_for_metric(
+                    Matcher::Full(HANDSHAKE_DURATION.to_string()),
+                    HANDSHAKE_BUCKETS,
+                )
                 .unwrap_or_else(|_| PrometheusBuilder::new());
             let recorder = builder.build_recorder();
             let handle = recorder.handle();
@@ -51,19 +58,47 @@ pub fn install() -> PrometheusHandle {
 }
 
 fn describe() {
-    describe_counter!(HANDSHAKES, Unit::Count, "TLS handshakes completed and authorized, by route.");
+    describe_counter!(
+        HANDSHAKES,
+        Unit::Count,
+        "TLS handshakes completed and authorized, by route."
+    );
     describe_counter!(
         HANDSHAKE_FAILURES,
         Unit::Count,
         "TLS handshakes refused or failed, by route and reason (no_client_cert, unknown_ca, bad_san, expired, not_tls, timeout, protocol, io)."
     );
-    describe_histogram!(HANDSHAKE_DURATION, Unit::Seconds, "Time from accept (or connect) to a finished TLS handshake, successful or not.");
-    describe_gauge!(CONNECTIONS_ACTIVE, Unit::Count, "Connections currently being forwarded, by route.");
+    describe_histogram!(
+        HANDSHAKE_DURATION,
+        Unit::Seconds,
+        "Time from accept (or connect) to a finished TLS handshake, successful or not."
+    );
+    describe_gauge!(
+        CONNECTIONS_ACTIVE,
+        Unit::Count,
+        "Connections currently being forwarded, by route."
+    );
     describe_counter!(CONNECTIONS, Unit::Count, "Connections accepted, by route.");
-    describe_counter!(CONNECTIONS_CLOSED, Unit::Count, "Forwarded connections closed, by route and reason.");
-    describe_counter!(BYTES, Unit::Bytes, "Bytes forwarded, by route and direction (to_target, from_target).");
-    describe_counter!(TARGET_CONNECT_FAILURES, Unit::Count, "Failed connections to the route's target.");
-    describe_counter!(CREDENTIAL_RELOADS, Unit::Count, "Credential revisions applied or rejected.");
+    describe_counter!(
+        CONNECTIONS_CLOSED,
+        Unit::Count,
+        "Forwarded connections closed, by route and reason."
+    );
+    describe_counter!(
+        BYTES,
+        Unit::Bytes,
+        "Bytes forwarded, by route and direction (to_target, from_target)."
+    );
+    describe_counter!(
+        TARGET_CONNECT_FAILURES,
+        Unit::Count,
+        "Failed connections to the route's target."
+    );
+    describe_counter!(
+        CREDENTIAL_RELOADS,
+        Unit::Count,
+        "Credential revisions applied or rejected."
+    );
     describe_gauge!(
         CERT_NOT_AFTER,
         Unit::Seconds,
@@ -100,7 +135,9 @@ pub struct RouteMetrics {
 
 impl std::fmt::Debug for RouteMetrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RouteMetrics").field("route", &self.route).finish()
+        f.debug_struct("RouteMetrics")
+            .field("route", &self.route)
+            .finish()
     }
 }
 
@@ -110,10 +147,12 @@ impl RouteMetrics {
     pub fn new(route: &str) -> RouteMetrics {
         let r = route.to_string();
         for reason in FailureReason::ALL {
-            counter!(HANDSHAKE_FAILURES, "route" => r.clone(), "reason" => reason.as_str()).increment(0);
+            counter!(HANDSHAKE_FAILURES, "route" => r.clone(), "reason" => reason.as_str())
+                .increment(0);
         }
         for reason in CloseReason::ALL {
-            counter!(CONNECTIONS_CLOSED, "route" => r.clone(), "reason" => reason.as_str()).increment(0);
+            counter!(CONNECTIONS_CLOSED, "route" => r.clone(), "reason" => reason.as_str())
+                .increment(0);
         }
         let m = RouteMetrics {
             handshakes: counter!(HANDSHAKES, "route" => r.clone()),
@@ -136,7 +175,8 @@ impl RouteMetrics {
 
     /// Counts a refused or failed handshake.
     pub fn handshake_failed(&self, reason: FailureReason, took: Duration) {
-        counter!(HANDSHAKE_FAILURES, "route" => self.route.clone(), "reason" => reason.as_str()).increment(1);
+        counter!(HANDSHAKE_FAILURES, "route" => self.route.clone(), "reason" => reason.as_str())
+            .increment(1);
         self.handshake_duration.record(took.as_secs_f64());
     }
 
@@ -148,6 +188,7 @@ impl RouteMetrics {
 
     /// Counts a closed connection.
     pub fn closed(&self, reason: CloseReason) {
-        counter!(CONNECTIONS_CLOSED, "route" => self.route.clone(), "reason" => reason.as_str()).increment(1);
+        counter!(CONNECTIONS_CLOSED, "route" => self.route.clone(), "reason" => reason.as_str())
+            .increment(1);
     }
 }

@@ -6,8 +6,8 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-    KeyPair, KeyUsagePurpose, SanType, SerialNumber,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
 };
 
 /// Which extended key usage a leaf carries.
@@ -90,17 +90,29 @@ impl DevCa {
     /// Mints a self-signed CA valid from a minute ago for `days`.
     pub fn new(name: &str, days: u32) -> Result<DevCa, rcgen::Error> {
         let now = SystemTime::now();
-        DevCa::with_validity(name, now - Duration::from_secs(60), now + Duration::from_secs(u64::from(days) * 86_400))
+        DevCa::with_validity(
+            name,
+            now - Duration::from_secs(60),
+            now + Duration::from_secs(u64::from(days) * 86_400),
+        )
     }
 
     /// Mints a self-signed CA with an explicit validity window.
-    pub fn with_validity(name: &str, not_before: SystemTime, not_after: SystemTime) -> Result<DevCa, rcgen::Error> {
+    pub fn with_validity(
+        name: &str,
+        not_before: SystemTime,
+        not_after: SystemTime,
+    ) -> Result<DevCa, rcgen::Error> {
         let mut params = CertificateParams::default();
         let mut dn = DistinguishedName::new();
         dn.push(DnType::CommonName, name);
         params.distinguished_name = dn;
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
         params.not_before = offset(not_before);
         params.not_after = offset(not_after);
         params.serial_number = Some(random_serial());
@@ -139,11 +151,17 @@ impl DevCa {
             sans.push(SanType::URI(u.as_str().try_into()?));
         }
         params.subject_alt_names = sans;
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
         params.extended_key_usages = match spec.role {
             Role::Server => vec![ExtendedKeyUsagePurpose::ServerAuth],
             Role::Client => vec![ExtendedKeyUsagePurpose::ClientAuth],
-            Role::Both => vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth],
+            Role::Both => vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
         };
         params.use_authority_key_identifier_extension = true;
         params.not_before = offset(spec.not_before);

@@ -161,21 +161,49 @@ mod tests {
         use FailureReason::*;
         let cases = [
             (TlsError::NoCertificatesPresented, NoClientCert),
-            (TlsError::InvalidCertificate(CertificateError::UnknownIssuer), UnknownCa),
-            (TlsError::InvalidCertificate(CertificateError::BadSignature), UnknownCa),
-            (TlsError::InvalidCertificate(CertificateError::Expired), Expired),
-            (TlsError::InvalidCertificate(CertificateError::NotValidYet), Expired),
-            (TlsError::InvalidCertificate(CertificateError::NotValidForName), BadSan),
-            (TlsError::InvalidCertificate(CertificateError::InvalidPurpose), BadSan),
-            (TlsError::InvalidMessage(InvalidMessage::InvalidContentType), NotTls),
-            (TlsError::AlertReceived(AlertDescription::HandshakeFailure), Protocol),
+            (
+                TlsError::InvalidCertificate(CertificateError::UnknownIssuer),
+                UnknownCa,
+            ),
+            (
+                TlsError::InvalidCertificate(CertificateError::BadSignature),
+                UnknownCa,
+            ),
+            (
+                TlsError::InvalidCertificate(CertificateError::Expired),
+                Expired,
+            ),
+            (
+                TlsError::InvalidCertificate(CertificateError::NotValidYet),
+                Expired,
+            ),
+            (
+                TlsError::InvalidCertificate(CertificateError::NotValidForName),
+                BadSan,
+            ),
+            (
+                TlsError::InvalidCertificate(CertificateError::InvalidPurpose),
+                BadSan,
+            ),
+            (
+                TlsError::InvalidMessage(InvalidMessage::InvalidContentType),
+                NotTls,
+            ),
+            (
+                TlsError::AlertReceived(AlertDescription::HandshakeFailure),
+                Protocol,
+            ),
             (
                 TlsError::PeerIncompatible(PeerIncompatible::Tls13RequiredForQuic),
                 Protocol,
             ),
         ];
         for (err, want) in cases {
-            assert_eq!(FailureReason::from_io(&wrapped(err.clone())), want, "{err:?}");
+            assert_eq!(
+                FailureReason::from_io(&wrapped(err.clone())),
+                want,
+                "{err:?}"
+            );
             assert_eq!(FailureReason::from_tls(&err), want);
         }
     }
@@ -183,9 +211,18 @@ mod tests {
     #[test]
     fn io_errors_map_to_reasons() {
         let e = |k| io::Error::new(k, "x");
-        assert_eq!(FailureReason::from_io(&e(io::ErrorKind::UnexpectedEof)), FailureReason::Io);
-        assert_eq!(FailureReason::from_io(&e(io::ErrorKind::ConnectionReset)), FailureReason::Io);
-        assert_eq!(FailureReason::from_io(&e(io::ErrorKind::TimedOut)), FailureReason::Timeout);
+        assert_eq!(
+            FailureReason::from_io(&e(io::ErrorKind::UnexpectedEof)),
+            FailureReason::Io
+        );
+        assert_eq!(
+            FailureReason::from_io(&e(io::ErrorKind::ConnectionReset)),
+            FailureReason::Io
+        );
+        assert_eq!(
+            FailureReason::from_io(&e(io::ErrorKind::TimedOut)),
+            FailureReason::Timeout
+        );
     }
 
     #[test]
@@ -193,7 +230,16 @@ mod tests {
         let all: Vec<_> = FailureReason::ALL.iter().map(|r| r.as_str()).collect();
         assert_eq!(
             all,
-            ["no_client_cert", "unknown_ca", "bad_san", "expired", "not_tls", "timeout", "protocol", "io"]
+            [
+                "no_client_cert",
+                "unknown_ca",
+                "bad_san",
+                "expired",
+                "not_tls",
+                "timeout",
+                "protocol",
+                "io"
+            ]
         );
     }
 }

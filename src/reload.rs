@@ -12,7 +12,12 @@ use tracing::{debug, error, info, warn};
 use crate::credentials::{fmt_time, Applied, CredentialStore};
 
 /// Runs until `stop` turns true.
-pub async fn run(store: Arc<CredentialStore>, interval: Duration, wake: Arc<Notify>, mut stop: watch::Receiver<bool>) {
+pub async fn run(
+    store: Arc<CredentialStore>,
+    interval: Duration,
+    wake: Arc<Notify>,
+    mut stop: watch::Receiver<bool>,
+) {
     let _watcher = start_watcher(&store, wake.clone());
     loop {
         let mut wait = interval;
@@ -34,8 +39,13 @@ pub async fn run(store: Arc<CredentialStore>, interval: Duration, wake: Arc<Noti
 pub fn report(store: &CredentialStore, outcome: &Applied) {
     match outcome {
         Applied::Unchanged => {}
-        Applied::Settling => debug!(source = %store.source(), "credential files do not validate together yet; waiting one poll"),
-        Applied::Applied { revision, trust_shrank } => {
+        Applied::Settling => {
+            debug!(source = %store.source(), "credential files do not validate together yet; waiting one poll")
+        }
+        Applied::Applied {
+            revision,
+            trust_shrank,
+        } => {
             let creds = store.current();
             crate::metrics::credential_reload(true);
             publish_expiry(store);

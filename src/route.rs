@@ -45,7 +45,10 @@ pub struct Route {
 
 impl std::fmt::Debug for Route {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Route").field("name", &self.cfg.name).field("bound", &self.bound).finish()
+        f.debug_struct("Route")
+            .field("name", &self.cfg.name)
+            .field("bound", &self.bound)
+            .finish()
     }
 }
 
@@ -53,30 +56,34 @@ impl std::fmt::Debug for Route {
 /// is reaped.
 pub const HALF_CLOSE_LINGER: Duration = Duration::from_secs(60);
 
-fn sleep_until_opt(at: Option<tokio::time::Instant>) -> impl std::future::Future<Output = ()> {
-    async move {
-        match at {
-            Some(at) => tokio::time::sleep_until(at).await,
-            None => std::future::pending().await,
-        }
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
 impl Route {
     /// Builds the route's TLS config and binds its listener.
-    pub async fn bind(cfg: RouteConfig, store: Arc<CredentialStore>) -> Result<(Arc<Route>, Listener), RouteError> {
+    pub async fn bind(
+        cfg: RouteConfig,
+        store: Arc<CredentialStore>,
+    ) -> Result<(Arc<Route>, Listener), RouteError> {
         let tls = match cfg.mode {
             Mode::Server => {
-                let (config, policy) = crate::tls::server_config(&store, cfg.peer_sans.clone(), cfg.tls_min_version)?;
+                let (config, policy) =
+                    crate::tls::server_config(&store, cfg.peer_sans.clone(), cfg.tls_min_version)?;
                 RouteTls::Server {
                     acceptor: TlsAcceptor::from(config),
                     policy,
                 }
             }
             Mode::Client => {
-                let (config, policy) = crate::tls::client_config(&store, cfg.peer_sans.clone(), cfg.tls_min_version)?;
+                let (config, policy) =
+                    crate::tls::client_config(&store, cfg.peer_sans.clone(), cfg.tls_min_version)?;
                 let name = cfg.server_name.clone().unwrap_or_default();
-                let server_name = ServerName::try_from(name.clone()).map_err(|_| RouteError::ServerName(name))?;
+                let server_name =
+                    ServerName::try_from(name.clone()).map_err(|_| RouteError::ServerName(name))?;
                 RouteTls::Client {
                     connector: TlsConnector::from(config),
                     policy,
@@ -144,12 +151,17 @@ impl Route {
 
     async fn handle(&self, stream: Stream, peer_addr: String) {
         match &self.tls {
-            RouteTls::Server { acceptor, .. } => self.handle_server(acceptor, stream, peer_addr).await,
+            RouteTls::Server { acceptor, .. } => {
+                self.handle_server(acceptor, stream, peer_addr).await
+            }
             RouteTls::Client {
                 connector,
                 server_name,
                 ..
-            } => self.handle_client(connector, server_name, stream, peer_addr).await,
+            } => {
+                self.handle_client(connector, server_name, stream, peer_addr)
+                    .await
+            }
         }
     }
 
@@ -159,8 +171,18 @@ impl Route {
         let (result, report) = with_report(handshake).await;
         let tls = match result {
             Ok(Ok(tls)) => tls,
-            Ok(Err(e)) => return self.refused(&peer_addr, FailureReason::from_io(&e), &e, &report, started),
-            Err(_) => return self.refused(&peer_addr, FailureReason::Timeout, &"handshake timed out", &report, started),
+            Ok(Err(e)) => {
+                return self.refused(&peer_addr, FailureReason::from_io(&e), &e, &report, started)
+            }
+            Err(_) => {
+                return self.refused(
+                    &peer_addr,
+                    FailureReason::Timeout,
+                    &"handshake timed out",
+                    &report,
+                    started,
+                )
+            }
         };
         self.metrics.handshake_ok(started.elapsed());
         let reg = self.register(peer_addr, report);
@@ -189,12 +211,25 @@ impl Route {
             }
         };
         let target = self.cfg.target.to_string();
-        let handshake = tokio::time::timeout(self.cfg.handshake_timeout, connector.connect(server_name.clone(), remote));
+        let handshake = tokio::time::timeout(
+            self.cfg.handshake_timeout,
+            connector.connect(server_name.clone(), remote),
+        );
         let (result, report) = with_report(handshake).await;
         let tls = match result {
             Ok(Ok(tls)) => tls,
-            Ok(Err(e)) => return self.refused(&target, FailureReason::from_io(&e), &e, &report, started),
-            Err(_) => return self.refused(&target, FailureReason::Timeout, &"handshake timed out", &report, started),
+            Ok(Err(e)) => {
+                return self.refused(&target, FailureReason::from_io(&e), &e, &report, started)
+            }
+            Err(_) => {
+                return self.refused(
+                    &target,
+                    FailureReason::Timeout,
+                    &"handshake timed out",
+                    &report,
+                    started,
+                )
+            }
         };
         self.metrics.handshake_ok(started.elapsed());
         debug!(route = %self.cfg.name, local = %local_addr, "handshake with target complete");
@@ -203,9 +238,9 @@ impl Route {
     }
 
     fn register(&self, peer_addr: String, report: PeerReport) -> Registration {
-        let (reg, displaced) = self
-            .registry
-            .register(peer_addr, report.cert, report.chain, self.cfg.exclusive);
+        let (reg, displaced) =
+            self.registry
+                .register(peer_addr, report.cert, report.chain, self.cfg.exclusive);
         if let Some(old) = displaced {
             info!(
                 route = %self.cfg.name,
@@ -253,11 +288,17 @@ impl Route {
     {
         let conn = reg.conn.clone();
         let expiry = conn.peer.as_ref().map(|c| {
-            let left = c.not_after_time().duration_since(SystemTime::now()).unwrap_or_default();
+            let left = c
+                .not_after_time()
+                .duration_since(SystemTime::now())
+                .unwrap_or_default();
             // X.509 validity is inclusive of its last second.
             tokio::time::Instant::now() + left + Duration::from_secs(1)
         });
-        let lifetime = self.cfg.max_connection_lifetime.map(|d| tokio::time::Instant::now() + d);
+        let lifetime = self
+            .cfg
+            .max_connection_lifetime
+            .map(|d| tokio::time::Instant::now() + d);
         let totals = Totals::default();
         self.metrics.active.increment(1.0);
         let reason = tokio::select! {
@@ -269,13 +310,19 @@ impl Route {
         self.metrics.active.decrement(1.0);
         self.metrics.closed(reason);
         let to = totals.to_target.load(std::sync::atomic::Ordering::Relaxed);
-        let from = totals.from_target.load(std::sync::atomic::Ordering::Relaxed);
+        let from = totals
+            .from_target
+            .load(std::sync::atomic::Ordering::Relaxed);
         let duration = conn.opened.elapsed();
         match reason {
             CloseReason::Completed => {
                 debug!(route = %self.cfg.name, peer = %conn.peer_addr, to_target = to, from_target = from, ?duration, "connection closed")
             }
-            CloseReason::Expired | CloseReason::Revoked | CloseReason::Lifetime | CloseReason::Displaced | CloseReason::Drain => {
+            CloseReason::Expired
+            | CloseReason::Revoked
+            | CloseReason::Lifetime
+            | CloseReason::Displaced
+            | CloseReason::Drain => {
                 info!(route = %self.cfg.name, peer = %conn.peer_addr, reason = reason.as_str(), to_target = to, from_target = from, ?duration, "connection closed")
             }
             _ => {

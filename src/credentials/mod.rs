@@ -9,7 +9,9 @@ mod validate;
 
 use std::path::{Path, PathBuf};
 
-pub use source::{content_hash, CredentialSource, RawFile, RawRevision, CA_FILE, CERT_FILE, DATA_LINK, KEY_FILE};
+pub use source::{
+    content_hash, CredentialSource, RawFile, RawRevision, CA_FILE, CERT_FILE, DATA_LINK, KEY_FILE,
+};
 pub use store::{Applied, CredentialStore, Credentials, ReloadStatus};
 pub use trust::{Anchor, Trust};
 pub use validate::{parse_certs, parse_key, root_store, validate, verify_chain, ValidRevision};
@@ -32,9 +34,17 @@ pub enum CredError {
     #[error("{path}: certificate not valid before {}", fmt_time(*.not_before), path = .path.display())]
     NotYetValid { path: PathBuf, not_before: i64 },
     #[error("{cert}: certificate does not chain to {ca}: {detail}", cert = .cert.display(), ca = .ca.display())]
-    Chain { cert: PathBuf, ca: PathBuf, detail: String },
+    Chain {
+        cert: PathBuf,
+        ca: PathBuf,
+        detail: String,
+    },
     #[error("{path}: certificate issued {} is older than the one in force (issued {}); refusing to go back", fmt_time(*.not_before), fmt_time(*.current), path = .path.display())]
-    Older { path: PathBuf, not_before: i64, current: i64 },
+    Older {
+        path: PathBuf,
+        not_before: i64,
+        current: i64,
+    },
 }
 
 impl CredError {

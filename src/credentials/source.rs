@@ -79,7 +79,11 @@ impl CredentialSource {
                             detail: "not a directory (or missing)".into(),
                         });
                     }
-                    return read_three(&dir.join(CERT_FILE), &dir.join(KEY_FILE), &dir.join(CA_FILE));
+                    return read_three(
+                        &dir.join(CERT_FILE),
+                        &dir.join(KEY_FILE),
+                        &dir.join(CA_FILE),
+                    );
                 }
                 for _ in 0..LINK_RETRIES {
                     let before = read_link(&link)?;
@@ -157,7 +161,12 @@ fn read_three(cert: &Path, key: &Path, ca: &Path) -> Result<RawRevision, CredErr
     let key = read_file(key)?;
     let ca = read_file(ca)?;
     let hash = content_hash(&[&cert.bytes, &key.bytes, &ca.bytes]);
-    Ok(RawRevision { cert, key, ca, hash })
+    Ok(RawRevision {
+        cert,
+        key,
+        ca,
+        hash,
+    })
 }
 
 /// Hex SHA-256 over length-prefixed parts, so moving bytes between files
@@ -168,5 +177,9 @@ pub fn content_hash(parts: &[&[u8]]) -> String {
         ctx.update(&(p.len() as u64).to_be_bytes());
         ctx.update(p);
     }
-    ctx.finish().as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    ctx.finish()
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

@@ -40,7 +40,10 @@ pub enum Applied {
     /// Same content as in force (or as already rejected).
     Unchanged,
     /// A new revision is in force.
-    Applied { revision: String, trust_shrank: bool },
+    Applied {
+        revision: String,
+        trust_shrank: bool,
+    },
     /// Only the trust changed: a graced anchor retired.
     TrustRetired,
     /// A new revision failed validation; the last good one stays. Reported
@@ -189,7 +192,12 @@ impl CredentialStore {
         }
     }
 
-    fn poll_source(&self, state: &mut PollState, current: &Credentials, now: SystemTime) -> Applied {
+    fn poll_source(
+        &self,
+        state: &mut PollState,
+        current: &Credentials,
+        now: SystemTime,
+    ) -> Applied {
         let settles = self.settles();
         let raw = match self.source.read() {
             Ok(raw) => raw,
@@ -269,7 +277,10 @@ impl CredentialStore {
         state.status.last_rejected_revision = Some(key.clone());
         state.status.last_rejected_error = Some(error.to_string());
         state.status.last_rejected_at = Some(now);
-        Applied::Rejected { revision: key, error }
+        Applied::Rejected {
+            revision: key,
+            error,
+        }
     }
 
     fn swap(&self, creds: Credentials) {

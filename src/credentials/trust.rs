@@ -38,12 +38,13 @@ impl Trust {
     pub fn build(anchors: Vec<Anchor>, provider: &Arc<CryptoProvider>) -> Result<Trust, CredError> {
         let ders: Vec<_> = anchors.iter().map(|a| a.der.clone()).collect();
         let roots = Arc::new(super::root_store(std::path::Path::new("ca.crt"), &ders)?);
-        let client_verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
-            .build()
-            .map_err(|e| CredError::Parse {
-                path: "ca.crt".into(),
-                detail: format!("cannot build a verifier: {e}"),
-            })?;
+        let client_verifier =
+            WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+                .build()
+                .map_err(|e| CredError::Parse {
+                    path: "ca.crt".into(),
+                    detail: format!("cannot build a verifier: {e}"),
+                })?;
         Ok(Trust {
             anchors,
             roots,
@@ -89,13 +90,17 @@ impl Trust {
     /// The anchors left once every retirement due by `now` has happened, or
     /// `None` when nothing is due.
     pub fn expire(&self, now: SystemTime) -> Option<Vec<Anchor>> {
-        if !self.anchors.iter().any(|a| a.retire_at.is_some_and(|t| t <= now)) {
+        if !self
+            .anchors
+            .iter()
+            .any(|a| a.retire_at.is_some_and(|t| t <= now))
+        {
             return None;
         }
         Some(
             self.anchors
                 .iter()
-                .filter(|a| !a.retire_at.is_some_and(|t| t <= now))
+                .filter(|a| a.retire_at.is_none_or(|t| t > now))
                 .cloned()
                 .collect(),
         )

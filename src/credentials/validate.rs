@@ -132,7 +132,8 @@ pub fn verify_chain(
 ) -> Result<(), String> {
     let ee = webpki::EndEntityCert::try_from(&chain[0]).map_err(|e| e.to_string())?;
     let now = UnixTime::since_unix_epoch(
-        now.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default(),
+        now.duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default(),
     );
     let algs = provider.signature_verification_algorithms.all;
     let try_usage = |usage| {
@@ -142,7 +143,9 @@ pub fn verify_chain(
     match try_usage(webpki::KeyUsage::server_auth()) {
         Ok(()) => Ok(()),
         Err(_) => try_usage(webpki::KeyUsage::client_auth()).map_err(|e| match e {
-            webpki::Error::UnknownIssuer => "not issued by any certificate in the CA bundle".to_string(),
+            webpki::Error::UnknownIssuer => {
+                "not issued by any certificate in the CA bundle".to_string()
+            }
             other => other.to_string(),
         }),
     }

@@ -41,7 +41,10 @@ pub async fn with_report<F: std::future::Future>(fut: F) -> (F::Output, PeerRepo
     (out, report)
 }
 
-fn note_peer(end_entity: &CertificateDer<'_>, intermediates: &[CertificateDer<'_>]) -> Option<CertInfo> {
+fn note_peer(
+    end_entity: &CertificateDer<'_>,
+    intermediates: &[CertificateDer<'_>],
+) -> Option<CertInfo> {
     let info = CertInfo::parse(end_entity).ok();
     let _ = REPORT.try_with(|slot| {
         if let Ok(mut r) = slot.lock() {
@@ -86,7 +89,11 @@ impl ClientCertPolicy {
     }
 
     /// Re-checks a live connection's chain against the trust in force now.
-    pub fn reverify(&self, chain: &[CertificateDer<'static>], now: SystemTime) -> Result<(), Error> {
+    pub fn reverify(
+        &self,
+        chain: &[CertificateDer<'static>],
+        now: SystemTime,
+    ) -> Result<(), Error> {
         let (ee, rest) = chain.split_first().ok_or(Error::NoCertificatesPresented)?;
         self.check(ee, rest, unix_time(now), CertInfo::parse(ee).ok().as_ref())
     }
@@ -99,7 +106,9 @@ impl ClientCertPolicy {
         info: Option<&CertInfo>,
     ) -> Result<(), Error> {
         let trust = self.store.current().trust.clone();
-        trust.client_verifier.verify_client_cert(ee, intermediates, now)?;
+        trust
+            .client_verifier
+            .verify_client_cert(ee, intermediates, now)?;
         check_san(&self.allowed, info)
     }
 }
@@ -128,7 +137,12 @@ impl ClientCertVerifier for ClientCertPolicy {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -137,11 +151,18 @@ impl ClientCertVerifier for ClientCertPolicy {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
@@ -166,7 +187,11 @@ impl ServerCertPolicy {
     }
 
     /// Re-checks a live connection's chain against the trust in force now.
-    pub fn reverify(&self, chain: &[CertificateDer<'static>], now: SystemTime) -> Result<(), Error> {
+    pub fn reverify(
+        &self,
+        chain: &[CertificateDer<'static>],
+        now: SystemTime,
+    ) -> Result<(), Error> {
         let (ee, rest) = chain.split_first().ok_or(Error::NoCertificatesPresented)?;
         self.check(ee, rest, unix_time(now), CertInfo::parse(ee).ok().as_ref())
     }
@@ -211,7 +236,12 @@ impl ServerCertVerifier for ServerCertPolicy {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -220,10 +250,17 @@ impl ServerCertVerifier for ServerCertPolicy {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }

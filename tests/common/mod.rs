@@ -38,7 +38,9 @@ impl Pki {
         }
     }
     pub fn leaf(&self, name: &str, role: Role) -> Issued {
-        self.ca.issue(&LeafSpec::dns(name, role, 30)).expect("issue leaf")
+        self.ca
+            .issue(&LeafSpec::dns(name, role, 30))
+            .expect("issue leaf")
     }
     pub fn issue(&self, spec: &LeafSpec) -> Issued {
         self.ca.issue(spec).expect("issue leaf")
@@ -67,14 +69,23 @@ impl Sidecar {
         let sc = Sidecar::spawn(args);
         let deadline = Instant::now() + DEADLINE;
         loop {
-            let n = sc.logs().iter().filter(|l| l.contains(" listening ")).count();
-            if n >= routes && (sc.has_admin_flag(args) <= sc.log_count("admin endpoint listening")) {
+            let n = sc
+                .logs()
+                .iter()
+                .filter(|l| l.contains(" listening "))
+                .count();
+            if n >= routes && (sc.has_admin_flag(args) <= sc.log_count("admin endpoint listening"))
+            {
                 return sc;
             }
             if let Some(status) = sc.exited() {
                 panic!("sidecar exited early ({status}):\n{}", sc.logs().join("\n"));
             }
-            assert!(Instant::now() < deadline, "sidecar did not start:\n{}", sc.logs().join("\n"));
+            assert!(
+                Instant::now() < deadline,
+                "sidecar did not start:\n{}",
+                sc.logs().join("\n")
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
@@ -117,7 +128,11 @@ impl Sidecar {
     pub async fn wait_log(&self, needles: &[&str]) -> String {
         let deadline = Instant::now() + DEADLINE;
         loop {
-            if let Some(l) = self.logs().into_iter().find(|l| needles.iter().all(|n| l.contains(n))) {
+            if let Some(l) = self
+                .logs()
+                .into_iter()
+                .find(|l| needles.iter().all(|n| l.contains(n)))
+            {
                 return l;
             }
             assert!(
@@ -175,7 +190,11 @@ impl Sidecar {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 return (status.code(), self.logs());
             }
-            assert!(Instant::now() < deadline, "sidecar did not exit:\n{}", self.logs().join("\n"));
+            assert!(
+                Instant::now() < deadline,
+                "sidecar did not exit:\n{}",
+                self.logs().join("\n")
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
@@ -201,7 +220,8 @@ pub fn field(line: &str, key: &str) -> String {
 /// Runs the binary to completion (for CLI errors).
 pub fn run_bin(args: &[&str]) -> (i32, String) {
     let out = Command::new(bin()).args(args).output().expect("run binary");
-    let text = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
     (out.status.code().unwrap_or(-1), text)
 }
 
@@ -270,9 +290,12 @@ pub fn server_config(ident: &Issued, client_ca: Option<&str>) -> Arc<rustls::Ser
                 roots.add(c.unwrap()).unwrap();
             }
             builder.with_client_cert_verifier(
-                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-                    .build()
-                    .unwrap(),
+                rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider(),
+                )
+                .build()
+                .unwrap(),
             )
         }
         None => builder.with_no_client_auth(),
@@ -290,7 +313,11 @@ pub fn server_config(ident: &Issued, client_ca: Option<&str>) -> Arc<rustls::Ser
 pub type ClientTls = tokio_rustls::client::TlsStream<TcpStream>;
 
 /// Connects with TLS as a client.
-pub async fn tls_connect(addr: &str, name: &str, cfg: Arc<rustls::ClientConfig>) -> io::Result<ClientTls> {
+pub async fn tls_connect(
+    addr: &str,
+    name: &str,
+    cfg: Arc<rustls::ClientConfig>,
+) -> io::Result<ClientTls> {
     let tcp = TcpStream::connect(addr).await?;
     tcp.set_nodelay(true)?;
     let sn = ServerName::try_from(name.to_string()).unwrap();
@@ -311,7 +338,10 @@ pub async fn refused<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(s:
 }
 
 /// Sends `msg` and reads exactly its length back.
-pub async fn roundtrip<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(s: &mut S, msg: &[u8]) -> Vec<u8> {
+pub async fn roundtrip<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    s: &mut S,
+    msg: &[u8],
+) -> Vec<u8> {
     s.write_all(msg).await.unwrap();
     s.flush().await.unwrap();
     let mut buf = vec![0u8; msg.len()];
@@ -338,19 +368,39 @@ impl Pair {
         let tmp = tempfile::tempdir().unwrap();
         let pki = Pki::new("test CA");
         let server_dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
-        let client_dir = pki.dir(tmp.path(), "controller", &pki.leaf(CONTROLLER, Role::Client));
+        let client_dir = pki.dir(
+            tmp.path(),
+            "controller",
+            &pki.leaf(CONTROLLER, Role::Client),
+        );
         let echo = echo_target().await;
         let target = echo.addr.to_string();
         let sd = server_dir.to_str().unwrap().to_string();
         let mut args = vec![
-            "server", "--listen", "127.0.0.1:0", "--target", &target, "--tls-dir", &sd, "--allow-san", CONTROLLER,
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--target",
+            &target,
+            "--tls-dir",
+            &sd,
+            "--allow-san",
+            CONTROLLER,
         ];
         args.extend_from_slice(extra_server);
         let server = Sidecar::start(&args, 1).await;
         let saddr = server.addr("server");
         let cd = client_dir.to_str().unwrap().to_string();
         let mut args = vec![
-            "client", "--listen", "127.0.0.1:0", "--target", &saddr, "--server-name", REPLICA, "--tls-dir", &cd,
+            "client",
+            "--listen",
+            "127.0.0.1:0",
+            "--target",
+            &saddr,
+            "--server-name",
+            REPLICA,
+            "--tls-dir",
+            &cd,
         ];
         args.extend_from_slice(extra_client);
         let client = Sidecar::start(&args, 1).await;
@@ -367,7 +417,9 @@ impl Pair {
 
     /// A plaintext connection into the client sidecar.
     pub async fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(self.client.addr("client")).await.unwrap();
+        let s = TcpStream::connect(self.client.addr("client"))
+            .await
+            .unwrap();
         s.set_nodelay(true).unwrap();
         s
     }
