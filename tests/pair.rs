@@ -3,8 +3,6 @@
 mod common;
 
 use common::*;
-use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn echo_through_the_pair() {
