@@ -232,12 +232,17 @@ impl Route {
             }
         };
         self.metrics.handshake_ok(started.elapsed());
-        debug!(route = %self.cfg.name, local = %local_addr, "handshake with target complete");
         let reg = self.register(target, report);
         self.supervise(reg, local, tls).await;
     }
 
     fn register(&self, peer_addr: String, report: PeerReport) -> Registration {
+        if let Some(c) = &report.cert {
+            debug!(
+                route = %self.cfg.name, peer = %peer_addr, subject = %c.subject,
+                serial = %c.serial, sans = ?c.sans(), "handshake complete"
+            );
+        }
         let (reg, displaced) =
             self.registry
                 .register(peer_addr, report.cert, report.chain, self.cfg.exclusive);

@@ -1,0 +1,508 @@
+//! Zero-drop credential rotation from a Kubernetes-style Secret mount, and
+//! trust that really shrinks: proven by the rotated-away credential failing.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use common::*;
+use mtls_sidecar::atomic_writer::AtomicDir;
+use mtls_sidecar::identity::CertInfo;
+use mtls_sidecar::pki::{Issued, LeafSpec, Role};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Publishes a leaf and a CA bundle as one kubelet-style revision.
+fn publish(dir: &AtomicDir, leaf: &Issued, ca_bundle: &str) {
+    dir.publish(&[
+        ("tls.crt", leaf.cert_pem.as_bytes()),
+        ("tls.key", leaf.key_pem.as_bytes()),
+        ("ca.crt", ca_bundle.as_bytes()),
+    ])
+    .expect("publish revision");
+}
+
+fn serial(leaf: &Issued) -> String {
+    CertInfo::parse(&leaf.cert_der).unwrap().serial
+}
+
+/// The serial of the certificate a TLS server presents.
+async fn served_serial(addr: &str, name: &str, cfg: Arc<rustls::ClientConfig>) -> String {
+    let tls = tls_connect(addr, name, cfg).await.expect("handshake");
+    let (_, conn) = tls.get_ref();
+    let der = conn.peer_certificates().expect("server cert")[0].clone();
+    CertInfo::parse(&der).unwrap().serial
+}
+
+/// Waits until the n-th "applied credential revision" line appears.
+async fn applied(sc: &Sidecar, n: usize) {
+    let deadline = Instant::now() + DEADLINE;
+    while sc.log_count("applied credential revision") < n {
+        assert!(
+            Instant::now() < deadline,
+            "revision {n} not applied:\n{}",
+            sc.logs().join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn server(dir: &AtomicDir, target: &str, extra: &[&str]) -> Sidecar {
+    let d = dir.path().to_str().unwrap().to_string();
+    let mut args = vec![
+        "server",
+        "--listen",
+        "127.0.0.1:0",
+        "--target",
+        target,
+        "--tls-dir",
+        &d,
+        "--allow-san",
+        CONTROLLER,
+    ];
+    args.extend_from_slice(extra);
+    Sidecar::start(&args, 1).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rotation_under_load_drops_nothing() {
+    const INTERVAL: Duration = Duration::from_millis(500);
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("rotation CA");
+    let sdir = AtomicDir::new(&tmp.path().join("replica")).unwrap();
+    let cdir = AtomicDir::new(&tmp.path().join("controller")).unwrap();
+    publish(&sdir, &pki.leaf(REPLICA, Role::Server), &pki.ca.cert_pem);
+    publish(&cdir, &pki.leaf(CONTROLLER, Role::Client), &pki.ca.cert_pem);
+    let echo = echo_target().await;
+    let server = server(
+        &sdir,
+        &echo.addr.to_string(),
+        &["--reload-interval", "500ms"],
+    )
+    .await;
+    let saddr = server.addr("server");
+    let cd = cdir.path().to_str().unwrap().to_string();
+    let client = Sidecar::start(
+        &[
+            "client",
+            "--listen",
+            "127.0.0.1:0",
+            "--target",
+            &saddr,
+            "--server-name",
+            REPLICA,
+            "--tls-dir",
+            &cd,
+            "--reload-interval",
+            "500ms",
+        ],
+        1,
+    )
+    .await;
+    let caddr = client.addr("client");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let requests = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for i in 0..8 {
+        let (stop, requests, caddr) = (stop.clone(), requests.clone(), caddr.clone());
+        workers.push(tokio::spawn(async move {
+            let fresh = i % 2 == 0;
+            let mut long: Option<TcpStream> = None;
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let msg = format!("worker {i} frame {n}");
+                let s = match (&mut long, fresh) {
+                    (Some(s), false) => s,
+                    _ => {
+                        let s = TcpStream::connect(&caddr)
+                            .await
+                            .map_err(|e| format!("connect: {e}"))?;
+                        long.insert(s)
+                    }
+                };
+                s.write_all(msg.as_bytes())
+                    .await
+                    .map_err(|e| format!("{msg}: write: {e}"))?;
+                let mut buf = vec![0u8; msg.len()];
+                tokio::time::timeout(DEADLINE, s.read_exact(&mut buf))
+                    .await
+                    .map_err(|_| format!("{msg}: no reply"))?
+                    .map_err(|e| format!("{msg}: read: {e}"))?;
+                if buf != msg.as_bytes() {
+                    return Err(format!("{msg}: corrupted reply"));
+                }
+                if fresh {
+                    long = None;
+                }
+                n += 1;
+                requests.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<u64, String>(n)
+        }));
+    }
+
+    let direct = client_config(Some(&pki.leaf(CONTROLLER, Role::Client)), &pki.ca.cert_pem);
+    for round in 1..=5 {
+        let leaf = pki.leaf(REPLICA, Role::Server);
+        let client_leaf = pki.leaf(CONTROLLER, Role::Client);
+        let published = Instant::now();
+        publish(&sdir, &leaf, &pki.ca.cert_pem);
+        publish(&cdir, &client_leaf, &pki.ca.cert_pem);
+        applied(&server, round).await;
+        applied(&client, round).await;
+        // The new server certificate is what new handshakes get.
+        assert_eq!(
+            served_serial(&saddr, REPLICA, direct.clone()).await,
+            serial(&leaf)
+        );
+        let took = published.elapsed();
+        assert!(
+            took < 2 * INTERVAL,
+            "round {round}: new certificate served after {took:?}"
+        );
+        // The server sees the client sidecar's new identity on a new connection.
+        let mut s = TcpStream::connect(&caddr).await.unwrap();
+        assert_eq!(
+            roundtrip(&mut s, b"new client identity").await,
+            b"new client identity"
+        );
+        server
+            .wait_log(&[
+                "handshake complete",
+                &format!("serial={}", serial(&client_leaf)),
+            ])
+            .await;
+        let before = requests.load(Ordering::Relaxed);
+        // Let traffic flow on the new credentials before the next rotation.
+        while requests.load(Ordering::Relaxed) < before + 50 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        let n = w
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("a request failed during rotation: {e}"));
+        assert!(n > 0);
+    }
+    assert_eq!(server.log_count("rejected credential revision"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ca_rotation_refuses_the_old_ca_and_revokes_live_connections() {
+    ca_rotation(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn trust_grace_delays_the_refusal() {
+    ca_rotation(Some(Duration::from_secs(2))).await;
+}
+
+async fn ca_rotation(grace: Option<Duration>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca_a = Pki::new("CA A");
+    let ca_b = Pki::new("CA B");
+    let both = format!("{}{}", ca_a.ca.cert_pem, ca_b.ca.cert_pem);
+    let sdir = AtomicDir::new(&tmp.path().join("replica")).unwrap();
+    publish(&sdir, &ca_a.leaf(REPLICA, Role::Server), &ca_a.ca.cert_pem);
+    let echo = echo_target().await;
+    let grace_arg = format!("{}ms", grace.unwrap_or_default().as_millis());
+    let server = server(
+        &sdir,
+        &echo.addr.to_string(),
+        &["--reload-interval", "200ms", "--trust-grace", &grace_arg],
+    )
+    .await;
+    let addr = server.addr("server");
+    // The test client trusts both CAs for the server side throughout, so
+    // only the server's trust in *clients* is under test.
+    let a_client = client_config(Some(&ca_a.leaf(CONTROLLER, Role::Client)), &both);
+    let b_client = client_config(Some(&ca_b.leaf(CONTROLLER, Role::Client)), &both);
+
+    // Before: an A-issued client is accepted; keep one connection open.
+    let mut live = tls_connect(&addr, REPLICA, a_client.clone()).await.unwrap();
+    assert_eq!(roundtrip(&mut live, b"before").await, b"before");
+    let mut b_conn = tls_connect(&addr, REPLICA, b_client.clone()).await.unwrap();
+    assert!(refused(&mut b_conn).await, "B is not trusted yet");
+
+    // Overlap: bundle A+B, leaves re-issued from B. Both are accepted.
+    publish(&sdir, &ca_b.leaf(REPLICA, Role::Server), &both);
+    applied(&server, 1).await;
+    let mut s = tls_connect(&addr, REPLICA, a_client.clone()).await.unwrap();
+    assert_eq!(roundtrip(&mut s, b"overlap A").await, b"overlap A");
+    let mut s = tls_connect(&addr, REPLICA, b_client.clone()).await.unwrap();
+    assert_eq!(roundtrip(&mut s, b"overlap B").await, b"overlap B");
+    assert_eq!(roundtrip(&mut live, b"still").await, b"still");
+
+    // Drop A.
+    publish(&sdir, &ca_b.leaf(REPLICA, Role::Server), &ca_b.ca.cert_pem);
+    applied(&server, 2).await;
+    let dropped = Instant::now();
+    if let Some(grace) = grace {
+        // Inside the grace the old CA still works, live connection included.
+        let mut s = tls_connect(&addr, REPLICA, a_client.clone()).await.unwrap();
+        assert_eq!(roundtrip(&mut s, b"grace").await, b"grace");
+        assert!(
+            dropped.elapsed() < grace,
+            "machine too slow to observe the grace"
+        );
+        assert_eq!(roundtrip(&mut live, b"graced").await, b"graced");
+        server.wait_log(&["trust grace ended"]).await;
+        assert!(dropped.elapsed() >= grace - Duration::from_millis(300));
+    }
+    // After: A is refused, B still works, and the A-authenticated live
+    // connection was closed as revoked.
+    let mut s = tls_connect(&addr, REPLICA, a_client.clone()).await.unwrap();
+    assert!(
+        refused(&mut s).await,
+        "an A-issued client must be refused after the drop"
+    );
+    server
+        .wait_log(&["handshake refused", "reason=\"unknown_ca\""])
+        .await;
+    let mut s = tls_connect(&addr, REPLICA, b_client).await.unwrap();
+    assert_eq!(roundtrip(&mut s, b"after B").await, b"after B");
+    let mut buf = [0u8; 8];
+    let n = tokio::time::timeout(DEADLINE, live.read(&mut buf))
+        .await
+        .expect("live connection closed");
+    assert!(
+        matches!(n, Ok(0) | Err(_)),
+        "revoked connection must be closed"
+    );
+    server
+        .wait_log(&["connection closed", "reason=\"revoked\""])
+        .await;
+    server
+        .wait_log(&["no longer trusted", "subject=CN=controller.env-1.svc"])
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn invalid_revisions_are_rejected_and_the_last_good_one_serves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("CA");
+    let foreign = Pki::new("foreign CA");
+    let sdir = AtomicDir::new(&tmp.path().join("replica")).unwrap();
+    let good = pki.leaf(REPLICA, Role::Server);
+    publish(&sdir, &good, &pki.ca.cert_pem);
+    let echo = echo_target().await;
+    let server = server(
+        &sdir,
+        &echo.addr.to_string(),
+        &["--reload-interval", "100ms"],
+    )
+    .await;
+    let addr = server.addr("server");
+    let cfg = client_config(Some(&pki.leaf(CONTROLLER, Role::Client)), &pki.ca.cert_pem);
+
+    let other = pki.leaf(REPLICA, Role::Server);
+    let truncated = &good.cert_pem[..good.cert_pem.len() / 2];
+    let foreign_leaf = foreign.leaf(REPLICA, Role::Server);
+    let bad: Vec<(&str, Vec<(&str, &[u8])>, &str)> = vec![
+        (
+            "key mismatch",
+            vec![
+                ("tls.crt", other.cert_pem.as_bytes()),
+                ("tls.key", good.key_pem.as_bytes()),
+                ("ca.crt", pki.ca.cert_pem.as_bytes()),
+            ],
+            "does not match the certificate",
+        ),
+        (
+            "truncated PEM",
+            vec![
+                ("tls.crt", truncated.as_bytes()),
+                ("tls.key", good.key_pem.as_bytes()),
+                ("ca.crt", pki.ca.cert_pem.as_bytes()),
+            ],
+            "tls.crt",
+        ),
+        (
+            "empty ca.crt",
+            vec![
+                ("tls.crt", good.cert_pem.as_bytes()),
+                ("tls.key", good.key_pem.as_bytes()),
+                ("ca.crt", b""),
+            ],
+            "ca.crt: file is empty",
+        ),
+        (
+            "foreign leaf",
+            vec![
+                ("tls.crt", foreign_leaf.cert_pem.as_bytes()),
+                ("tls.key", foreign_leaf.key_pem.as_bytes()),
+                ("ca.crt", pki.ca.cert_pem.as_bytes()),
+            ],
+            "does not chain",
+        ),
+    ];
+    for (i, (what, files, needle)) in bad.iter().enumerate() {
+        sdir.publish(files).unwrap();
+        let deadline = Instant::now() + DEADLINE;
+        while server.log_count("rejected credential revision") < i + 1 {
+            assert!(
+                Instant::now() < deadline,
+                "{what} not rejected:\n{}",
+                server.logs().join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let line = server
+            .wait_log(&["rejected credential revision", needle])
+            .await;
+        assert!(line.contains("ERROR"), "{line}");
+        // The last good identity keeps serving.
+        assert_eq!(
+            served_serial(&addr, REPLICA, cfg.clone()).await,
+            serial(&good),
+            "after {what}"
+        );
+    }
+    // Each bad revision is reported once, not on every poll.
+    let rejected = server.log_count("rejected credential revision");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(server.log_count("rejected credential revision"), rejected);
+    assert_eq!(server.log_count("applied credential revision"), 0);
+
+    let next = pki.leaf(REPLICA, Role::Server);
+    publish(&sdir, &next, &pki.ca.cert_pem);
+    applied(&server, 1).await;
+    assert_eq!(served_serial(&addr, REPLICA, cfg).await, serial(&next));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plain_directory_written_file_by_file_never_serves_a_mismatched_pair() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("CA");
+    let first = pki.leaf(REPLICA, Role::Server);
+    let dir = pki.dir(tmp.path(), "plain", &first);
+    let echo = echo_target().await;
+    let d = dir.to_str().unwrap().to_string();
+    let target = echo.addr.to_string();
+    let server = Sidecar::start(
+        &[
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--target",
+            &target,
+            "--tls-dir",
+            &d,
+            "--allow-san",
+            CONTROLLER,
+            "--reload-interval",
+            "50ms",
+        ],
+        1,
+    )
+    .await;
+    let addr = server.addr("server");
+    let cfg = client_config(Some(&pki.leaf(CONTROLLER, Role::Client)), &pki.ca.cert_pem);
+    let next = pki.leaf(REPLICA, Role::Server);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let hammer = {
+        let (stop, addr, cfg) = (stop.clone(), addr.clone(), cfg.clone());
+        tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                // A mismatched pair fails the handshake's signature check.
+                let mut s = tls_connect(&addr, REPLICA, cfg.clone())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let (_, conn) = s.get_ref();
+                let sn = CertInfo::parse(&conn.peer_certificates().unwrap()[0])
+                    .unwrap()
+                    .serial;
+                if roundtrip(&mut s, b"x").await != b"x" {
+                    return Err("bad echo".to_string());
+                }
+                seen.push(sn);
+            }
+            Ok::<_, String>(seen)
+        })
+    };
+    // A slow writer: the certificate lands several polls before its key.
+    std::fs::write(dir.join("tls.crt"), &next.cert_pem).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    mtls_sidecar::pki::write_private(&dir.join("tls.key"), next.key_pem.as_bytes()).unwrap();
+    applied(&server, 1).await;
+    let deadline = Instant::now() + DEADLINE;
+    while served_serial(&addr, REPLICA, cfg.clone()).await != serial(&next) {
+        assert!(Instant::now() < deadline);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let seen = hammer.await.unwrap().expect("every handshake succeeds");
+    assert!(seen
+        .iter()
+        .all(|s| *s == serial(&first) || *s == serial(&next)));
+    assert!(seen.contains(&serial(&first)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_peer_certificate_expiring_mid_connection_closes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("CA");
+    let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+    let echo = echo_target().await;
+    let (d, target) = (dir.to_str().unwrap().to_string(), echo.addr.to_string());
+    let server = Sidecar::start(
+        &[
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--target",
+            &target,
+            "--tls-dir",
+            &d,
+            "--allow-san",
+            CONTROLLER,
+        ],
+        1,
+    )
+    .await;
+    let now = SystemTime::now();
+    let short = pki.issue(
+        &LeafSpec::dns(CONTROLLER, Role::Client, 1)
+            .valid(now - Duration::from_secs(60), now + Duration::from_secs(2)),
+    );
+    let mut s = tls_connect(
+        &server.addr("server"),
+        REPLICA,
+        client_config(Some(&short), &pki.ca.cert_pem),
+    )
+    .await
+    .unwrap();
+    assert_eq!(roundtrip(&mut s, b"alive").await, b"alive");
+    let mut buf = [0u8; 8];
+    let n = tokio::time::timeout(DEADLINE, s.read(&mut buf))
+        .await
+        .expect("closed at expiry");
+    assert!(matches!(n, Ok(0) | Err(_)));
+    server
+        .wait_log(&["connection closed", "reason=\"expired\""])
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn max_connection_lifetime_closes_old_connections() {
+    let pair = Pair::start(&["--max-connection-lifetime", "1s"], &[]).await;
+    let mut s = pair.connect().await;
+    assert_eq!(roundtrip(&mut s, b"young").await, b"young");
+    let mut buf = [0u8; 8];
+    let n = tokio::time::timeout(DEADLINE, s.read(&mut buf))
+        .await
+        .expect("closed at lifetime");
+    assert!(matches!(n, Ok(0) | Err(_)));
+    pair.server
+        .wait_log(&["connection closed", "reason=\"lifetime\""])
+        .await;
+    // A new connection works: the client re-handshakes.
+    let mut s = pair.connect().await;
+    assert_eq!(roundtrip(&mut s, b"again").await, b"again");
+}
