@@ -13,7 +13,13 @@ pub enum LogFormat {
 
 /// Installs the global subscriber; a second call is a no-op.
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    init_with_default(format, "info");
+}
+
+/// Installs the global subscriber with another default level (the demo
+/// keeps its narration readable by logging only warnings unless asked).
+pub fn init_with_default(format: LogFormat, default: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

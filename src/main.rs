@@ -44,7 +44,7 @@ fn main() -> ExitCode {
         Command::Check(args) => mtls_sidecar::check::run(&args),
         Command::Certs(cmd) => mtls_sidecar::certs::run(&cmd),
         Command::Demo(args) => {
-            logging::init(LogFormat::Text);
+            logging::init_with_default(LogFormat::Text, "warn");
             runtime.block_on(mtls_sidecar::demo::run(&args))
         }
         Command::Health(args) => runtime.block_on(mtls_sidecar::health::run(&args)),
