@@ -27,6 +27,12 @@ pub fn init_with_default(format: LogFormat, default: &str) {
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            // The event's own `target` field (a route's target address)
+            // would otherwise collide with tracing's module target.
+            .with_target(false)
+            .try_init(),
     };
 }

@@ -96,12 +96,18 @@ impl Sidecar {
 
     /// Starts the binary without waiting.
     pub fn spawn(args: &[&str]) -> Sidecar {
-        let mut child = Command::new(bin())
-            .args(args)
-            .env("RUST_LOG", "info,mtls_sidecar=debug")
+        let mut cmd = Command::new(bin());
+        cmd.args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stderr(Stdio::piped());
+        Sidecar::from_command(cmd)
+    }
+
+    /// Starts a prepared command (stderr must be piped) without waiting.
+    pub fn from_command(mut cmd: Command) -> Sidecar {
+        let mut child = cmd
+            .env("RUST_LOG", "info,mtls_sidecar=debug")
             .spawn()
             .expect("spawn sidecar");
         let stderr = child.stderr.take().expect("stderr");
@@ -412,6 +418,243 @@ impl Pair {
             client,
             server_dir,
             client_dir,
+        }
+    }
+
+    /// A plaintext connection into the client sidecar.
+    pub async fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.client.addr("client"))
+            .await
+            .unwrap();
+        s.set_nodelay(true).unwrap();
+        s
+    }
+}
+
+// ---- Helpers for the forwarding, refusal, interop and CLI tests. ----
+
+/// A lone `server` sidecar (identity REPLICA, allowing CONTROLLER) in front
+/// of an echo target, with a controller identity it accepts.
+pub struct ServerSide {
+    pub tmp: tempfile::TempDir,
+    pub pki: Pki,
+    pub echo: Echo,
+    pub sidecar: Sidecar,
+    /// The TLS listener's bound address.
+    pub addr: String,
+    /// The server's credential directory (tls.crt, tls.key, ca.crt).
+    pub server_dir: PathBuf,
+    /// A controller (client-role) identity the server accepts, and its directory.
+    pub controller: Issued,
+    pub controller_dir: PathBuf,
+}
+
+impl ServerSide {
+    pub async fn start(extra: &[&str]) -> ServerSide {
+        let tmp = tempfile::tempdir().unwrap();
+        let pki = Pki::new("test CA");
+        let server_dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+        let controller = pki.leaf(CONTROLLER, Role::Client);
+        let controller_dir = pki.dir(tmp.path(), "controller", &controller);
+        let echo = echo_target().await;
+        let target = echo.addr.to_string();
+        let sd = server_dir.to_str().unwrap().to_string();
+        let mut args = vec![
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--target",
+            &target,
+            "--tls-dir",
+            &sd,
+            "--allow-san",
+            CONTROLLER,
+        ];
+        args.extend_from_slice(extra);
+        let sidecar = Sidecar::start(&args, 1).await;
+        let addr = sidecar.addr("server");
+        ServerSide {
+            tmp,
+            pki,
+            echo,
+            sidecar,
+            addr,
+            server_dir,
+            controller,
+            controller_dir,
+        }
+    }
+
+    /// A TLS connection presenting `ident` (none when `None`), trusting this CA.
+    pub async fn connect_as(&self, ident: Option<&Issued>) -> io::Result<ClientTls> {
+        tls_connect(
+            &self.addr,
+            REPLICA,
+            client_config(ident, &self.pki.ca.cert_pem),
+        )
+        .await
+    }
+
+    /// A connection as the allowed controller.
+    pub async fn connect_good(&self) -> ClientTls {
+        self.connect_as(Some(&self.controller))
+            .await
+            .expect("controller handshake")
+    }
+}
+
+/// Reads until the peer closes (EOF, reset or TLS alert) and returns what
+/// arrived before that; panics when nothing ends within [`DEADLINE`].
+pub async fn read_until_closed<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let end = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        match tokio::time::timeout_at(end, s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return got,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => panic!(
+                "connection still open after {DEADLINE:?} ({} bytes read)",
+                got.len()
+            ),
+        }
+    }
+}
+
+/// Polls `cond` every 10 ms until it holds; panics after [`DEADLINE`].
+pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// True when a text log line has `key=value` (the value possibly quoted).
+pub fn has_field(line: &str, key: &str, value: &str) -> bool {
+    let pat = format!("{key}=");
+    line.split_whitespace()
+        .filter_map(|t| t.strip_prefix(&pat))
+        .any(|v| v.trim_matches('"') == value)
+}
+
+impl Sidecar {
+    /// The WARN lines containing every needle.
+    pub fn warn_lines(&self, needles: &[&str]) -> Vec<String> {
+        self.logs()
+            .into_iter()
+            .filter(|l| l.contains(" WARN ") && needles.iter().all(|n| l.contains(n)))
+            .collect()
+    }
+
+    /// The WARN lines whose `reason` field is `reason`.
+    pub fn warn_reason(&self, reason: &str) -> Vec<String> {
+        self.logs()
+            .into_iter()
+            .filter(|l| l.contains(" WARN ") && has_field(l, "reason", reason))
+            .collect()
+    }
+
+    /// Waits for a log line containing `needle` whose `key` field is `value`.
+    pub async fn wait_field(&self, needle: &str, key: &str, value: &str) -> String {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if let Some(l) = self
+                .logs()
+                .into_iter()
+                .find(|l| l.contains(needle) && has_field(l, key, value))
+            {
+                return l;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {needle:?} log line with {key}={value}:\n{}",
+                self.logs().join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// Like [`run_bin`], but kills the binary if it has not exited within
+/// `limit` (a check that was meant to stop it at start-up did not), and
+/// returns `None` then.
+pub fn run_bin_within(args: &[&str], limit: Duration) -> Option<(i32, String)> {
+    let mut child = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run binary");
+    let deadline = Instant::now() + limit;
+    loop {
+        if child.try_wait().expect("try_wait").is_some() {
+            let out = child.wait_with_output().expect("collect output");
+            let text = String::from_utf8_lossy(&out.stderr).to_string()
+                + &String::from_utf8_lossy(&out.stdout);
+            return Some((out.status.code().unwrap_or(-1), text));
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A client sidecar → server sidecar pair in front of any plaintext target.
+pub struct PairTo {
+    pub tmp: tempfile::TempDir,
+    pub pki: Pki,
+    pub server: Sidecar,
+    pub client: Sidecar,
+}
+
+impl PairTo {
+    pub async fn start(target: &str, extra_server: &[&str], extra_client: &[&str]) -> PairTo {
+        let tmp = tempfile::tempdir().unwrap();
+        let pki = Pki::new("test CA");
+        let sd = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+        let cd = pki.dir(
+            tmp.path(),
+            "controller",
+            &pki.leaf(CONTROLLER, Role::Client),
+        );
+        let (sd, cd) = (sd.to_str().unwrap(), cd.to_str().unwrap());
+        let mut args = vec![
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--target",
+            target,
+            "--tls-dir",
+            sd,
+            "--allow-san",
+            CONTROLLER,
+        ];
+        args.extend_from_slice(extra_server);
+        let server = Sidecar::start(&args, 1).await;
+        let saddr = server.addr("server");
+        let mut args = vec![
+            "client",
+            "--listen",
+            "127.0.0.1:0",
+            "--target",
+            &saddr,
+            "--server-name",
+            REPLICA,
+            "--tls-dir",
+            cd,
+        ];
+        args.extend_from_slice(extra_client);
+        let client = Sidecar::start(&args, 1).await;
+        PairTo {
+            tmp,
+            pki,
+            server,
+            client,
         }
     }
 

@@ -1,0 +1,346 @@
+//! Process-level behaviour: several routes from one config file sharing one
+//! credential store, TLS policy, JSON logs, drain on SIGTERM, and limits
+//! (max connections, running out of file descriptors).
+
+mod common;
+
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use mtls_sidecar::atomic_writer::AtomicDir;
+use mtls_sidecar::identity::CertInfo;
+use mtls_sidecar::pki::Role;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_config_routes_share_one_store_and_one_rotation_covers_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("CA");
+    // One identity that may act as both roles, as a process with a server
+    // and a client route would hold.
+    let both = |p: &Pki| {
+        p.issue(&mtls_sidecar::pki::LeafSpec {
+            dns: vec![REPLICA.into(), CONTROLLER.into()],
+            ..mtls_sidecar::pki::LeafSpec::dns(REPLICA, Role::Both, 30)
+        })
+    };
+    let dir = AtomicDir::new(&tmp.path().join("tls")).unwrap();
+    let publish = |leaf: &mtls_sidecar::pki::Issued| {
+        dir.publish(&[
+            ("tls.crt", leaf.cert_pem.as_bytes()),
+            ("tls.key", leaf.key_pem.as_bytes()),
+            ("ca.crt", pki.ca.cert_pem.as_bytes()),
+        ])
+        .unwrap();
+    };
+    publish(&both(&pki));
+    let echo = echo_target().await;
+    // The server route must be known to the client route: reserve a port.
+    let server_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = tmp.path().join("sidecar.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+tls_dir = "{dir}"
+reload_interval = "100ms"
+
+[[route]]
+name = "replica"
+mode = "server"
+listen = "127.0.0.1:{server_port}"
+target = "{echo}"
+allow_san = ["{CONTROLLER}"]
+
+[[route]]
+name = "controller"
+mode = "client"
+listen = "127.0.0.1:0"
+target = "127.0.0.1:{server_port}"
+server_name = "{REPLICA}"
+"#,
+            dir = dir.path().display(),
+            echo = echo.addr,
+        ),
+    )
+    .unwrap();
+    let sc = Sidecar::start(&["run", "--config", config.to_str().unwrap()], 2).await;
+    let mut s = TcpStream::connect(sc.addr("controller")).await.unwrap();
+    assert_eq!(
+        roundtrip(&mut s, b"through both routes").await,
+        b"through both routes"
+    );
+
+    let next = both(&pki);
+    publish(&next);
+    sc.wait_log(&["applied credential revision"]).await;
+    // One store: one apply, and both routes present the new identity.
+    assert_eq!(sc.log_count("applied credential revision"), 1);
+    let mut s2 = TcpStream::connect(sc.addr("controller")).await.unwrap();
+    assert_eq!(
+        roundtrip(&mut s2, b"after rotation").await,
+        b"after rotation"
+    );
+    let new_serial = CertInfo::parse(&next.cert_der).unwrap().serial;
+    sc.wait_log(&[
+        "handshake complete",
+        "route=replica",
+        &format!("serial={new_serial}"),
+    ])
+    .await;
+    sc.wait_log(&[
+        "handshake complete",
+        "route=controller",
+        &format!("serial={new_serial}"),
+    ])
+    .await;
+    assert_eq!(
+        roundtrip(&mut s, b"old connection").await,
+        b"old connection"
+    );
+}
+
+fn tls12_only(ident: &mtls_sidecar::pki::Issued, ca: &str) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca.as_bytes()).unwrap())
+        .unwrap();
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS12])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_client_auth_cert(
+                vec![ident.cert_der.clone()],
+                PrivateKeyDer::from_pem_slice(ident.key_pem.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tls13_only_by_default_and_post_quantum_key_exchange_preferred() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("CA");
+    let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+    let echo = echo_target().await;
+    let (d, t) = (dir.to_str().unwrap().to_string(), echo.addr.to_string());
+    let base = [
+        "server",
+        "--listen",
+        "127.0.0.1:0",
+        "--target",
+        &t,
+        "--tls-dir",
+        &d,
+        "--allow-san",
+        CONTROLLER,
+    ];
+    let strict = Sidecar::start(&base, 1).await;
+    let mut relaxed_args = base.to_vec();
+    relaxed_args.extend(["--tls-min-version", "1.2"]);
+    let relaxed = Sidecar::start(&relaxed_args, 1).await;
+    let me = pki.leaf(CONTROLLER, Role::Client);
+
+    // Default: TLS 1.3 with the hybrid post-quantum group.
+    let s = tls_connect(
+        &strict.addr("server"),
+        REPLICA,
+        client_config(Some(&me), &pki.ca.cert_pem),
+    )
+    .await
+    .unwrap();
+    let (_, conn) = s.get_ref();
+    assert_eq!(
+        conn.protocol_version(),
+        Some(rustls::ProtocolVersion::TLSv1_3)
+    );
+    assert_eq!(
+        conn.negotiated_key_exchange_group().unwrap().name(),
+        rustls::NamedGroup::X25519MLKEM768
+    );
+
+    // A TLS 1.2-only client is refused unless 1.2 is opted in.
+    assert!(tls_connect(
+        &strict.addr("server"),
+        REPLICA,
+        tls12_only(&me, &pki.ca.cert_pem)
+    )
+    .await
+    .is_err());
+    strict
+        .wait_log(&["handshake refused", "reason=\"protocol\""])
+        .await;
+    let mut s = tls_connect(
+        &relaxed.addr("server"),
+        REPLICA,
+        tls12_only(&me, &pki.ca.cert_pem),
+    )
+    .await
+    .unwrap();
+    assert_eq!(roundtrip(&mut s, b"tls12").await, b"tls12");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_logs_are_one_object_per_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("CA");
+    let dir = pki.dir(tmp.path(), "r", &pki.leaf(REPLICA, Role::Server));
+    let sc = Sidecar::spawn(&[
+        "server",
+        "--listen",
+        "127.0.0.1:0",
+        "--target",
+        "127.0.0.1:9",
+        "--tls-dir",
+        dir.to_str().unwrap(),
+        "--allow-san",
+        CONTROLLER,
+        "--log-format",
+        "json",
+    ]);
+    let line = sc.wait_log(&["\"listening\""]).await;
+    let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON object per line");
+    assert_eq!(v["route"], "server");
+    assert!(
+        !line.contains("mtls_sidecar::"),
+        "no duplicate `target` key: {line}"
+    );
+    assert_eq!(v["level"], "INFO");
+    let addr = v["listen"].as_str().unwrap().to_string();
+    // A refused handshake is a WARN object with the reason.
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    use tokio::io::AsyncWriteExt;
+    s.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+    let line = sc.wait_log(&["handshake refused"]).await;
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["level"], "WARN");
+    assert_eq!(v["reason"], "not_tls");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_drains_live_connections_then_exits_zero() {
+    let pair = Pair::start(&["--drain-timeout", "1s"], &[]).await;
+    let mut s = pair.connect().await;
+    assert_eq!(roundtrip(&mut s, b"before").await, b"before");
+    let Pair { server, client, .. } = pair;
+    server.signal(libc::SIGTERM);
+    server.wait_log(&["draining"]).await;
+    // New connections are no longer accepted...
+    let addr = server.addr("server");
+    let deadline = Instant::now() + DEADLINE;
+    while TcpStream::connect(&addr).await.is_ok() {
+        assert!(Instant::now() < deadline, "still accepting after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // ...the live one keeps working until the drain timeout closes it.
+    assert_eq!(roundtrip(&mut s, b"during drain").await, b"during drain");
+    let mut buf = [0u8; 4];
+    let n = tokio::time::timeout(DEADLINE, s.read(&mut buf))
+        .await
+        .expect("closed by drain");
+    assert!(matches!(n, Ok(0) | Err(_)));
+    let (code, logs) = server.wait_exit().await;
+    assert_eq!(code, Some(0), "{}", logs.join("\n"));
+    assert!(
+        logs.iter().any(|l| l.contains("reason=\"drain\"")),
+        "{}",
+        logs.join("\n")
+    );
+    drop(client);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn max_connections_queues_the_excess() {
+    let pair = Pair::start(&["--max-connections", "1"], &[]).await;
+    let mut first = pair.connect().await;
+    assert_eq!(roundtrip(&mut first, b"one").await, b"one");
+    let mut second = pair.connect().await;
+    use tokio::io::AsyncWriteExt;
+    second.write_all(b"two").await.unwrap();
+    let mut buf = [0u8; 3];
+    // The server sidecar holds the second connection in its backlog.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), second.read_exact(&mut buf))
+            .await
+            .is_err()
+    );
+    drop(first);
+    tokio::time::timeout(DEADLINE, second.read_exact(&mut buf))
+        .await
+        .expect("served once a slot frees")
+        .unwrap();
+    assert_eq!(&buf, b"two");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn running_out_of_file_descriptors_backs_off_and_recovers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("CA");
+    let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+    let echo = echo_target().await;
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "server",
+        "--listen",
+        "127.0.0.1:0",
+        "--target",
+        &echo.addr.to_string(),
+        "--tls-dir",
+        dir.to_str().unwrap(),
+        "--allow-san",
+        CONTROLLER,
+        "--handshake-timeout",
+        "2s",
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 64,
+                rlim_max: 64,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let sc = Sidecar::from_command(cmd);
+    let addr = field(&sc.wait_log(&[" listening "]).await, "listen");
+    // Exhaust the sidecar's descriptors with peers that never handshake.
+    let mut idle = Vec::new();
+    for _ in 0..100 {
+        idle.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    sc.wait_log(&["accept failed; backing off"]).await;
+    drop(idle);
+    // The listener survived: a good client is served.
+    let cfg = client_config(Some(&pki.leaf(CONTROLLER, Role::Client)), &pki.ca.cert_pem);
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        if let Ok(mut s) = tls_connect(&addr, REPLICA, cfg.clone()).await {
+            if roundtrip(&mut s, b"recovered").await == b"recovered" {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "listener did not recover:\n{}",
+            sc.logs().join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
