@@ -68,7 +68,7 @@ async fn server(dir: &AtomicDir, target: &str, extra: &[&str]) -> Sidecar {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rotation_under_load_drops_nothing() {
-    const INTERVAL: Duration = Duration::from_millis(500);
+    const INTERVAL: Duration = Duration::from_secs(1);
     let tmp = tempfile::tempdir().unwrap();
     let pki = Pki::new("rotation CA");
     let sdir = AtomicDir::new(&tmp.path().join("replica")).unwrap();
@@ -79,7 +79,7 @@ async fn rotation_under_load_drops_nothing() {
     let server = server(
         &sdir,
         &echo.addr.to_string(),
-        &["--reload-interval", "500ms"],
+        &["--reload-interval", "1s"],
     )
     .await;
     let saddr = server.addr("server");
@@ -96,7 +96,7 @@ async fn rotation_under_load_drops_nothing() {
             "--tls-dir",
             &cd,
             "--reload-interval",
-            "500ms",
+            "1s",
         ],
         1,
     )
