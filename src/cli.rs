@@ -227,6 +227,9 @@ pub struct HealthArgs {
 }
 
 impl CommonArgs {
+    /// Bound on connecting, sending and reading the whole answer.
+    #[arg(long, value_name = "DUR", default_value = "2s")]
+    pub timeout: String,
     fn route_spec(&self, mode: Mode) -> RouteSpec {
         RouteSpec {
             name: self.name.clone(),

@@ -1,0 +1,339 @@
+//! What the admin endpoint reports about the running process: the `/readyz`
+//! verdict and the `/status` document. Both are computed from [`Shared`] on
+//! each request, never cached, so they say what is in force at that moment;
+//! the HTTP side lives in [`crate::admin`].
+//!
+//! Times are RFC 3339 (UTC, whole seconds) so an operator can read them
+//! without converting epoch numbers; the identity also carries the seconds
+//! left, which is what an alert or a human actually wants to know.
+
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+use crate::app::Shared;
+use crate::config::Mode;
+use crate::credentials::{fmt_time, CredentialStore, Credentials};
+use crate::identity::{time_to_epoch, CertInfo, SanPolicy};
+
+/// The `/readyz` verdict: ready or not, and one line saying why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Readiness {
+    pub ready: bool,
+    /// One line: the reason when not ready; "ready", possibly with a note
+    /// about a rejected credential revision, when ready.
+    pub detail: String,
+}
+
+/// Decides readiness at `now`: not draining, at least one route (routes are
+/// listening from start-up until the drain), and for every credential store
+/// an identity valid now plus at least one trust anchor valid now.
+///
+/// A rejected revision does not make the process unready (the last good one
+/// stays in force and keeps serving), but it is named in the detail so a
+/// probe's output shows it.
+pub fn readiness(shared: &Shared, now: SystemTime) -> Readiness {
+    match blocker(shared, now) {
+        Some(reason) => Readiness {
+            ready: false,
+            detail: reason,
+        },
+        None => {
+            let notes: Vec<String> = shared
+                .stores
+                .iter()
+                .filter_map(|s| rejected_note(s))
+                .collect();
+            let detail = if notes.is_empty() {
+                "ready".to_string()
+            } else {
+                format!("ready; {}", notes.join("; "))
+            };
+            Readiness {
+                ready: true,
+                detail,
+            }
+        }
+    }
+}
+
+fn blocker(shared: &Shared, now: SystemTime) -> Option<String> {
+    if shared.is_draining() {
+        return Some("draining: shutting down, not accepting new connections".into());
+    }
+    if shared.routes.is_empty() {
+        return Some("no routes are configured".into());
+    }
+    shared
+        .stores
+        .iter()
+        .find_map(|s| credentials_blocker(s.source().to_string(), &s.current(), now))
+}
+
+fn credentials_blocker(source: String, creds: &Credentials, now: SystemTime) -> Option<String> {
+    let leaf = &creds.leaf;
+    let t = time_to_epoch(now);
+    if t > leaf.not_after {
+        return Some(format!(
+            "identity certificate {} from {source} expired at {}",
+            leaf.subject,
+            fmt_time(leaf.not_after)
+        ));
+    }
+    if t < leaf.not_before {
+        return Some(format!(
+            "identity certificate {} from {source} is not valid before {}",
+            leaf.subject,
+            fmt_time(leaf.not_before)
+        ));
+    }
+    if creds.trust.anchors.is_empty() {
+        return Some(format!("no trust anchors are in force from {source}"));
+    }
+    if !creds.trust.anchors.iter().any(|a| a.info.valid_at(now)) {
+        return Some(format!("no trust anchor from {source} is currently valid"));
+    }
+    None
+}
+
+/// A note when the newest thing the poller did was reject a revision.
+fn rejected_note(store: &CredentialStore) -> Option<String> {
+    let st = store.status();
+    let at = st.last_rejected_at?;
+    if st.last_applied.is_some_and(|applied| applied > at) {
+        return None;
+    }
+    Some(format!(
+        "credential revision {} from {} was rejected (the previous one stays in force): {}",
+        short(st.last_rejected_revision.as_deref().unwrap_or("?")),
+        store.source(),
+        st.last_rejected_error.as_deref().unwrap_or("unknown error")
+    ))
+}
+
+/// A revision hash shortened for one-line messages.
+fn short(rev: &str) -> &str {
+    rev.get(..12).unwrap_or(rev)
+}
+
+/// The `/status` document.
+#[derive(Debug, Serialize)]
+pub struct Status {
+    pub ready: bool,
+    pub ready_detail: String,
+    pub draining: bool,
+    pub routes: Vec<RouteStatus>,
+    pub credentials: Vec<StoreStatus>,
+}
+
+/// One route.
+#[derive(Debug, Serialize)]
+pub struct RouteStatus {
+    pub name: String,
+    pub mode: Mode,
+    /// The bound address (port 0 resolved).
+    pub listen: String,
+    pub target: String,
+    /// Server routes: the client identities accepted (`--allow-san`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allowed_sans: Option<Vec<String>>,
+    /// Client routes: the server identities expected (`--expect-san`, or
+    /// the server name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_sans: Option<Vec<String>>,
+    /// True with `--allow-any-san`: role pinning is off.
+    pub any_san: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_name: Option<String>,
+    pub exclusive: bool,
+    pub live_connections: usize,
+    /// The credential source this route uses (matches a `credentials[].source`).
+    pub credentials: String,
+}
+
+/// One credential store: the revision in force and the poller's history.
+#[derive(Debug, Serialize)]
+pub struct StoreStatus {
+    pub source: String,
+    /// SHA-256 of the files' contents.
+    pub revision: String,
+    pub identity: CertStatus,
+    pub trust_anchors: Vec<AnchorStatus>,
+    pub last_poll: Option<String>,
+    pub last_applied: Option<String>,
+    pub last_rejected: Option<Rejected>,
+}
+
+/// A certificate's identity and validity.
+#[derive(Debug, Serialize)]
+pub struct CertStatus {
+    pub subject: String,
+    pub serial: String,
+    pub dns_sans: Vec<String>,
+    pub uri_sans: Vec<String>,
+    pub not_before: String,
+    pub not_after: String,
+    /// Negative once expired.
+    pub expires_in_seconds: i64,
+}
+
+/// One trust anchor in force.
+#[derive(Debug, Serialize)]
+pub struct AnchorStatus {
+    pub subject: String,
+    pub serial: String,
+    pub not_after: String,
+    /// Set while an anchor removed from `ca.crt` is kept for `--trust-grace`.
+    pub retire_at: Option<String>,
+}
+
+/// The last revision the poller refused.
+#[derive(Debug, Serialize)]
+pub struct Rejected {
+    /// The content hash (or, when the files could not be read, the read error).
+    pub revision: String,
+    pub error: String,
+    pub at: Option<String>,
+}
+
+/// Builds the `/status` document at `now`.
+pub fn status(shared: &Shared, now: SystemTime) -> Status {
+    let ready = readiness(shared, now);
+    Status {
+        ready: ready.ready,
+        ready_detail: ready.detail,
+        draining: shared.is_draining(),
+        routes: shared
+            .routes
+            .iter()
+            .map(|r| {
+                let sans: Vec<String> = r
+                    .cfg
+                    .peer_sans
+                    .patterns()
+                    .iter()
+                    .map(|p| p.to_string())
+                    .collect();
+                let (allowed_sans, expected_sans) = match r.cfg.mode {
+                    Mode::Server => (Some(sans), None),
+                    Mode::Client => (None, Some(sans)),
+                };
+                RouteStatus {
+                    name: r.cfg.name.clone(),
+                    mode: r.cfg.mode,
+                    listen: r.bound.to_string(),
+                    target: r.cfg.target.to_string(),
+                    allowed_sans,
+                    expected_sans,
+                    any_san: r.cfg.peer_sans == SanPolicy::Any,
+                    server_name: r.cfg.server_name.clone(),
+                    exclusive: r.cfg.exclusive,
+                    live_connections: r.registry.len(),
+                    credentials: r.store.source().to_string(),
+                }
+            })
+            .collect(),
+        credentials: shared.stores.iter().map(|s| store_status(s, now)).collect(),
+    }
+}
+
+fn store_status(store: &CredentialStore, now: SystemTime) -> StoreStatus {
+    let creds = store.current();
+    let st = store.status();
+    let rfc = |t: SystemTime| humantime::format_rfc3339_seconds(t).to_string();
+    StoreStatus {
+        source: store.source().to_string(),
+        revision: creds.revision.clone(),
+        identity: cert_status(&creds.leaf, now),
+        trust_anchors: creds
+            .trust
+            .anchors
+            .iter()
+            .map(|a| AnchorStatus {
+                subject: a.info.subject.clone(),
+                serial: a.info.serial.clone(),
+                not_after: fmt_time(a.info.not_after),
+                retire_at: a.retire_at.map(rfc),
+            })
+            .collect(),
+        last_poll: st.last_poll.map(rfc),
+        last_applied: st.last_applied.map(rfc),
+        last_rejected: st.last_rejected_error.map(|error| Rejected {
+            revision: st.last_rejected_revision.unwrap_or_default(),
+            error,
+            at: st.last_rejected_at.map(rfc),
+        }),
+    }
+}
+
+fn cert_status(c: &CertInfo, now: SystemTime) -> CertStatus {
+    CertStatus {
+        subject: c.subject.clone(),
+        serial: c.serial.clone(),
+        dns_sans: c.dns_sans.clone(),
+        uri_sans: c.uri_sans.clone(),
+        not_before: fmt_time(c.not_before),
+        not_after: fmt_time(c.not_after),
+        expires_in_seconds: c.not_after - time_to_epoch(now),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::credentials::CredentialSource;
+    use crate::pki::{write_secret_dir, DevCa, LeafSpec, Role};
+
+    fn store(dir: &std::path::Path) -> std::sync::Arc<CredentialStore> {
+        let ca = DevCa::new("status test CA", 30).expect("CA");
+        let leaf = ca
+            .issue(&LeafSpec::dns("replica.test", Role::Server, 2))
+            .expect("leaf");
+        write_secret_dir(dir, &leaf, &ca.cert_pem).expect("write");
+        CredentialStore::load(
+            CredentialSource::Dir(dir.to_path_buf()),
+            crate::crypto_provider(),
+            Duration::ZERO,
+        )
+        .expect("load")
+    }
+
+    #[test]
+    fn identity_validity_decides_readiness() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let s = store(tmp.path());
+        let creds = s.current();
+        let src = || "src".to_string();
+        let now = SystemTime::now();
+        assert_eq!(credentials_blocker(src(), &creds, now), None);
+        let late = now + Duration::from_secs(3 * 86_400);
+        let why = credentials_blocker(src(), &creds, late).expect("expired");
+        assert!(why.contains("expired at"), "{why}");
+        assert!(!why.contains('\n'));
+        let early = now - Duration::from_secs(3600);
+        let why = credentials_blocker(src(), &creds, early).expect("not yet valid");
+        assert!(why.contains("not valid before"), "{why}");
+    }
+
+    #[test]
+    fn status_document_names_identity_and_anchors() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let s = store(tmp.path());
+        let st = store_status(&s, SystemTime::now());
+        assert_eq!(st.revision, s.current().revision);
+        assert_eq!(st.identity.dns_sans, vec!["replica.test".to_string()]);
+        assert!(st.identity.expires_in_seconds > 86_400);
+        assert_eq!(st.trust_anchors.len(), 1);
+        assert!(st.trust_anchors[0].subject.contains("status test CA"));
+        assert!(st.last_rejected.is_none());
+        assert!(humantime::parse_rfc3339(&st.identity.not_after).is_ok());
+    }
+
+    #[test]
+    fn short_never_panics() {
+        assert_eq!(short("abc"), "abc");
+        assert_eq!(short("0123456789abcdef"), "0123456789ab");
+    }
+}

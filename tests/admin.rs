@@ -1,0 +1,572 @@
+//! The admin endpoint of the real binary, over real HTTP: the metrics
+//! contract (names, types, label sets, zero series from start-up), one
+//! handshake-failure series per induced failure, byte counts, readiness
+//! through a drain and an expiring identity, `/status`, and a Unix socket.
+
+mod common;
+#[path = "admin/expo.rs"]
+mod expo;
+#[path = "admin/http.rs"]
+mod http;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime};
+
+use common::*;
+use expo::Exposition;
+use mtls_sidecar::pki::{LeafSpec, Role};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const FAILURES: &str = "mtls_sidecar_tls_handshake_failures_total";
+const HANDSHAKES: &str = "mtls_sidecar_tls_handshakes_total";
+const DURATION: &str = "mtls_sidecar_tls_handshake_duration_seconds";
+const BYTES: &str = "mtls_sidecar_bytes_total";
+const CLOSED: &str = "mtls_sidecar_connections_closed_total";
+const ACTIVE: &str = "mtls_sidecar_connections_active";
+const CONNECTIONS: &str = "mtls_sidecar_connections_total";
+const RELOADS: &str = "mtls_sidecar_credential_reloads_total";
+const NOT_AFTER: &str = "mtls_sidecar_cert_not_after_timestamp_seconds";
+
+const REASONS: [&str; 8] = [
+    "no_client_cert",
+    "unknown_ca",
+    "bad_san",
+    "expired",
+    "not_tls",
+    "timeout",
+    "protocol",
+    "io",
+];
+
+/// PRODUCT.md's metrics table: name, type, label names.
+const CONTRACT: [(&str, &str, &[&str]); 10] = [
+    (HANDSHAKES, "counter", &["route"]),
+    (FAILURES, "counter", &["route", "reason"]),
+    (DURATION, "histogram", &["route"]),
+    (ACTIVE, "gauge", &["route"]),
+    (CONNECTIONS, "counter", &["route"]),
+    (CLOSED, "counter", &["route", "reason"]),
+    (BYTES, "counter", &["route", "direction"]),
+    (
+        "mtls_sidecar_target_connect_failures_total",
+        "counter",
+        &["route"],
+    ),
+    (RELOADS, "counter", &["result"]),
+    (NOT_AFTER, "gauge", &["cert"]),
+];
+
+async fn get(admin: &str, path: &str) -> http::Answer {
+    http::request(admin, "GET", path).await
+}
+
+async fn scrape(admin: &str) -> Exposition {
+    let a = get(admin, "/metrics").await;
+    assert_eq!(a.code, 200, "{}", a.body);
+    assert!(
+        a.header("content-type")
+            .is_some_and(|t| t.starts_with("text/plain")),
+        "{:?}",
+        a.headers
+    );
+    Exposition::parse(&a.body).unwrap_or_else(|e| panic!("{e}\n{}", a.body))
+}
+
+async fn status(admin: &str) -> Value {
+    let a = get(admin, "/status").await;
+    assert_eq!(a.code, 200, "{}", a.body);
+    assert_eq!(a.header("content-type"), Some("application/json"));
+    serde_json::from_str(&a.body).unwrap_or_else(|e| panic!("{e}\n{}", a.body))
+}
+
+/// Scrapes until `done` holds, or panics at the deadline.
+async fn scrape_until(admin: &str, what: &str, done: impl Fn(&Exposition) -> bool) -> Exposition {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let m = scrape(admin).await;
+        if done(&m) {
+            return m;
+        }
+        assert!(Instant::now() < deadline, "never saw {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// GETs `path` until it answers `code`; returns that answer.
+async fn get_until(admin: &str, path: &str, code: u16) -> http::Answer {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let a = get(admin, path).await;
+        if a.code == code {
+            return a;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} never answered {code}; last {}: {}",
+            a.code,
+            a.body
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Every metric in the contract has its `# TYPE`, a help text, and only
+/// series with exactly the contract's label names.
+fn assert_contract(m: &Exposition) {
+    for (name, ty, labels) in CONTRACT {
+        assert_eq!(m.types.get(name).map(String::as_str), Some(ty), "{name}");
+        assert!(
+            m.helps.get(name).is_some_and(|h| !h.is_empty()),
+            "{name} help"
+        );
+        let sample = if ty == "histogram" {
+            format!("{name}_count")
+        } else {
+            name.to_string()
+        };
+        let series = m.series(&sample);
+        assert!(!series.is_empty(), "{sample} has no series");
+        for s in series {
+            let got: Vec<&str> = s.labels.keys().map(String::as_str).collect();
+            let mut want = labels.to_vec();
+            want.sort_unstable();
+            assert_eq!(got, want, "{sample} labels");
+        }
+    }
+}
+
+fn failures(m: &Exposition, route: &str) -> BTreeMap<&'static str, f64> {
+    REASONS
+        .iter()
+        .map(|r| (*r, m.get(FAILURES, &[("route", route), ("reason", r)])))
+        .collect()
+}
+
+/// Reads until the server closes the connection.
+async fn until_closed(mut s: TcpStream) {
+    let mut buf = [0u8; 1024];
+    let closed = async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(DEADLINE, closed)
+        .await
+        .expect("server closed the connection");
+}
+
+async fn tls_refused(addr: &str, cfg: std::sync::Arc<rustls::ClientConfig>) {
+    if let Ok(mut s) = tls_connect(addr, REPLICA, cfg).await {
+        assert!(refused(&mut s).await, "the server accepted us");
+    }
+}
+
+/// Makes one handshake fail against the server sidecar at `addr` for `reason`.
+async fn induce(reason: &str, addr: &str, pki: &Pki) {
+    let ca = &pki.ca.cert_pem;
+    match reason {
+        "no_client_cert" => tls_refused(addr, client_config(None, ca)).await,
+        "unknown_ca" => {
+            let rogue = Pki::new("rogue CA");
+            let id = rogue.leaf(CONTROLLER, Role::Client);
+            tls_refused(addr, client_config(Some(&id), ca)).await
+        }
+        "bad_san" => {
+            let id = pki.leaf("intruder.env-1.svc", Role::Client);
+            tls_refused(addr, client_config(Some(&id), ca)).await
+        }
+        "expired" => {
+            let now = SystemTime::now();
+            let day = Duration::from_secs(86_400);
+            let spec = LeafSpec::dns(CONTROLLER, Role::Client, 1).valid(now - 2 * day, now - day);
+            let id = pki.issue(&spec);
+            tls_refused(addr, client_config(Some(&id), ca)).await
+        }
+        "not_tls" => {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            s.write_all(b"GET / HTTP/1.1\r\nHost: replica\r\n\r\n")
+                .await
+                .unwrap();
+            until_closed(s).await
+        }
+        "timeout" => until_closed(TcpStream::connect(addr).await.unwrap()).await,
+        "protocol" => {
+            let id = pki.leaf(CONTROLLER, Role::Client);
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(id_root(pki)).unwrap();
+            let cfg = rustls::ClientConfig::builder_with_provider(provider())
+                .with_protocol_versions(&[&rustls::version::TLS12])
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_client_auth_cert(
+                    vec![id.cert_der.clone()],
+                    rustls::pki_types::pem::PemObject::from_pem_slice(id.key_pem.as_bytes())
+                        .unwrap(),
+                )
+                .unwrap();
+            let r = tls_connect(addr, REPLICA, std::sync::Arc::new(cfg)).await;
+            assert!(r.is_err(), "a TLS 1.2-only client got through");
+        }
+        "io" => {
+            // A ClientHello record header promising 200 bytes, then EOF.
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            s.write_all(&[
+                0x16, 0x03, 0x01, 0x00, 0xc8, 0x01, 0x00, 0x00, 0xc4, 0x03, 0x03,
+            ])
+            .await
+            .unwrap();
+            s.shutdown().await.unwrap();
+            until_closed(s).await
+        }
+        other => panic!("no way to induce {other}"),
+    }
+}
+
+fn id_root(pki: &Pki) -> rustls::pki_types::CertificateDer<'static> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::from_pem_slice(pki.ca.cert_pem.as_bytes()).unwrap()
+}
+
+/// A server sidecar in front of an echo target, admin on loopback.
+async fn server(dir: &std::path::Path, echo: &Echo, extra: &[&str]) -> Sidecar {
+    let target = echo.addr.to_string();
+    let dir = dir.to_str().unwrap();
+    let mut args = vec![
+        "server",
+        "--listen",
+        "127.0.0.1:0",
+        "--target",
+        &target,
+        "--tls-dir",
+        dir,
+        "--allow-san",
+        CONTROLLER,
+    ];
+    args.extend_from_slice(extra);
+    Sidecar::start(&args, 1).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_failure_reason_moves_exactly_its_own_series() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("test CA");
+    let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+    let echo = echo_target().await;
+    let extra = ["--admin", "127.0.0.1:0", "--handshake-timeout", "1s"];
+    let sc = server(&dir, &echo, &extra).await;
+    let (admin, addr) = (sc.admin(), sc.addr("server"));
+
+    let m = scrape(&admin).await;
+    assert_contract(&m);
+    let mut before = failures(&m, "server");
+    assert!(before.values().all(|v| *v == 0.0), "{before:?}");
+    for result in ["applied", "rejected"] {
+        assert_eq!(m.get(RELOADS, &[("result", result)]), 0.0);
+    }
+    for dir in ["to_target", "from_target"] {
+        assert_eq!(
+            m.get(BYTES, &[("route", "server"), ("direction", dir)]),
+            0.0
+        );
+    }
+
+    for reason in REASONS {
+        induce(reason, &addr, &pki).await;
+        let total: f64 = before.values().sum::<f64>() + 1.0;
+        let m = scrape_until(&admin, &format!("{reason} counted"), |m| {
+            failures(m, "server").values().sum::<f64>() >= total
+        })
+        .await;
+        let after = failures(&m, "server");
+        let moved: BTreeMap<_, _> = REASONS
+            .iter()
+            .map(|r| (*r, after[r] - before[r]))
+            .filter(|(_, d)| *d != 0.0)
+            .collect();
+        assert_eq!(
+            moved,
+            BTreeMap::from([(reason, 1.0)]),
+            "inducing {reason}:\n{}",
+            sc.logs().join("\n")
+        );
+        before = after;
+    }
+
+    let m = scrape(&admin).await;
+    assert_eq!(failures(&m, "server"), before, "a late count arrived");
+    assert_eq!(m.get(HANDSHAKES, &[("route", "server")]), 0.0);
+    assert_eq!(m.get(CONNECTIONS, &[("route", "server")]), 8.0);
+    // Failed handshakes are timed too, in real histogram buckets.
+    assert_eq!(
+        m.get(&format!("{DURATION}_count"), &[("route", "server")]),
+        8.0
+    );
+    let buckets = m.series(&format!("{DURATION}_bucket"));
+    let les: Vec<&str> = buckets.iter().map(|s| s.labels["le"].as_str()).collect();
+    for le in ["0.0001", "1", "10", "+Inf"] {
+        assert!(les.contains(&le), "no le={le} bucket in {les:?}");
+    }
+    assert!(
+        buckets.windows(2).all(|w| w[0].value <= w[1].value),
+        "buckets are not cumulative"
+    );
+    assert_eq!(
+        echo.accepted(),
+        0,
+        "an unauthenticated peer reached the target"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bytes_and_handshakes_are_counted_on_both_sidecars() {
+    let admin = ["--admin", "127.0.0.1:0"];
+    let pair = Pair::start(&admin, &admin).await;
+    let mut s = pair.connect().await;
+    let big: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+    assert_eq!(roundtrip(&mut s, &big).await, big);
+    assert_eq!(
+        roundtrip(&mut s, b"and a short one").await,
+        b"and a short one"
+    );
+    let sent = (big.len() + 15) as f64;
+    s.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty());
+
+    for (sc, route) in [(&pair.server, "server"), (&pair.client, "client")] {
+        let r = [("route", route)];
+        let m = scrape_until(&sc.admin(), &format!("{route} closed"), |m| {
+            m.get(CLOSED, &[("route", route), ("reason", "completed")]) == 1.0
+        })
+        .await;
+        assert_contract(&m);
+        for dir in ["to_target", "from_target"] {
+            let got = m.get(BYTES, &[("route", route), ("direction", dir)]);
+            assert_eq!(got, sent, "{route} {dir}");
+        }
+        assert_eq!(m.get(HANDSHAKES, &r), 1.0, "{route}");
+        assert_eq!(m.get(&format!("{DURATION}_count"), &r), 1.0, "{route}");
+        assert_eq!(m.get(CONNECTIONS, &r), 1.0, "{route}");
+        assert_eq!(m.get(ACTIVE, &r), 0.0, "{route}");
+        assert!(failures(&m, route).values().all(|v| *v == 0.0), "{route}");
+    }
+}
+
+async fn health(args: &[&str]) -> (Option<i32>, String) {
+    let out = tokio::process::Command::new(bin())
+        .arg("health")
+        .args(args)
+        .output()
+        .await
+        .expect("run health");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn readyz_turns_503_during_drain_while_a_live_connection_keeps_working() {
+    let pair = Pair::start(&["--admin", "127.0.0.1:0", "--drain-timeout", "60s"], &[]).await;
+    let admin = pair.server.admin();
+    let ready = get(&admin, "/readyz").await;
+    assert_eq!((ready.code, ready.body.as_str()), (200, "ready\n"));
+    let (code, out) = health(&["--admin", &admin]).await;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("HTTP/1.1 200 OK"), "{out}");
+
+    let mut live = pair.connect().await;
+    assert_eq!(roundtrip(&mut live, b"before").await, b"before");
+    pair.server.signal(libc::SIGTERM);
+    let draining = get_until(&admin, "/readyz", 503).await;
+    assert!(draining.body.starts_with("draining"), "{}", draining.body);
+    assert_eq!(draining.body.lines().count(), 1, "{}", draining.body);
+
+    assert_eq!(roundtrip(&mut live, b"during drain").await, b"during drain");
+    assert_eq!(get(&admin, "/livez").await.code, 200);
+    assert_eq!(status(&admin).await["draining"], true);
+    let (code, out) = health(&["--admin", &admin, "--path", "/readyz"]).await;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("503") && out.contains("draining"), "{out}");
+
+    drop(live);
+    let Pair { server, client, .. } = pair;
+    let (code, logs) = server.wait_exit().await;
+    assert_eq!(code, Some(0), "{}", logs.join("\n"));
+    drop(client);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn livez_stays_200_while_readyz_reports_the_expired_identity() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("test CA");
+    let now = SystemTime::now();
+    let spec = LeafSpec::dns(REPLICA, Role::Server, 1)
+        .valid(now - Duration::from_secs(60), now + Duration::from_secs(4));
+    let leaf = pki.issue(&spec);
+    let dir = pki.dir(tmp.path(), "replica", &leaf);
+    let echo = echo_target().await;
+    let sc = server(&dir, &echo, &["--admin", "127.0.0.1:0"]).await;
+    let admin = sc.admin();
+
+    let expired = get_until(&admin, "/readyz", 503).await;
+    assert!(
+        expired.body.contains("identity certificate") && expired.body.contains("expired at"),
+        "{}",
+        expired.body
+    );
+    assert_eq!(expired.body.lines().count(), 1, "{}", expired.body);
+    assert!(SystemTime::now() + Duration::from_secs(1) >= now + Duration::from_secs(4));
+    let live = get(&admin, "/livez").await;
+    assert_eq!((live.code, live.body.as_str()), (200, "ok\n"));
+
+    let st = status(&admin).await;
+    assert_eq!(st["ready"], false);
+    assert!(
+        st["credentials"][0]["identity"]["expires_in_seconds"]
+            .as_i64()
+            .unwrap()
+            < 0
+    );
+    let m = scrape(&admin).await;
+    let not_after = m.get(NOT_AFTER, &[("cert", "identity")]);
+    let want = humantime::parse_rfc3339(
+        st["credentials"][0]["identity"]["not_after"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap()
+    .duration_since(SystemTime::UNIX_EPOCH)
+    .unwrap()
+    .as_secs() as f64;
+    assert_eq!(not_after, want);
+}
+
+fn rfc3339(v: &Value) -> SystemTime {
+    humantime::parse_rfc3339(v.as_str().unwrap_or_else(|| panic!("not a time: {v}")))
+        .unwrap_or_else(|e| panic!("{v}: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_names_routes_credentials_and_the_rejected_revision() {
+    let admin = ["--admin", "127.0.0.1:0"];
+    let server_extra = ["--admin", "127.0.0.1:0", "--reload-interval", "50ms"];
+    let pair = Pair::start(&server_extra, &admin).await;
+    let mut live = pair.connect().await;
+    assert_eq!(roundtrip(&mut live, b"hi").await, b"hi");
+    let sadmin = pair.server.admin();
+
+    let st = status(&sadmin).await;
+    assert_eq!(st["ready"], true);
+    assert_eq!(st["draining"], false);
+    let route = &st["routes"][0];
+    assert_eq!(st["routes"].as_array().unwrap().len(), 1);
+    assert_eq!(route["name"], "server");
+    assert_eq!(route["mode"], "server");
+    assert_eq!(route["listen"], pair.server.addr("server"));
+    assert_eq!(route["target"], pair.echo.addr.to_string());
+    assert_eq!(route["allowed_sans"], serde_json::json!([CONTROLLER]));
+    assert_eq!(route["live_connections"], 1);
+    let source = pair.server_dir.to_str().unwrap();
+    assert_eq!(route["credentials"], source);
+
+    let creds = &st["credentials"][0];
+    assert_eq!(creds["source"], source);
+    let revision = creds["revision"].as_str().unwrap().to_string();
+    assert!(
+        revision.len() == 64 && revision.chars().all(|c| c.is_ascii_hexdigit()),
+        "{revision}"
+    );
+    let id = &creds["identity"];
+    assert!(id["subject"].as_str().unwrap().contains(REPLICA), "{id}");
+    assert_eq!(id["dns_sans"], serde_json::json!([REPLICA]));
+    assert!(!id["serial"].as_str().unwrap().is_empty());
+    let (nb, na) = (rfc3339(&id["not_before"]), rfc3339(&id["not_after"]));
+    assert!(nb < SystemTime::now() && SystemTime::now() < na);
+    let anchors = creds["trust_anchors"].as_array().unwrap();
+    assert_eq!(anchors.len(), 1);
+    assert!(anchors[0]["subject"].as_str().unwrap().contains("test CA"));
+    assert!(rfc3339(&anchors[0]["not_after"]) > SystemTime::now());
+    assert!(anchors[0]["retire_at"].is_null());
+    rfc3339(&creds["last_poll"]);
+    rfc3339(&creds["last_applied"]);
+    assert!(creds["last_rejected"].is_null());
+
+    let cst = status(&pair.client.admin()).await;
+    let croute = &cst["routes"][0];
+    assert_eq!(croute["mode"], "client");
+    assert_eq!(croute["target"], pair.server.addr("server"));
+    assert_eq!(croute["expected_sans"], serde_json::json!([REPLICA]));
+    assert_eq!(croute["server_name"], REPLICA);
+    assert!(croute.get("allowed_sans").is_none());
+
+    // A broken revision is rejected and named; the good one stays in force.
+    std::fs::write(pair.server_dir.join("tls.crt"), "not a certificate\n").unwrap();
+    let deadline = Instant::now() + DEADLINE;
+    let rejected = loop {
+        let st = status(&sadmin).await;
+        if !st["credentials"][0]["last_rejected"].is_null() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "rejection never shown: {st}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let creds = &rejected["credentials"][0];
+    assert_eq!(creds["revision"], revision.as_str());
+    let last = &creds["last_rejected"];
+    assert!(
+        last["error"].as_str().unwrap().contains("tls.crt"),
+        "{last}"
+    );
+    assert_ne!(last["revision"], revision.as_str());
+    rfc3339(&last["at"]);
+    let ready = get(&sadmin, "/readyz").await;
+    assert_eq!(ready.code, 200);
+    assert!(
+        ready.body.starts_with("ready; ") && ready.body.contains("rejected"),
+        "{}",
+        ready.body
+    );
+    let m = scrape(&sadmin).await;
+    assert_eq!(m.get(RELOADS, &[("result", "rejected")]), 1.0);
+    assert_eq!(m.get(RELOADS, &[("result", "applied")]), 0.0);
+    assert_eq!(roundtrip(&mut live, b"still up").await, b"still up");
+
+    assert_eq!(get(&sadmin, "/nope").await.code, 404);
+    assert_eq!(get(&sadmin, "/metrics/extra").await.code, 404);
+    let post = http::request(&sadmin, "POST", "/status").await;
+    assert_eq!(post.code, 405);
+    assert_eq!(post.header("allow"), Some("GET, HEAD"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn admin_serves_on_a_unix_socket_and_health_probes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("test CA");
+    let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+    let echo = echo_target().await;
+    let sock = format!("unix:{}", tmp.path().join("admin.sock").display());
+    let sc = server(&dir, &echo, &["--admin", &sock]).await;
+    assert_eq!(sc.admin(), sock);
+
+    assert_eq!(get(&sock, "/livez").await.code, 200);
+    assert_contract(&scrape(&sock).await);
+    assert_eq!(status(&sock).await["routes"][0]["name"], "server");
+
+    let (code, out) = health(&["--admin", &sock]).await;
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(out.trim(), "HTTP/1.1 200 OK: ready");
+    let (code, out) = health(&["--admin", &sock, "--path", "/missing"]).await;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("404"), "{out}");
+    let gone = format!("unix:{}", tmp.path().join("nobody.sock").display());
+    let (code, out) = health(&["--admin", &gone]).await;
+    assert_eq!(code, Some(1), "{out}");
+    let (code, out) = health(&["--admin", "no-port"]).await;
+    assert_eq!(code, Some(2), "{out}");
+}
