@@ -224,12 +224,12 @@ pub struct HealthArgs {
     /// The path to probe.
     #[arg(long, default_value = "/readyz")]
     pub path: String,
-}
-
-impl CommonArgs {
     /// Bound on connecting, sending and reading the whole answer.
     #[arg(long, value_name = "DUR", default_value = "2s")]
     pub timeout: String,
+}
+
+impl CommonArgs {
     fn route_spec(&self, mode: Mode) -> RouteSpec {
         RouteSpec {
             name: self.name.clone(),
