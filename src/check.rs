@@ -1,9 +1,107 @@
-//! `mtls-sidecar check`: preflight validation of a credential directory.
+//! `mtls-sidecar check`: a preflight for a credential directory or three
+//! files, run before a workload is pointed at a Secret.
+//!
+//! Why a separate command when the sidecar validates at start-up anyway: the
+//! start-up error names only the first problem, and only once the pod is
+//! already crash-looping. `check` reports every check on its own line (PASS,
+//! FAIL, or SKIP when an earlier failure makes it meaningless), adds the
+//! operator's expectations the sidecar cannot know (`--role`,
+//! `--require-san`, `--min-validity`), and ends by running the sidecar's own
+//! loader so "all PASS" means "the sidecar will accept this".
+//!
+//! The checks themselves live in [`inspect`]; this file turns arguments into
+//! a [`Request`] and prints the [`Report`].
 
-use crate::cli::CheckArgs;
+mod expect;
+mod inspect;
+mod report;
 
-/// Runs the checks; returns the exit status.
-pub fn run(_args: &CheckArgs) -> u8 {
-    eprintln!("error: `check` is not implemented yet");
-    2
+use std::time::{Duration, SystemTime};
+
+use crate::cli::{CheckArgs, Role};
+use crate::config::{parse_duration, ConfigError};
+use crate::credentials::CredentialSource;
+use crate::identity::SanPattern;
+
+pub use report::{Check, Report, Status};
+
+/// What to check, validated from the command line.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub source: CredentialSource,
+    pub require_sans: Vec<SanPattern>,
+    pub role: Option<Role>,
+    pub min_validity: Option<Duration>,
+}
+
+/// A command line that cannot be checked (exit status 2).
+#[derive(Debug, thiserror::Error)]
+pub enum UsageError {
+    #[error("give --tls-dir DIR, or --cert FILE --key FILE --ca FILE")]
+    NoCredentials,
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("--require-san: {0}")]
+    San(#[from] crate::identity::SanPatternError),
+}
+
+impl Request {
+    /// Validates the arguments; nothing is read from disk yet.
+    pub fn from_args(args: &CheckArgs) -> Result<Request, UsageError> {
+        let source = args
+            .credentials
+            .spec()
+            .to_source("")?
+            .ok_or(UsageError::NoCredentials)?;
+        let require_sans = args
+            .require_san
+            .iter()
+            .map(|s| s.parse::<SanPattern>())
+            .collect::<Result<Vec<_>, _>>()?;
+        let min_validity = args
+            .min_validity
+            .as_deref()
+            .map(|s| parse_duration("--min-validity", s))
+            .transpose()?;
+        Ok(Request {
+            source,
+            require_sans,
+            role: args.role,
+            min_validity,
+        })
+    }
+}
+
+/// Runs every check against `now`.
+pub fn inspect(req: &Request, now: SystemTime) -> Report {
+    inspect::run(req, &crate::crypto_provider(), now)
+}
+
+/// Runs the checks and prints them; returns the exit status (0 all passed,
+/// 1 a check failed, 2 bad usage).
+pub fn run(args: &CheckArgs) -> u8 {
+    let req = match Request::from_args(args) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    let report = inspect(&req, SystemTime::now());
+    if args.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("error: cannot encode the report: {e}");
+                return 1;
+            }
+        }
+    } else {
+        print!("{}", report.to_text());
+    }
+    if report.ok {
+        0
+    } else {
+        1
+    }
 }

@@ -10,7 +10,8 @@ mod validate;
 use std::path::{Path, PathBuf};
 
 pub use source::{
-    content_hash, CredentialSource, RawFile, RawRevision, CA_FILE, CERT_FILE, DATA_LINK, KEY_FILE,
+    content_hash, read_file, CredentialSource, RawFile, RawRevision, CA_FILE, CERT_FILE, DATA_LINK,
+    KEY_FILE,
 };
 pub use store::{Applied, CredentialStore, Credentials, ReloadStatus};
 pub use trust::{Anchor, Trust};

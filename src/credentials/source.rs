@@ -137,7 +137,10 @@ fn read_link(link: &Path) -> Result<PathBuf, CredError> {
     })
 }
 
-fn read_file(path: &Path) -> Result<RawFile, CredError> {
+/// Reads one credential file the way a revision read does: a missing file
+/// and a whitespace-only file are errors naming the path. `check` uses it to
+/// report each file on its own line.
+pub fn read_file(path: &Path) -> Result<RawFile, CredError> {
     let bytes = fs::read(path).map_err(|e| CredError::Read {
         path: path.to_path_buf(),
         detail: match e.kind() {
