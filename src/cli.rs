@@ -108,6 +108,9 @@ pub struct CommonArgs {
     /// Log line format (level from RUST_LOG, default info).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// How long a half-closed connection may stay quiet (tests only).
+    #[arg(long, value_name = "DUR", hide = true)]
+    pub half_close_linger: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -241,6 +244,7 @@ impl CommonArgs {
             max_connections: Some(self.max_connections),
             max_connection_lifetime: self.max_connection_lifetime.clone(),
             tls_min_version: Some(self.tls_min_version.clone()),
+            half_close_linger: self.half_close_linger.clone(),
             ..Default::default()
         }
     }

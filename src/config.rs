@@ -73,6 +73,8 @@ pub struct RouteConfig {
     pub max_connections: usize,
     pub max_connection_lifetime: Option<Duration>,
     pub tls_min_version: TlsVersion,
+    /// How long a half-closed connection may stay quiet before it is reaped.
+    pub half_close_linger: Duration,
     /// The credentials this route uses; routes naming the same source share
     /// one store.
     pub credentials: CredentialSource,
@@ -137,6 +139,9 @@ pub struct RouteSpec {
     pub max_connections: Option<usize>,
     pub max_connection_lifetime: Option<String>,
     pub tls_min_version: Option<String>,
+    /// Hidden `--half-close-linger` (tests); not a config file field.
+    #[serde(skip)]
+    pub half_close_linger: Option<String>,
     #[serde(flatten)]
     pub credentials: CredentialSpec,
 }
@@ -347,6 +352,11 @@ impl RouteSpec {
             max_connections,
             max_connection_lifetime,
             tls_min_version,
+            half_close_linger: opt_duration(
+                &p("--half-close-linger"),
+                &self.half_close_linger,
+                crate::route::HALF_CLOSE_LINGER,
+            )?,
             credentials,
         })
     }

@@ -53,7 +53,7 @@ impl std::fmt::Debug for Route {
 }
 
 /// How long a connection half-closed by one side may stay quiet before it
-/// is reaped.
+/// is reaped (the default of the hidden `--half-close-linger`).
 pub const HALF_CLOSE_LINGER: Duration = Duration::from_secs(60);
 
 async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
@@ -307,7 +307,7 @@ impl Route {
         let totals = Totals::default();
         self.metrics.active.increment(1.0);
         let reason = tokio::select! {
-            r = forward(peer, target, &self.metrics.to_target, &self.metrics.from_target, &totals, HALF_CLOSE_LINGER) => r,
+            r = forward(peer, target, &self.metrics.to_target, &self.metrics.from_target, &totals, self.cfg.half_close_linger) => r,
             r = conn.signal.closed() => r,
             _ = sleep_until_opt(expiry) => CloseReason::Expired,
             _ = sleep_until_opt(lifetime) => CloseReason::Lifetime,
