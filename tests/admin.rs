@@ -506,7 +506,10 @@ async fn status_names_routes_credentials_and_the_rejected_revision() {
     assert!(croute.get("allowed_sans").is_none());
 
     // A broken revision is rejected and named; the good one stays in force.
-    std::fs::write(pair.server_dir.join("tls.crt"), "not a certificate\n").unwrap();
+    // Renamed into place, so the poller sees exactly one new revision.
+    let tmp = pair.server_dir.join("tls.crt.new");
+    std::fs::write(&tmp, "not a certificate\n").unwrap();
+    std::fs::rename(&tmp, pair.server_dir.join("tls.crt")).unwrap();
     let deadline = Instant::now() + DEADLINE;
     let rejected = loop {
         let st = status(&sadmin).await;

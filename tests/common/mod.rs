@@ -72,7 +72,8 @@ impl Sidecar {
             let n = sc
                 .logs()
                 .iter()
-                .filter(|l| l.contains(" listening "))
+                // Route lines only: "admin endpoint listening" is not a route.
+                .filter(|l| l.contains(" listening ") && l.contains("route="))
                 .count();
             if n >= routes && (sc.has_admin_flag(args) <= sc.log_count("admin endpoint listening"))
             {
