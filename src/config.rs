@@ -12,6 +12,10 @@ use crate::addr::Addr;
 use crate::credentials::CredentialSource;
 use crate::identity::{SanPattern, SanPolicy};
 
+/// How long a connection half-closed by one side may stay quiet before it
+/// is reaped (so it never lingers in CLOSE_WAIT).
+pub const DEFAULT_HALF_CLOSE_LINGER: Duration = Duration::from_secs(60);
+
 /// The longest `--trust-grace` accepted: a removed CA must not linger.
 pub const MAX_TRUST_GRACE: Duration = Duration::from_secs(24 * 3600);
 
@@ -355,7 +359,7 @@ impl RouteSpec {
             half_close_linger: opt_duration(
                 &p("--half-close-linger"),
                 &self.half_close_linger,
-                crate::route::HALF_CLOSE_LINGER,
+                DEFAULT_HALF_CLOSE_LINGER,
             )?,
             credentials,
         })

@@ -52,10 +52,6 @@ impl std::fmt::Debug for Route {
     }
 }
 
-/// How long a connection half-closed by one side may stay quiet before it
-/// is reaped (the default of the hidden `--half-close-linger`).
-pub const HALF_CLOSE_LINGER: Duration = Duration::from_secs(60);
-
 async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
