@@ -542,6 +542,9 @@ async fn status_names_routes_credentials_and_the_rejected_revision() {
 
     assert_eq!(get(&sadmin, "/nope").await.code, 404);
     assert_eq!(get(&sadmin, "/metrics/extra").await.code, 404);
+    let head = http::request(&sadmin, "HEAD", "/readyz").await;
+    assert_eq!(head.code, 200);
+    assert!(head.body.is_empty());
     let post = http::request(&sadmin, "POST", "/status").await;
     assert_eq!(post.code, 405);
     assert_eq!(post.header("allow"), Some("GET, HEAD"));

@@ -40,7 +40,7 @@ pub async fn request(addr: &str, method: &str, path: &str) -> Answer {
     let raw = tokio::time::timeout(DEADLINE, exchange)
         .await
         .unwrap_or_else(|_| panic!("{method} {path}: no answer from {addr}"));
-    parse(&raw).unwrap_or_else(|e| {
+    parse(&raw, method == "HEAD").unwrap_or_else(|e| {
         panic!(
             "{method} {path}: bad answer ({e}):\n{}",
             String::from_utf8_lossy(&raw)
@@ -55,7 +55,7 @@ async fn send<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, req: &str) -> Vec<u8>
     raw
 }
 
-fn parse(raw: &[u8]) -> Result<Answer, String> {
+fn parse(raw: &[u8], head_request: bool) -> Result<Answer, String> {
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -79,7 +79,12 @@ fn parse(raw: &[u8]) -> Result<Answer, String> {
             .ok_or_else(|| format!("bad header {l:?}"))?;
         headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
     }
-    let body = if headers.get("transfer-encoding").map(String::as_str) == Some("chunked") {
+    let body = if head_request {
+        if !body.is_empty() {
+            return Err("a body in the answer to HEAD".into());
+        }
+        Vec::new()
+    } else if headers.get("transfer-encoding").map(String::as_str) == Some("chunked") {
         dechunk(body)?
     } else {
         if let Some(len) = headers.get("content-length") {
