@@ -317,8 +317,23 @@ fn a_certificate_from_another_ca_fails() {
     std::fs::write(d.join("ca.crt"), &foreign.ca.cert_pem).unwrap();
     let (code, report) = check_json(&["--tls-dir", &dir_arg(&d)]);
     assert_eq!(code, 1);
+    // Named for what it is, whichever usage the certificate carries.
     assert_status(&report, "chain", None, "fail", "does not chain to");
+    let (_, detail) = status(&report, "chain", None);
+    assert!(
+        detail.ends_with("not issued by any certificate in the CA bundle"),
+        "{detail}"
+    );
     assert_only_failure(&report, &["chain"]);
+    let pki = Pki::new("check CA");
+    let client = pki.dir(tmp.path(), "client", &pki.leaf(CONTROLLER, Role::Client));
+    std::fs::write(client.join("ca.crt"), &foreign.ca.cert_pem).unwrap();
+    let (_, report) = check_json(&["--tls-dir", &dir_arg(&client)]);
+    let (_, detail) = status(&report, "chain", None);
+    assert!(
+        detail.ends_with("not issued by any certificate in the CA bundle"),
+        "{detail}"
+    );
 }
 
 #[test]

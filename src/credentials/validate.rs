@@ -140,13 +140,24 @@ pub fn verify_chain(
         ee.verify_for_usage(algs, &roots.roots, &chain[1..], now, usage, None, None)
             .map(|_| ())
     };
-    match try_usage(webpki::KeyUsage::server_auth()) {
-        Ok(()) => Ok(()),
-        Err(_) => try_usage(webpki::KeyUsage::client_auth()).map_err(|e| match e {
-            webpki::Error::UnknownIssuer => {
-                "not issued by any certificate in the CA bundle".to_string()
-            }
-            other => other.to_string(),
-        }),
-    }
+    let server_err = match try_usage(webpki::KeyUsage::server_auth()) {
+        Ok(()) => return Ok(()),
+        Err(e) => e,
+    };
+    let client_err = match try_usage(webpki::KeyUsage::client_auth()) {
+        Ok(()) => return Ok(()),
+        Err(e) => e,
+    };
+    // Report the attempt that got further: an EKU mismatch only says the
+    // certificate is meant for the other usage, not why that one failed.
+    let e = match client_err {
+        webpki::Error::RequiredEkuNotFoundContext(_) => server_err,
+        other => other,
+    };
+    Err(match e {
+        webpki::Error::UnknownIssuer => {
+            "not issued by any certificate in the CA bundle".to_string()
+        }
+        other => other.to_string(),
+    })
 }
