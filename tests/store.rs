@@ -128,7 +128,7 @@ fn a_removed_anchor_lives_exactly_as_long_as_the_grace() {
     );
     let grace = Duration::from_secs(3600);
     let store = load(tmp.path(), grace);
-    let mut shrunk = store.trust_shrunk();
+    let shrunk = store.trust_shrunk();
     publish(&dir, &b.leaf(REPLICA, Role::Server), &b.ca.cert_pem);
     let t0 = SystemTime::now();
     assert!(matches!(
@@ -165,7 +165,7 @@ fn without_grace_a_removed_anchor_goes_at_once() {
         &format!("{}{}", a.ca.cert_pem, b.ca.cert_pem),
     );
     let store = load(tmp.path(), Duration::ZERO);
-    let mut shrunk = store.trust_shrunk();
+    let shrunk = store.trust_shrunk();
     publish(&dir, &b.leaf(REPLICA, Role::Server), &b.ca.cert_pem);
     assert!(matches!(
         store.poll(SystemTime::now()),
