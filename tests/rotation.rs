@@ -24,6 +24,9 @@ fn publish(dir: &AtomicDir, leaf: &Issued, ca_bundle: &str) {
     .expect("publish revision");
 }
 
+/// A revision's files: (name, contents).
+type Revision<'a> = Vec<(&'a str, &'a [u8])>;
+
 fn serial(leaf: &Issued) -> String {
     CertInfo::parse(&leaf.cert_der).unwrap().serial
 }
@@ -303,7 +306,7 @@ async fn invalid_revisions_are_rejected_and_the_last_good_one_serves() {
     let other = pki.leaf(REPLICA, Role::Server);
     let truncated = &good.cert_pem[..good.cert_pem.len() / 2];
     let foreign_leaf = foreign.leaf(REPLICA, Role::Server);
-    let bad: Vec<(&str, Vec<(&str, &[u8])>, &str)> = vec![
+    let bad: Vec<(&str, Revision, &str)> = vec![
         (
             "key mismatch",
             vec![
