@@ -79,12 +79,7 @@ async fn rotation_under_load_drops_nothing() {
     publish(&sdir, &pki.leaf(REPLICA, Role::Server), &pki.ca.cert_pem);
     publish(&cdir, &pki.leaf(CONTROLLER, Role::Client), &pki.ca.cert_pem);
     let echo = echo_target().await;
-    let server = server(
-        &sdir,
-        &echo.addr.to_string(),
-        &["--reload-interval", "1s"],
-    )
-    .await;
+    let server = server(&sdir, &echo.addr.to_string(), &["--reload-interval", "1s"]).await;
     let saddr = server.addr("server");
     let cd = cdir.path().to_str().unwrap().to_string();
     let client = Sidecar::start(
