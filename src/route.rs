@@ -162,31 +162,13 @@ impl Route {
     }
 
     async fn handle_server(&self, acceptor: &TlsAcceptor, stream: Stream, peer_addr: String) {
-        let started = Instant::now();
-        let handshake = tokio::time::timeout(self.cfg.handshake_timeout, acceptor.accept(stream));
-        let (result, report) = with_report(handshake).await;
-        let tls = match result {
-            Ok(Ok(tls)) => tls,
-            Ok(Err(e)) => {
-                return self.refused(&peer_addr, FailureReason::from_io(&e), &e, &report, started)
-            }
-            Err(_) => {
-                return self.refused(
-                    &peer_addr,
-                    FailureReason::Timeout,
-                    &"handshake timed out",
-                    &report,
-                    started,
-                )
-            }
+        let Some((tls, reg)) = self.authenticate(peer_addr, acceptor.accept(stream)).await else {
+            return;
         };
-        self.metrics.handshake_ok(started.elapsed());
-        let reg = self.register(peer_addr, report);
-        let target = match self.cfg.target.connect(self.cfg.connect_timeout).await {
-            Ok(t) => t,
-            Err(e) => return self.target_failed(&reg, &e),
-        };
-        self.supervise(reg, tls, target).await;
+        match self.cfg.target.connect(self.cfg.connect_timeout).await {
+            Ok(target) => self.supervise(reg, tls, target).await,
+            Err(e) => self.target_unreachable(&reg.conn.peer_addr, &e),
+        }
     }
 
     async fn handle_client(
@@ -196,40 +178,42 @@ impl Route {
         local: Stream,
         local_addr: String,
     ) {
-        let started = Instant::now();
+        // Nothing is read from the local application before the remote
+        // sidecar is verified: bytes wait in the socket until supervise.
         let remote = match self.cfg.target.connect(self.cfg.connect_timeout).await {
             Ok(r) => r,
-            Err(e) => {
-                self.metrics.target_connect_failures.increment(1);
-                self.metrics.closed(CloseReason::TargetError);
-                warn!(route = %self.cfg.name, local = %local_addr, target = %self.cfg.target, error = %e, "cannot connect to target");
-                return;
-            }
+            Err(e) => return self.target_unreachable(&local_addr, &e),
         };
-        let target = self.cfg.target.to_string();
-        let handshake = tokio::time::timeout(
-            self.cfg.handshake_timeout,
-            connector.connect(server_name.clone(), remote),
-        );
-        let (result, report) = with_report(handshake).await;
-        let tls = match result {
-            Ok(Ok(tls)) => tls,
-            Ok(Err(e)) => {
-                return self.refused(&target, FailureReason::from_io(&e), &e, &report, started)
+        let handshake = connector.connect(server_name.clone(), remote);
+        if let Some((tls, reg)) = self
+            .authenticate(self.cfg.target.to_string(), handshake)
+            .await
+        {
+            self.supervise(reg, local, tls).await;
+        }
+    }
+
+    /// Runs one handshake under `--handshake-timeout`. On success it is
+    /// counted and the connection registered; on failure it is counted by
+    /// reason and logged as one WARN line.
+    async fn authenticate<S>(
+        &self,
+        peer: String,
+        handshake: impl std::future::Future<Output = std::io::Result<S>>,
+    ) -> Option<(S, Registration)> {
+        let started = Instant::now();
+        let bounded = tokio::time::timeout(self.cfg.handshake_timeout, handshake);
+        let (result, report) = with_report(bounded).await;
+        let (reason, error) = match result {
+            Ok(Ok(stream)) => {
+                self.metrics.handshake_ok(started.elapsed());
+                return Some((stream, self.register(peer, report)));
             }
-            Err(_) => {
-                return self.refused(
-                    &target,
-                    FailureReason::Timeout,
-                    &"handshake timed out",
-                    &report,
-                    started,
-                )
-            }
+            Ok(Err(e)) => (FailureReason::from_io(&e), e.to_string()),
+            Err(_) => (FailureReason::Timeout, "handshake timed out".to_string()),
         };
-        self.metrics.handshake_ok(started.elapsed());
-        let reg = self.register(target, report);
-        self.supervise(reg, local, tls).await;
+        self.refused(&peer, reason, &error, &report, started);
+        None
     }
 
     fn register(&self, peer_addr: String, report: PeerReport) -> Registration {
@@ -253,10 +237,10 @@ impl Route {
         reg
     }
 
-    fn target_failed(&self, reg: &Registration, e: &std::io::Error) {
+    fn target_unreachable(&self, peer: &str, e: &std::io::Error) {
         self.metrics.target_connect_failures.increment(1);
         self.metrics.closed(CloseReason::TargetError);
-        warn!(route = %self.cfg.name, peer = %reg.conn.peer_addr, target = %self.cfg.target, error = %e, "cannot connect to target");
+        warn!(route = %self.cfg.name, peer = %peer, target = %self.cfg.target, error = %e, "cannot connect to target");
     }
 
     fn refused(

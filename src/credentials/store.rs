@@ -85,16 +85,7 @@ impl CredentialStore {
         let now = SystemTime::now();
         let raw = source.read()?;
         let rev = validate(&raw, &provider, now)?;
-        let anchors = rev
-            .anchors
-            .iter()
-            .map(|(der, info)| Anchor {
-                der: der.clone(),
-                info: info.clone(),
-                retire_at: None,
-            })
-            .collect();
-        let trust = Arc::new(Trust::build(anchors, &provider)?);
+        let trust = Arc::new(Trust::build(Anchor::bundle(&rev.anchors), &provider)?);
         let creds = Credentials {
             revision: rev.hash,
             identity: rev.identity,

@@ -24,6 +24,20 @@ pub struct Anchor {
     pub retire_at: Option<SystemTime>,
 }
 
+impl Anchor {
+    /// The anchors of a `ca.crt` bundle, none of them retiring.
+    pub fn bundle(bundle: &[(CertificateDer<'static>, CertInfo)]) -> Vec<Anchor> {
+        bundle
+            .iter()
+            .map(|(der, info)| Anchor {
+                der: der.clone(),
+                info: info.clone(),
+                retire_at: None,
+            })
+            .collect()
+    }
+}
+
 /// The effective trust: what peers are verified against right now.
 #[derive(Debug)]
 pub struct Trust {
@@ -61,14 +75,7 @@ impl Trust {
         grace: std::time::Duration,
         now: SystemTime,
     ) -> (Vec<Anchor>, bool) {
-        let mut next: Vec<Anchor> = bundle
-            .iter()
-            .map(|(der, info)| Anchor {
-                der: der.clone(),
-                info: info.clone(),
-                retire_at: None,
-            })
-            .collect();
+        let mut next = Anchor::bundle(bundle);
         let mut shrank = false;
         for old in &self.anchors {
             if next.iter().any(|a| a.der == old.der) {

@@ -62,11 +62,66 @@ fn unix_time(t: SystemTime) -> UnixTime {
     UnixTime::since_unix_epoch(t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default())
 }
 
+/// Splits a stored chain and re-runs a policy's check on it.
+fn reverify(
+    chain: &[CertificateDer<'static>],
+    now: SystemTime,
+    check: impl Fn(
+        &CertificateDer<'_>,
+        &[CertificateDer<'_>],
+        UnixTime,
+        Option<&CertInfo>,
+    ) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let (ee, rest) = chain.split_first().ok_or(Error::NoCertificatesPresented)?;
+    check(ee, rest, unix_time(now), CertInfo::parse(ee).ok().as_ref())
+}
+
 fn check_san(policy: &SanPolicy, info: Option<&CertInfo>) -> Result<(), Error> {
     match info {
         Some(info) if policy.allows(info) => Ok(()),
         _ => Err(Error::InvalidCertificate(CertificateError::NotValidForName)),
     }
+}
+
+/// The signature checks are the same for both directions: rustls's own,
+/// with the provider's algorithms.
+macro_rules! signature_methods {
+    () => {
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, Error> {
+            rustls::crypto::verify_tls12_signature(
+                message,
+                cert,
+                dss,
+                &self.provider.signature_verification_algorithms,
+            )
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, Error> {
+            rustls::crypto::verify_tls13_signature(
+                message,
+                cert,
+                dss,
+                &self.provider.signature_verification_algorithms,
+            )
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.provider
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    };
 }
 
 /// Server-side: verifies client certificates (chain to the trust in force,
@@ -94,8 +149,9 @@ impl ClientCertPolicy {
         chain: &[CertificateDer<'static>],
         now: SystemTime,
     ) -> Result<(), Error> {
-        let (ee, rest) = chain.split_first().ok_or(Error::NoCertificatesPresented)?;
-        self.check(ee, rest, unix_time(now), CertInfo::parse(ee).ok().as_ref())
+        reverify(chain, now, |ee, rest, now, info| {
+            self.check(ee, rest, now, info)
+        })
     }
 
     fn check(
@@ -131,39 +187,7 @@ impl ClientCertVerifier for ClientCertPolicy {
         Ok(ClientCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
+    signature_methods!();
 }
 
 /// Client-side: verifies the remote sidecar's certificate (chain to the
@@ -192,8 +216,9 @@ impl ServerCertPolicy {
         chain: &[CertificateDer<'static>],
         now: SystemTime,
     ) -> Result<(), Error> {
-        let (ee, rest) = chain.split_first().ok_or(Error::NoCertificatesPresented)?;
-        self.check(ee, rest, unix_time(now), CertInfo::parse(ee).ok().as_ref())
+        reverify(chain, now, |ee, rest, now, info| {
+            self.check(ee, rest, now, info)
+        })
     }
 
     fn check(
@@ -230,37 +255,5 @@ impl ServerCertVerifier for ServerCertPolicy {
         Ok(ServerCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
+    signature_methods!();
 }
