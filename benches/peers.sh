@@ -1,0 +1,333 @@
+#!/usr/bin/env bash
+# The benchmark scenarios of benches/sidecar.rs against the proxies users
+# would pick instead: stunnel4, HAProxy and nginx (stream module), each as an
+# equivalent mTLS pair (client → server, TLS 1.3 only, ECDSA P-256 certs from
+# one CA, client certificate required and verified, server identity checked
+# by the client, client identity checked by the server where the peer can),
+# plus a socat plaintext pair as the ceiling of a user-space forwarder. Every
+# system is measured by the same Rust load generator
+# (`cargo bench --bench sidecar -- --external ...`), which also measures
+# "direct" (generator → target) in the same run, and one table is printed.
+#
+#   CARGO_TARGET_DIR=/work/target-bench bash benches/peers.sh
+#   BENCH_QUICK=1 bash benches/peers.sh                 # smoke run
+#   SYSTEMS="mtls-sidecar haproxy" bash benches/peers.sh
+#   WORKERS=1 bash benches/peers.sh                     # threads per proxy process
+#
+# Worker threads: the sidecar's tokio runtime has one worker per core (2 on
+# the 2-core bench machine); HAProxy gets `nbthread $WORKERS`, nginx
+# `worker_processes $WORKERS`. stunnel has no worker setting (one thread
+# per connection) and socat forks one process per connection.
+#
+# Needs root for apt-get (skipped when the tools are already installed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+WORKERS=${WORKERS:-$(nproc)}
+SYSTEMS=${SYSTEMS:-"mtls-sidecar stunnel haproxy nginx socat"}
+WORK=${WORK:-$(mktemp -d /tmp/mtls-peers.XXXXXX)}
+OUT=${OUT:-$WORK/rows.jsonl}
+CLIENT_PORT=${CLIENT_PORT:-17001}
+SERVER_PORT=${SERVER_PORT:-17002}
+TARGET_PORT=${TARGET_PORT:-17003}
+CONTROLLER=controller.bench.svc
+REPLICA=replica-0.bench.svc
+CL=127.0.0.1:$CLIENT_PORT
+SV=127.0.0.1:$SERVER_PORT
+TG=127.0.0.1:$TARGET_PORT
+
+log() { echo "# $*" >&2; }
+
+# ------------------------------------------------------------------ install
+need=()
+command -v stunnel4 >/dev/null || need+=(stunnel4)
+command -v haproxy >/dev/null || need+=(haproxy)
+command -v nginx >/dev/null || need+=(nginx)
+[ -e /usr/lib/nginx/modules/ngx_stream_module.so ] || need+=(libnginx-mod-stream)
+command -v socat >/dev/null || need+=(socat)
+command -v openssl >/dev/null || need+=(openssl)
+if [ ${#need[@]} -gt 0 ]; then
+    log "installing ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# Debian starts the packaged daemons on install where it can; they listen
+# on other ports and are left alone.
+
+ulimit -n "$(ulimit -Hn)"
+
+# ------------------------------------------------------------------ certs
+# ECDSA P-256 CA and leaves with role SANs, as `mtls-sidecar certs` mints.
+mkdir -p "$WORK/pki"
+(
+    cd "$WORK/pki"
+    openssl ecparam -name prime256v1 -genkey -noout -out ca.key 2>/dev/null
+    openssl req -x509 -new -key ca.key -sha256 -days 30 -subj "/CN=bench peers CA" \
+        -addext "basicConstraints=critical,CA:TRUE" \
+        -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" -out ca.crt 2>/dev/null
+    leaf() { # name eku
+        openssl ecparam -name prime256v1 -genkey -noout -out "$1.ec" 2>/dev/null
+        openssl pkcs8 -topk8 -nocrypt -in "$1.ec" -out "$1.key"
+        openssl req -new -key "$1.key" -subj "/CN=$2" -out "$1.csr" 2>/dev/null
+        printf 'subjectAltName=DNS:%s\nextendedKeyUsage=%s\nkeyUsage=critical,digitalSignature\nbasicConstraints=CA:FALSE\n' \
+            "$2" "$3" >"$1.ext"
+        openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 30 \
+            -sha256 -extfile "$1.ext" -out "$1.crt" 2>/dev/null
+        cat "$1.crt" "$1.key" >"$1.pem"
+        mkdir -p "$1.dir"
+        cp "$1.crt" "$1.dir/tls.crt"
+        cp "$1.key" "$1.dir/tls.key"
+        cp ca.crt "$1.dir/ca.crt"
+    }
+    leaf server "$REPLICA" serverAuth
+    leaf client "$CONTROLLER" clientAuth
+    chmod 600 ./*.key ./*/tls.key
+)
+P=$WORK/pki
+
+# ------------------------------------------------------------------ runner
+PIDS=()
+stop_all() {
+    local p
+    for p in "${PIDS[@]:-}"; do
+        [ -n "$p" ] && kill "$p" 2>/dev/null || true
+    done
+    for p in "${PIDS[@]:-}"; do
+        [ -n "$p" ] && wait "$p" 2>/dev/null || true
+    done
+    PIDS=()
+}
+trap stop_all EXIT
+
+# Build once and run the executables directly, so a source edit in the
+# checkout during the run rebuilds nothing mid-table.
+build() {
+    log "building the load generator and the release binary"
+    local exe
+    exe=$(cargo bench --bench sidecar --no-run --message-format=json 2>"$WORK/build.log" |
+        python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "sidecar" and m.get("executable"):
+        print(m["executable"])') || { cat "$WORK/build.log" >&2; exit 1; }
+    [ -n "$exe" ] || { cat "$WORK/build.log" >&2; exit 1; }
+    cp "$exe" "$WORK/loadgen"
+    cp "$(dirname "$(dirname "$exe")")/mtls-sidecar" "$WORK/mtls-sidecar"
+    export MTLS_SIDECAR_BIN=$WORK/mtls-sidecar
+}
+
+bench() { # args for the load generator
+    "$WORK/loadgen" "$@" --out "$OUT"
+}
+
+external() { # name [extra key=value]
+    local name=$1
+    shift
+    local pids
+    pids=$(IFS=,; echo "${PIDS[*]}")
+    bench --external "name=$name,listen=$CL,target=$TG,pids=$pids${1:+,$1}"
+}
+
+run_sidecar() {
+    # The sidecar spawns its own pair (ECDSA P-256 from the in-process dev
+    # PKI, --allow-san and the client's expected SAN pinned).
+    bench --name mtls-sidecar
+}
+
+run_stunnel() {
+    local d=$WORK/stunnel
+    mkdir -p "$d"
+    # checkHost verifies the peer certificate's SAN/CN on both sides;
+    # verifyChain + CAfile require a client certificate from the CA.
+    cat >"$d/server.conf" <<EOF
+foreground = yes
+syslog = no
+debug = 3
+pid =
+[server]
+accept = $SV
+connect = $TG
+cert = $P/server.crt
+key = $P/server.key
+CAfile = $P/ca.crt
+verifyChain = yes
+requireCert = yes
+checkHost = $CONTROLLER
+sslVersionMin = TLSv1.3
+sessionResume = no
+options = NO_TICKET
+socket = l:TCP_NODELAY=1
+socket = r:TCP_NODELAY=1
+EOF
+    cat >"$d/client.conf" <<EOF
+foreground = yes
+syslog = no
+debug = 3
+pid =
+[client]
+client = yes
+accept = $CL
+connect = $SV
+cert = $P/client.crt
+key = $P/client.key
+CAfile = $P/ca.crt
+verifyChain = yes
+checkHost = $REPLICA
+sni = $REPLICA
+sslVersionMin = TLSv1.3
+sessionResume = no
+socket = l:TCP_NODELAY=1
+socket = r:TCP_NODELAY=1
+EOF
+    stunnel4 "$d/server.conf" 2>"$d/server.log" &
+    PIDS+=($!)
+    stunnel4 "$d/client.conf" 2>"$d/client.log" &
+    PIDS+=($!)
+    external stunnel
+    stop_all
+}
+
+run_haproxy() {
+    local d=$WORK/haproxy
+    mkdir -p "$d"
+    # HAProxy 2.6 has no fetch for the client certificate's SAN: the server
+    # side pins the subject CN (the minted leaves carry the same name in
+    # both). The client side checks the server SAN with verifyhost.
+    cat >"$d/server.cfg" <<EOF
+global
+    nbthread $WORKERS
+    maxconn 9000
+    ssl-default-bind-options ssl-min-ver TLSv1.3 no-tls-tickets
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 1h
+    timeout server 1h
+frontend server_in
+    bind $SV ssl crt $P/server.pem ca-file $P/ca.crt verify required
+    tcp-request session reject unless { ssl_c_s_dn(CN) -m str $CONTROLLER }
+    default_backend target
+backend target
+    server t $TG
+EOF
+    cat >"$d/client.cfg" <<EOF
+global
+    nbthread $WORKERS
+    maxconn 9000
+    ssl-default-server-options ssl-min-ver TLSv1.3
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 1h
+    timeout server 1h
+frontend client_in
+    bind $CL
+    default_backend to_server
+backend to_server
+    server s $SV ssl crt $P/client.pem ca-file $P/ca.crt verify required verifyhost $REPLICA sni str($REPLICA) no-ssl-reuse
+EOF
+    haproxy -db -f "$d/server.cfg" 2>"$d/server.log" &
+    PIDS+=($!)
+    haproxy -db -f "$d/client.cfg" 2>"$d/client.log" &
+    PIDS+=($!)
+    external haproxy
+    stop_all
+}
+
+run_nginx() {
+    local d=$WORK/nginx
+    mkdir -p "$d"
+    local mod=/usr/lib/nginx/modules/ngx_stream_module.so
+    # nginx's stream module checks no client SAN either: a map on the
+    # verified subject DN sends any other identity to a closed port (the
+    # handshake succeeds, the connection is then closed unforwarded). The
+    # client side checks the server SAN (proxy_ssl_verify + proxy_ssl_name).
+    cat >"$d/server.conf" <<EOF
+load_module $mod;
+worker_processes $WORKERS;
+worker_rlimit_nofile 20000;
+pid $d/server.pid;
+error_log $d/server.err warn;
+events { worker_connections 20000; }
+stream {
+    map \$ssl_client_s_dn \$upstream {
+        "~(^|,)CN=${CONTROLLER//./\\.}(,|\$)" $TG;
+        default 127.0.0.1:9;
+    }
+    server {
+        listen $SV ssl;
+        ssl_certificate $P/server.crt;
+        ssl_certificate_key $P/server.key;
+        ssl_client_certificate $P/ca.crt;
+        ssl_verify_client on;
+        ssl_verify_depth 2;
+        ssl_protocols TLSv1.3;
+        ssl_session_tickets off;
+        ssl_session_cache off;
+        proxy_pass \$upstream;
+        proxy_timeout 1h;
+    }
+}
+EOF
+    cat >"$d/client.conf" <<EOF
+load_module $mod;
+worker_processes $WORKERS;
+worker_rlimit_nofile 20000;
+pid $d/client.pid;
+error_log $d/client.err warn;
+events { worker_connections 20000; }
+stream {
+    server {
+        listen $CL;
+        proxy_pass $SV;
+        proxy_ssl on;
+        proxy_ssl_certificate $P/client.crt;
+        proxy_ssl_certificate_key $P/client.key;
+        proxy_ssl_trusted_certificate $P/ca.crt;
+        proxy_ssl_verify on;
+        proxy_ssl_verify_depth 2;
+        proxy_ssl_name $REPLICA;
+        proxy_ssl_server_name on;
+        proxy_ssl_protocols TLSv1.3;
+        proxy_ssl_session_reuse off;
+        proxy_timeout 1h;
+    }
+}
+EOF
+    nginx -e stderr -c "$d/server.conf" -g 'daemon off;' 2>"$d/server.log" &
+    PIDS+=($!)
+    nginx -e stderr -c "$d/client.conf" -g 'daemon off;' 2>"$d/client.log" &
+    PIDS+=($!)
+    external nginx
+    stop_all
+}
+
+run_socat() {
+    # Plaintext both hops: the ceiling of a user-space forwarder without
+    # crypto. socat forks per connection, so no idle-memory figure.
+    socat -b 131072 "TCP4-LISTEN:$SERVER_PORT,bind=127.0.0.1,reuseaddr,fork,nodelay,backlog=4096" \
+        "TCP4:$TG,nodelay" &
+    PIDS+=($!)
+    socat -b 131072 "TCP4-LISTEN:$CLIENT_PORT,bind=127.0.0.1,reuseaddr,fork,nodelay,backlog=4096" \
+        "TCP4:$SV,nodelay" &
+    PIDS+=($!)
+    external socat-plaintext idle=0
+    stop_all
+}
+
+log "work dir $WORK; rows in $OUT; $WORKERS worker threads per proxy process; load $(cut -d' ' -f1-3 /proc/loadavg)"
+build
+for s in $SYSTEMS; do
+    log "=== $s"
+    case $s in
+        mtls-sidecar) run_sidecar ;;
+        stunnel) run_stunnel ;;
+        haproxy) run_haproxy ;;
+        nginx) run_nginx ;;
+        socat) run_socat ;;
+        *) log "unknown system $s" ;;
+    esac
+done
+echo
+echo "## $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $WORKERS workers per proxy process${BENCH_QUICK:+, QUICK}"
+"$WORK/loadgen" --table "$OUT"
