@@ -121,6 +121,56 @@ async fn half_close_still_delivers_the_whole_late_response() {
     assert!(started.elapsed() >= Duration::from_secs(2));
 }
 
+/// A target that sends a banner and half-closes at once, then reads the
+/// request to EOF. Yields the request it read.
+async fn banner_then_listen() -> (String, JoinHandle<Vec<u8>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let task = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        s.write_all(b"banner").await.unwrap();
+        s.shutdown().await.unwrap();
+        let mut request = Vec::new();
+        s.read_to_end(&mut request).await.unwrap();
+        request
+    });
+    (addr, task)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn target_half_close_leaves_the_request_direction_open() {
+    let (target, listener) = banner_then_listen().await;
+    let pair = PairTo::start(&target, &[], &[]).await;
+    let mut s = pair.connect().await;
+    // The target's EOF arrives as ours, through close_notify and FIN...
+    assert_eq!(read_until_closed(&mut s).await, b"banner");
+    // ...while what we send afterwards still reaches it.
+    s.write_all(b"sent after the target's EOF").await.unwrap();
+    s.shutdown().await.unwrap();
+    let request = tokio::time::timeout(DEADLINE, listener)
+        .await
+        .expect("target got its EOF")
+        .unwrap();
+    assert_eq!(request, b"sent after the target's EOF");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn peer_closing_without_close_notify_is_a_normal_disconnect() {
+    let srv = ServerSide::start(&[]).await;
+    let mut tls = srv.connect_good().await;
+    assert_eq!(roundtrip(&mut tls, b"bye").await, b"bye");
+    // Drop the TLS stream without close_notify: the TCP socket just closes.
+    drop(tls);
+    let line = srv
+        .sidecar
+        .wait_log(&["connection closed", "route=server"])
+        .await;
+    assert!(
+        !line.contains("reason="),
+        "an ordinary disconnect was logged as a failure: {line}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn stalled_handshakes_do_not_delay_a_good_client_and_time_out() {
     let _timed = BULK.read().await;

@@ -247,6 +247,8 @@ async fn assert_client_refuses(server_ident: Issued, pki: &Pki, reason: &str, na
         .wait_field("handshake refused", "reason", reason)
         .await;
     assert!(line.contains(" WARN "), "{line}");
+    assert!(line.contains("route=client"), "{line}");
+    assert!(line.contains(&format!("subject=CN={names}")), "{line}");
     assert!(field(&line, "sans").contains(names), "{line}");
     assert_eq!(client.warn_lines(&["handshake refused"]).len(), 1);
 }
