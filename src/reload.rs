@@ -86,17 +86,32 @@ fn short(revision: &str) -> &str {
     revision.get(..12).unwrap_or(revision)
 }
 
+/// An event that cannot mean new content: an open, a read, a close
+/// without writing.
+fn is_read_only(event: &notify::Event) -> bool {
+    use notify::event::{AccessKind, AccessMode, EventKind};
+    matches!(event.kind, EventKind::Access(k) if k != AccessKind::Close(AccessMode::Write))
+}
+
 /// Watches the source's directories (non-recursively) to poll early. A
 /// watcher that cannot start is logged; polling carries on regardless.
 fn start_watcher(store: &CredentialStore, wake: Arc<Notify>) -> Option<notify::RecommendedWatcher> {
     use notify::Watcher;
-    let mut watcher = match notify::recommended_watcher(move |_event| wake.notify_one()) {
-        Ok(w) => w,
-        Err(e) => {
-            warn!(error = %e, "file watcher unavailable; polling only");
-            return None;
-        }
-    };
+    // The poll itself opens the files it reads, and inotify reports those
+    // opens: waking on read-only access would make the poller chase its own
+    // tail (a plain directory is watched directly), spinning a core.
+    let mut watcher =
+        match notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            if !event.as_ref().is_ok_and(is_read_only) {
+                wake.notify_one()
+            }
+        }) {
+            Ok(w) => w,
+            Err(e) => {
+                warn!(error = %e, "file watcher unavailable; polling only");
+                return None;
+            }
+        };
     for dir in store.source().watch_dirs() {
         if let Err(e) = watcher.watch(&dir, notify::RecursiveMode::NonRecursive) {
             warn!(dir = %dir.display(), error = %e, "cannot watch directory; polling only");
