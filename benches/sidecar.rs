@@ -17,7 +17,9 @@
 //!
 //! Environment: `BENCH_QUICK=1` (small sizes), `MTLS_SIDECAR_BIN` (binary to
 //! run), `BENCH_WRAP` (a command prefix for the sidecars, e.g.
-//! `valgrind --tool=callgrind`), `BENCH_SIDECAR_ARGS` (extra flags for both).
+//! `valgrind --tool=callgrind`), `BENCH_SIDECAR_ARGS` (extra flags for both),
+//! `BENCH_VERBOSE=1` (echo the sidecars' logs); size overrides
+//! `BENCH_BULK_MB`, `BENCH_PINGS`, `BENCH_IDLE`, `BENCH_SECS_MS`.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -57,20 +59,23 @@ struct Scale {
     rotations: usize,
     rotation_gap: Duration,
     reload_interval: &'static str,
+    /// Alternating direct/system rounds of the throughput scenarios (best kept).
+    rounds: usize,
 }
 
 impl Scale {
     fn full() -> Scale {
         Scale {
-            bulk_bytes: 2 << 30,
+            bulk_bytes: 1 << 30,
             echo_bytes: 1 << 30,
             pings: 20_000,
-            rt_time: Duration::from_secs(5),
-            newconn_time: Duration::from_secs(5),
+            rt_time: Duration::from_secs(3),
+            newconn_time: Duration::from_secs(3),
             idle: 4_000,
             rotations: 10,
             rotation_gap: Duration::from_millis(500),
             reload_interval: "100ms",
+            rounds: 3,
         }
     }
     fn quick() -> Scale {
@@ -84,6 +89,7 @@ impl Scale {
             rotations: 10,
             rotation_gap: Duration::from_millis(150),
             reload_interval: "50ms",
+            rounds: 1,
         }
     }
 }
@@ -220,11 +226,27 @@ fn main() {
         return;
     }
     raise_nofile();
-    let scale = if opts.quick {
+    let mut scale = if opts.quick {
         Scale::quick()
     } else {
         Scale::full()
     };
+    // Size overrides, for profiling runs under valgrind.
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+    if let Some(mb) = env("BENCH_BULK_MB") {
+        scale.bulk_bytes = mb << 20;
+        scale.echo_bytes = mb << 20;
+    }
+    if let Some(n) = env("BENCH_PINGS") {
+        scale.pings = n as usize;
+    }
+    if let Some(n) = env("BENCH_IDLE") {
+        scale.idle = n as usize;
+    }
+    if let Some(ms) = env("BENCH_SECS_MS") {
+        scale.rt_time = Duration::from_millis(ms);
+        scale.newconn_time = Duration::from_millis(ms);
+    }
     let started = Instant::now();
     let row = match &opts.external {
         Some(kv) => run_external(&opts, &scale, kv),
@@ -439,20 +461,28 @@ fn measure(
         }
     }
     if opts.wants("bulk") {
-        let d = bulk(direct, scale.bulk_bytes);
-        let s = bulk(via, scale.bulk_bytes);
-        say(&format!("bulk {s:.0} MB/s (direct {d:.0})"));
-        row.bulk = Some(Fig { sys: s, direct: d });
+        let f = best_of(
+            scale.rounds,
+            || bulk(direct, scale.bulk_bytes),
+            || bulk(via, scale.bulk_bytes),
+        );
+        say(&format!("bulk {:.0} MB/s (direct {:.0})", f.sys, f.direct));
+        row.bulk = Some(f);
     }
     if opts.wants("echo") {
-        let d = echo(direct, scale.echo_bytes);
-        let s = echo(via, scale.echo_bytes);
-        say(&format!("echo {s:.0} MB/s each way (direct {d:.0})"));
-        row.echo = Some(Fig { sys: s, direct: d });
+        let f = best_of(
+            scale.rounds,
+            || echo(direct, scale.echo_bytes),
+            || echo(via, scale.echo_bytes),
+        );
+        say(&format!(
+            "echo {:.0} MB/s each way (direct {:.0})",
+            f.sys, f.direct
+        ));
+        row.echo = Some(f);
     }
     if opts.wants("latency") {
-        let d = pingpong(direct, scale.pings);
-        let s = pingpong(via, scale.pings);
+        let (d, s) = pingpong(direct, via, scale.pings);
         let fig = |q: f64| Fig {
             sys: percentile(&s, q),
             direct: percentile(&d, q),
@@ -471,18 +501,28 @@ fn measure(
         ));
     }
     if opts.wants("rt16") {
-        let d = roundtrips(direct, RT_CONNS, scale.rt_time);
-        let s = roundtrips(via, RT_CONNS, scale.rt_time);
+        let f = best_of(
+            scale.rounds,
+            || roundtrips(direct, RT_CONNS, scale.rt_time),
+            || roundtrips(via, RT_CONNS, scale.rt_time),
+        );
         say(&format!(
-            "{RT_CONNS} connections: {s:.0} round trips/s (direct {d:.0})"
+            "{RT_CONNS} connections: {:.0} round trips/s (direct {:.0})",
+            f.sys, f.direct
         ));
-        row.rt16 = Some(Fig { sys: s, direct: d });
+        row.rt16 = Some(f);
     }
     if opts.wants("newconn") {
-        let d = newconns(direct, scale.newconn_time);
-        let s = newconns(via, scale.newconn_time);
-        say(&format!("{s:.0} new connections/s (direct {d:.0})"));
-        row.newconn = Some(Fig { sys: s, direct: d });
+        let f = best_of(
+            scale.rounds,
+            || newconns(direct, scale.newconn_time),
+            || newconns(via, scale.newconn_time),
+        );
+        say(&format!(
+            "{:.0} new connections/s (direct {:.0})",
+            f.sys, f.direct
+        ));
+        row.newconn = Some(f);
     }
     if let (true, Some(rot)) = (opts.wants("rotation"), rotate) {
         let (n, ok, failed) = rotation(via, scale, rot);
@@ -581,25 +621,53 @@ fn echo(addr: SocketAddr, bytes: u64) -> f64 {
     mbs(bytes, took)
 }
 
-/// Round-trip times of `n` 64-byte ping-pongs on one connection (after a
-/// warm-up of n/10), in µs.
-fn pingpong(addr: SocketAddr, n: usize) -> Vec<f64> {
-    let mut s = connect(addr).expect("connect");
-    s.write_all(b"E").unwrap();
+/// Best (highest) of `rounds` alternating measurements direct and through
+/// the system: other tenants of the machine only ever slow a run down.
+fn best_of(rounds: usize, direct: impl Fn() -> f64, sys: impl Fn() -> f64) -> Fig {
+    let mut f = Fig {
+        sys: 0.0,
+        direct: 0.0,
+    };
+    for _ in 0..rounds {
+        f.direct = f.direct.max(direct());
+        f.sys = f.sys.max(sys());
+    }
+    f
+}
+
+/// Round-trip times (µs, sorted) of `n` 64-byte ping-pongs on one
+/// connection direct and one through the system, alternating blocks of
+/// 500 so both see the same machine; after a warm-up of n/10 each.
+fn pingpong(direct: SocketAddr, via: SocketAddr, n: usize) -> (Vec<f64>, Vec<f64>) {
+    let open = |addr| {
+        let mut s = connect(addr).expect("connect");
+        s.write_all(b"E").unwrap();
+        s
+    };
+    let mut conns = [open(direct), open(via)];
     let req = [b'p'; MSG];
     let mut resp = [0u8; MSG];
-    let mut out = Vec::with_capacity(n);
-    for i in 0..n + n / 10 {
-        let t = Instant::now();
-        s.write_all(&req).unwrap();
-        s.read_exact(&mut resp).unwrap();
-        let us = t.elapsed().as_secs_f64() * 1e6;
-        if i >= n / 10 {
-            out.push(us);
+    let mut out = [Vec::with_capacity(n), Vec::with_capacity(n)];
+    let warm = n / 10;
+    let mut done = 0;
+    while done < warm + n {
+        let block = 500.min(warm + n - done);
+        for (s, out) in conns.iter_mut().zip(out.iter_mut()) {
+            for i in done..done + block {
+                let t = Instant::now();
+                s.write_all(&req).unwrap();
+                s.read_exact(&mut resp).unwrap();
+                if i >= warm {
+                    out.push(t.elapsed().as_secs_f64() * 1e6);
+                }
+            }
         }
+        done += block;
     }
-    out.sort_by(f64::total_cmp);
-    out
+    let [mut d, mut s] = out;
+    d.sort_by(f64::total_cmp);
+    s.sort_by(f64::total_cmp);
+    (d, s)
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
