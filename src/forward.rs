@@ -4,12 +4,15 @@
 //! on one side half-closes the other, and a half-closed connection that goes
 //! quiet is reaped after a linger.
 
+use std::future::poll_fn;
 use std::io;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use metrics::Counter;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 
 use crate::reason::CloseReason;
@@ -48,6 +51,24 @@ impl Tally<'_> {
     }
 }
 
+/// Polls one read into `slot`, allocating the buffer if it is missing and
+/// dropping it if the read has to wait.
+fn read_lazily<R: AsyncRead + Unpin>(
+    src: &mut R,
+    slot: &mut Option<Box<[u8]>>,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<usize>> {
+    let buf = slot.get_or_insert_with(|| vec![0u8; CHUNK].into_boxed_slice());
+    let mut rb = ReadBuf::new(buf);
+    match Pin::new(src).poll_read(cx, &mut rb) {
+        Poll::Ready(r) => Poll::Ready(r.map(|()| rb.filled().len())),
+        Poll::Pending => {
+            *slot = None;
+            Poll::Pending
+        }
+    }
+}
+
 /// Reads `src` until EOF, writing and flushing each chunk to `dst`, then
 /// shuts `dst` down. Errors say which side failed.
 async fn pump<R, W>(mut src: R, mut dst: W, src_side: Side, tally: Tally<'_>) -> Result<(), Side>
@@ -59,9 +80,12 @@ where
         Side::Peer => Side::Target,
         Side::Target => Side::Peer,
     };
-    let mut buf = vec![0u8; CHUNK];
+    // The copy buffer exists only while bytes flow: it is allocated for a
+    // read and released whenever a read has to wait, so an idle connection
+    // holds none.
+    let mut slot: Option<Box<[u8]>> = None;
     loop {
-        let n = match src.read(&mut buf).await {
+        let n = match poll_fn(|cx| read_lazily(&mut src, &mut slot, cx)).await {
             Ok(n) => n,
             // A TLS peer closing without close_notify is an ordinary close
             // for a byte-stream proxy: treat it as EOF.
@@ -74,6 +98,7 @@ where
             let _ = dst.shutdown().await;
             return Ok(());
         }
+        let buf = slot.as_deref().unwrap_or_default();
         dst.write_all(&buf[..n]).await.map_err(|_| dst_side)?;
         dst.flush().await.map_err(|_| dst_side)?;
         tally.add(n);
