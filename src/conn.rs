@@ -107,16 +107,14 @@ impl Registry {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Adds an authenticated connection. With `exclusive`, it becomes the
-    /// incumbent and the previous incumbent is returned, already told to
-    /// close as `displaced`.
+    /// Adds an authenticated connection, visible from now on to trust
+    /// re-verification, expiry and draining.
     pub fn register(
         self: &Arc<Self>,
         peer_addr: String,
         peer: Option<CertInfo>,
         chain: Vec<CertificateDer<'static>>,
-        exclusive: bool,
-    ) -> (Registration, Option<Arc<LiveConn>>) {
+    ) -> Registration {
         let conn = Arc::new(LiveConn {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             peer_addr,
@@ -127,24 +125,23 @@ impl Registry {
         });
         let mut inner = self.lock();
         inner.live.insert(conn.id, conn.clone());
-        let displaced = if exclusive {
-            inner.incumbent.replace(conn.clone())
-        } else {
-            None
-        };
         let n = inner.live.len();
         drop(inner);
+        self.count.send_replace(n);
+        Registration {
+            registry: self.clone(),
+            conn,
+        }
+    }
+
+    /// Makes `reg` the one connection an `--exclusive` route forwards. The
+    /// previous incumbent is returned, already told to close as `displaced`.
+    pub fn promote(&self, reg: &Registration) -> Option<Arc<LiveConn>> {
+        let displaced = self.lock().incumbent.replace(reg.conn.clone());
         if let Some(old) = &displaced {
             old.signal.close(CloseReason::Displaced);
         }
-        self.count.send_replace(n);
-        (
-            Registration {
-                registry: self.clone(),
-                conn,
-            },
-            displaced,
-        )
+        displaced
     }
 
     /// The live connections now.

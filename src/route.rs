@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use rustls_pki_types::ServerName;
+use rustls_pki_types::{CertificateDer, ServerName};
 use tokio::sync::{watch, Semaphore};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tracing::{debug, info, warn};
@@ -207,7 +207,7 @@ impl Route {
         let (reason, error) = match result {
             Ok(Ok(stream)) => {
                 self.metrics.handshake_ok(started.elapsed());
-                return Some((stream, self.register(peer, report)));
+                return self.admit(peer, report).map(|reg| (stream, reg));
             }
             Ok(Err(e)) => (FailureReason::from_io(&e), e.to_string()),
             Err(_) => (FailureReason::Timeout, "handshake timed out".to_string()),
@@ -216,25 +216,51 @@ impl Route {
         None
     }
 
-    fn register(&self, peer_addr: String, report: PeerReport) -> Registration {
+    /// Admits an authenticated peer: registers it, re-checks its chain, and
+    /// only then (for `--exclusive`) lets it displace the incumbent.
+    fn admit(&self, peer_addr: String, report: PeerReport) -> Option<Registration> {
         if let Some(c) = &report.cert {
             debug!(
                 route = %self.cfg.name, peer = %peer_addr, subject = %c.subject,
                 serial = %c.serial, sans = ?c.sans(), "handshake complete"
             );
         }
-        let (reg, displaced) =
-            self.registry
-                .register(peer_addr, report.cert, report.chain, self.cfg.exclusive);
-        if let Some(old) = displaced {
-            info!(
-                route = %self.cfg.name,
-                incumbent = %old.peer_addr,
-                newcomer = %reg.conn.peer_addr,
-                "exclusive: authenticated newcomer displaces the incumbent"
+        let reg = self.registry.register(peer_addr, report.cert, report.chain);
+        // The verifier checked the chain against the trust of its moment,
+        // possibly several round trips ago. A trust shrink since then found
+        // no registered connection to re-verify; now that this one is
+        // visible to the trust watcher, check it once more ourselves.
+        if let Err(e) = self.reverify(&reg.conn.chain, SystemTime::now()) {
+            self.metrics.closed(CloseReason::Revoked);
+            warn!(
+                route = %self.cfg.name, peer = %reg.conn.peer_addr, error = %e,
+                "closing connection: its peer lost trust during the handshake"
             );
+            return None;
         }
-        reg
+        if self.cfg.exclusive {
+            if let Some(old) = self.registry.promote(&reg) {
+                info!(
+                    route = %self.cfg.name,
+                    incumbent = %old.peer_addr,
+                    newcomer = %reg.conn.peer_addr,
+                    "exclusive: authenticated newcomer displaces the incumbent"
+                );
+            }
+        }
+        Some(reg)
+    }
+
+    /// Checks a peer chain against the trust and SAN policy in force now.
+    fn reverify(
+        &self,
+        chain: &[CertificateDer<'static>],
+        now: SystemTime,
+    ) -> Result<(), rustls::Error> {
+        match &self.tls {
+            RouteTls::Server { policy, .. } => policy.reverify(chain, now),
+            RouteTls::Client { policy, .. } => policy.reverify(chain, now),
+        }
     }
 
     fn target_unreachable(&self, peer: &str, e: &std::io::Error) {
@@ -333,11 +359,7 @@ impl Route {
     /// Closes every live connection whose peer chain fails verification now.
     pub fn revoke_untrusted(&self, now: SystemTime) {
         for conn in self.registry.snapshot() {
-            let verdict = match &self.tls {
-                RouteTls::Server { policy, .. } => policy.reverify(&conn.chain, now),
-                RouteTls::Client { policy, .. } => policy.reverify(&conn.chain, now),
-            };
-            if let Err(e) = verdict {
+            if let Err(e) = self.reverify(&conn.chain, now) {
                 if conn.signal.close(CloseReason::Revoked) {
                     let (subject, sans) = conn
                         .peer

@@ -504,3 +504,102 @@ async fn max_connection_lifetime_closes_old_connections() {
     let mut s = pair.connect().await;
     assert_eq!(roundtrip(&mut s, b"again").await, b"again");
 }
+
+/// The TLS records in a buffer: (content type, end offset).
+fn records(buf: &[u8]) -> Vec<(u8, usize)> {
+    let mut v = Vec::new();
+    let mut i = 0;
+    while i + 5 <= buf.len() {
+        let len = u16::from_be_bytes([buf[i + 3], buf[i + 4]]) as usize;
+        v.push((buf[i], i + 5 + len));
+        i += 5 + len;
+    }
+    v
+}
+
+/// A peer whose chain was verified just before its CA was dropped, and
+/// which finishes its handshake only afterwards, must not be forwarded:
+/// the trust watcher could not see it yet, so admission re-checks it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_handshake_straddling_a_trust_shrink_is_not_forwarded() {
+    use std::io::{Read, Write};
+    let tmp = tempfile::tempdir().unwrap();
+    let a = Pki::new("CA A");
+    let b = Pki::new("CA B");
+    let both = format!("{}{}", a.ca.cert_pem, b.ca.cert_pem);
+    let dir = AtomicDir::new(&tmp.path().join("r")).unwrap();
+    let srv = b.leaf(REPLICA, Role::Server);
+    publish(&dir, &srv, &both);
+    let echo = echo_target().await;
+    let server = server(
+        &dir,
+        &echo.addr.to_string(),
+        &["--reload-interval", "100ms"],
+    )
+    .await;
+    let addr = server.addr("server");
+    let cfg = client_config(Some(&a.leaf(CONTROLLER, Role::Client)), &both);
+
+    // Drive the client by hand, in small records, so the second flight can
+    // be held back between Certificate and Finished.
+    let mut sock = std::net::TcpStream::connect(&addr).unwrap();
+    sock.set_read_timeout(Some(DEADLINE)).unwrap();
+    let mut small = (*cfg).clone();
+    small.max_fragment_size = Some(64);
+    let mut conn =
+        rustls::ClientConnection::new(Arc::new(small), REPLICA.try_into().unwrap()).unwrap();
+    let mut out = Vec::new();
+    while conn.wants_write() {
+        conn.write_tls(&mut out).unwrap();
+    }
+    sock.write_all(&out).unwrap();
+    while !conn.wants_write() {
+        conn.read_tls(&mut sock).unwrap();
+        conn.process_new_packets().unwrap();
+    }
+    out.clear();
+    while conn.wants_write() {
+        conn.write_tls(&mut out).unwrap();
+    }
+    let recs = records(&out);
+    let cut = recs[recs.len() - 3].1;
+    sock.write_all(&out[..cut]).unwrap();
+    server
+        .wait_log(&["client certificate chain verified"])
+        .await;
+    assert_eq!(server.log_count("handshake complete"), 0);
+
+    publish(&dir, &srv, &b.ca.cert_pem); // drop A
+    server
+        .wait_log(&["applied credential revision", "trust_shrank=true"])
+        .await;
+
+    // Finish the handshake and try to use the connection.
+    sock.write_all(&out[cut..]).unwrap();
+    conn.writer().write_all(b"after the drop").unwrap();
+    out.clear();
+    while conn.wants_write() {
+        conn.write_tls(&mut out).unwrap();
+    }
+    sock.write_all(&out).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64];
+    loop {
+        match conn.read_tls(&mut sock) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if conn.process_new_packets().is_err() {
+            break;
+        }
+        if let Ok(n) = conn.reader().read(&mut buf) {
+            got.extend_from_slice(&buf[..n]);
+        }
+    }
+    assert!(
+        got.is_empty(),
+        "an A-issued peer was forwarded after A was dropped: {got:?}"
+    );
+    server.wait_log(&["lost trust during the handshake"]).await;
+    assert_eq!(echo.accepted(), 0, "the target never saw the peer");
+}

@@ -184,6 +184,12 @@ impl ClientCertVerifier for ClientCertPolicy {
     ) -> Result<ClientCertVerified, Error> {
         let info = note_peer(end_entity, intermediates);
         self.check(end_entity, intermediates, now, info.as_ref())?;
+        // The handshake is not over yet (CertificateVerify and Finished
+        // follow); this marks the moment the chain was judged.
+        tracing::debug!(
+            subject = info.as_ref().map(|i| i.subject.as_str()).unwrap_or(""),
+            "client certificate chain verified"
+        );
         Ok(ClientCertVerified::assertion())
     }
 
