@@ -88,7 +88,7 @@ pub async fn start(settings: Settings) -> Result<Running, StartError> {
                     provider.clone(),
                     settings.trust_grace,
                 )?;
-                crate::reload::publish_expiry(&s);
+                s.set_settle_window(settings.reload_interval);
                 stores.push(s.clone());
                 s
             }
@@ -112,11 +112,14 @@ pub async fn start(settings: Settings) -> Result<Running, StartError> {
     });
     let mut tasks = Vec::new();
     let mut wakes = Vec::new();
+    let all: Arc<[Arc<CredentialStore>]> = stores.clone().into();
+    crate::reload::publish_expiry(&all);
     for store in &stores {
         let wake = Arc::new(Notify::new());
         wakes.push(wake.clone());
         tasks.push(tokio::spawn(crate::reload::run(
             store.clone(),
+            all.clone(),
             settings.reload_interval,
             wake,
             stop.subscribe(),

@@ -71,7 +71,7 @@ fn describe() {
     describe_histogram!(
         HANDSHAKE_DURATION,
         Unit::Seconds,
-        "Time from accept (or connect) to a finished TLS handshake, successful or not."
+        "Duration of the TLS handshake, successful or not."
     );
     describe_gauge!(
         CONNECTIONS_ACTIVE,

@@ -12,8 +12,11 @@ use tracing::{debug, error, info, warn};
 use crate::credentials::{fmt_time, Applied, CredentialStore};
 
 /// Runs until `stop` turns true.
+/// `all` is every store of the process: the expiry gauges show the earliest
+/// expiry across them.
 pub async fn run(
     store: Arc<CredentialStore>,
+    all: Arc<[Arc<CredentialStore>]>,
     interval: Duration,
     wake: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
@@ -32,6 +35,9 @@ pub async fn run(
         }
         let outcome = store.poll(SystemTime::now());
         report(&store, &outcome);
+        if matches!(outcome, Applied::Applied { .. } | Applied::TrustRetired) {
+            publish_expiry(&all);
+        }
     }
 }
 
@@ -48,7 +54,6 @@ pub fn report(store: &CredentialStore, outcome: &Applied) {
         } => {
             let creds = store.current();
             crate::metrics::credential_reload(true);
-            publish_expiry(store);
             info!(
                 source = %store.source(),
                 revision = %short(revision),
@@ -61,7 +66,6 @@ pub fn report(store: &CredentialStore, outcome: &Applied) {
             );
         }
         Applied::TrustRetired => {
-            publish_expiry(store);
             info!(source = %store.source(), anchors = store.current().trust.anchors.len(), "trust grace ended; removed CA is no longer trusted");
         }
         Applied::Rejected { revision, error } => {
@@ -76,10 +80,18 @@ pub fn report(store: &CredentialStore, outcome: &Applied) {
     }
 }
 
-/// Sets the expiry gauges from what is in force.
-pub fn publish_expiry(store: &CredentialStore) {
-    let creds = store.current();
-    crate::metrics::cert_expiry(creds.leaf.not_after, creds.trust.earliest_not_after());
+/// Sets the expiry gauges from what is in force: the earliest identity and
+/// the earliest trust anchor across every store, so an alert on the gauge
+/// covers the source that expires first.
+pub fn publish_expiry(stores: &[Arc<CredentialStore>]) {
+    let current: Vec<_> = stores.iter().map(|s| s.current()).collect();
+    if let Some(identity) = current.iter().map(|c| c.leaf.not_after).min() {
+        let trust = current
+            .iter()
+            .filter_map(|c| c.trust.earliest_not_after())
+            .min();
+        crate::metrics::cert_expiry(identity, trust);
+    }
 }
 
 fn short(revision: &str) -> &str {

@@ -440,6 +440,8 @@ async fn a_plain_directory_written_file_by_file_never_serves_a_mismatched_pair()
         .iter()
         .all(|s| *s == serial(&first) || *s == serial(&next)));
     assert!(seen.contains(&serial(&first)));
+    // A write in progress is waited out, not reported as a bad revision.
+    assert_eq!(server.log_count("rejected credential revision"), 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -13,7 +13,7 @@ pub use source::{
     content_hash, read_file, CredentialSource, RawFile, RawRevision, CA_FILE, CERT_FILE, DATA_LINK,
     KEY_FILE,
 };
-pub use store::{Applied, CredentialStore, Credentials, ReloadStatus};
+pub use store::{Applied, CredentialStore, Credentials, ReloadStatus, SETTLE_WINDOW};
 pub use trust::{Anchor, Trust};
 pub use validate::{parse_certs, parse_key, root_store, validate, verify_chain, ValidRevision};
 

@@ -54,13 +54,31 @@ pub enum Applied {
     Settling,
 }
 
-#[derive(Debug, Default)]
+/// How long a plain directory's files may disagree before the state is
+/// called bad (at least this, or the poll interval if longer): writers
+/// replace `tls.crt` and `tls.key` one after the other, and a file watch
+/// can wake the poller between the two.
+pub const SETTLE_WINDOW: Duration = Duration::from_secs(2);
+
+#[derive(Debug)]
 struct PollState {
     status: ReloadStatus,
     /// Hash of the last rejected revision, so it is reported once.
     rejected: Option<String>,
-    /// Hash seen failing once on a non-atomic source.
-    settling: Option<String>,
+    /// A failing state of a non-atomic source and when it was first seen.
+    settling: Option<(String, SystemTime)>,
+    settle_window: Duration,
+}
+
+impl Default for PollState {
+    fn default() -> Self {
+        PollState {
+            status: ReloadStatus::default(),
+            rejected: None,
+            settling: None,
+            settle_window: SETTLE_WINDOW,
+        }
+    }
 }
 
 /// Holds the credentials in force for one source.
@@ -239,6 +257,13 @@ impl CredentialStore {
         }
     }
 
+    /// Lets a plain directory's files disagree for up to `max(window,
+    /// SETTLE_WINDOW)` before the state is rejected (set to the poll
+    /// interval by the app).
+    pub fn set_settle_window(&self, window: Duration) {
+        self.lock().settle_window = window.max(SETTLE_WINDOW);
+    }
+
     /// A plain directory (no `..data` link) is written file by file, so one
     /// bad reading may be a write in progress.
     fn settles(&self) -> bool {
@@ -259,9 +284,17 @@ impl CredentialStore {
         if state.rejected.as_deref() == Some(key.as_str()) {
             return Applied::Unchanged;
         }
-        if settles && state.settling.as_deref() != Some(key.as_str()) {
-            state.settling = Some(key);
-            return Applied::Settling;
+        if settles {
+            let since = match &state.settling {
+                Some((k, since)) if *k == key => *since,
+                _ => {
+                    state.settling = Some((key, now));
+                    return Applied::Settling;
+                }
+            };
+            if now.duration_since(since).unwrap_or_default() < state.settle_window {
+                return Applied::Settling;
+            }
         }
         state.settling = None;
         state.rejected = Some(key.clone());
