@@ -24,7 +24,7 @@ use tokio::sync::{watch, Semaphore};
 use tracing::{debug, warn};
 
 use crate::addr::{Listener, Stream};
-use crate::app::Shared;
+use crate::shared::Shared;
 
 /// How often histogram buckets are drained into their snapshot.
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);

@@ -3,10 +3,10 @@
 //! plus the orderly drain on shutdown.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -16,23 +16,7 @@ use crate::config::Settings;
 use crate::credentials::{CredError, CredentialStore};
 use crate::reason::CloseReason;
 use crate::route::{Route, RouteError};
-
-/// What the admin endpoint observes.
-#[derive(Debug)]
-pub struct Shared {
-    pub routes: Vec<Arc<Route>>,
-    pub stores: Vec<Arc<CredentialStore>>,
-    /// True from the first shutdown signal on: `/readyz` answers 503.
-    pub draining: AtomicBool,
-    pub metrics: PrometheusHandle,
-}
-
-impl Shared {
-    /// True while draining.
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::SeqCst)
-    }
-}
+use crate::shared::Shared;
 
 /// Why the process could not start.
 #[derive(Debug, thiserror::Error)]

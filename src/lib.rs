@@ -26,6 +26,7 @@ pub mod pki;
 pub mod reason;
 pub mod reload;
 pub mod route;
+pub mod shared;
 pub mod status;
 pub mod tls;
 

@@ -11,7 +11,9 @@ use mtls_sidecar::logging::{self, LogFormat};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if rustls::crypto::CryptoProvider::install_default(rustls::crypto::aws_lc_rs::default_provider()).is_err() {
+    // The process default is the same provider every config is built with.
+    let provider = std::sync::Arc::unwrap_or_clone(mtls_sidecar::crypto_provider());
+    if rustls::crypto::CryptoProvider::install_default(provider).is_err() {
         eprintln!("error: a TLS crypto provider was already installed");
         return ExitCode::from(1);
     }
@@ -74,7 +76,6 @@ async fn run(settings: Settings) -> u8 {
         Ok(r) => r,
         Err(e) => {
             error!("{e}");
-            eprintln!("error: {e}");
             return e.exit_code();
         }
     };
