@@ -344,3 +344,72 @@ async fn running_out_of_file_descriptors_backs_off_and_recovers() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Session resumption is off in both directions: a client that would resume
+/// gets a full handshake from the server sidecar, and the client sidecar
+/// never offers to resume with a server that would allow it.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_connection_is_a_full_handshake() {
+    use rustls::HandshakeKind;
+    use tokio::io::AsyncWriteExt;
+
+    // Server side: a resumption-capable client, twice.
+    let pair = Pair::start(&[], &[]).await;
+    let me = pair.pki.leaf(CONTROLLER, Role::Client);
+    let cfg = client_config(Some(&me), &pair.pki.ca.cert_pem);
+    // rustls clients cache sessions and offer to resume by default.
+    let saddr = pair.server.addr("server");
+    for round in 0..2 {
+        let mut s = tls_connect(&saddr, REPLICA, cfg.clone()).await.unwrap();
+        // Read a reply so any session ticket would have been processed.
+        assert_eq!(roundtrip(&mut s, b"again").await, b"again");
+        assert_eq!(
+            s.get_ref().1.handshake_kind(),
+            Some(HandshakeKind::Full),
+            "round {round}"
+        );
+        s.shutdown().await.unwrap();
+    }
+
+    // Client side: a server that issues tickets and would accept them.
+    let server_ident = pair.pki.leaf(REPLICA, Role::Server);
+    let acceptor =
+        tokio_rustls::TlsAcceptor::from(server_config(&server_ident, Some(&pair.pki.ca.cert_pem)));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let taddr = listener.local_addr().unwrap().to_string();
+    let kinds = tokio::spawn(async move {
+        let mut kinds = Vec::new();
+        for _ in 0..2 {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut tls = acceptor.accept(tcp).await.unwrap();
+            kinds.push(tls.get_ref().1.handshake_kind());
+            let mut buf = [0u8; 5];
+            tls.read_exact(&mut buf).await.unwrap();
+            tls.write_all(&buf).await.unwrap();
+            tls.shutdown().await.unwrap();
+        }
+        kinds
+    });
+    let cd = pair.client_dir.to_str().unwrap().to_string();
+    let client = Sidecar::start(
+        &[
+            "client",
+            "--listen",
+            "127.0.0.1:0",
+            "--target",
+            &taddr,
+            "--server-name",
+            REPLICA,
+            "--tls-dir",
+            &cd,
+        ],
+        1,
+    )
+    .await;
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(client.addr("client")).await.unwrap();
+        assert_eq!(roundtrip(&mut s, b"hello").await, b"hello");
+    }
+    let kinds = kinds.await.unwrap();
+    assert_eq!(kinds, vec![Some(HandshakeKind::Full); 2]);
+}
