@@ -4,7 +4,7 @@
 //! on one side half-closes the other, and a half-closed connection that goes
 //! quiet is reaped after a linger.
 
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use metrics::Counter;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
 use crate::reason::CloseReason;
@@ -51,57 +51,123 @@ impl Tally<'_> {
     }
 }
 
-/// Polls one read into `slot`, allocating the buffer if it is missing and
-/// dropping it if the read has to wait.
-fn read_lazily<R: AsyncRead + Unpin>(
-    src: &mut R,
-    slot: &mut Option<Box<[u8]>>,
-    cx: &mut Context<'_>,
-) -> Poll<io::Result<usize>> {
-    let buf = slot.get_or_insert_with(|| vec![0u8; CHUNK].into_boxed_slice());
-    let mut rb = ReadBuf::new(buf);
-    match Pin::new(src).poll_read(cx, &mut rb) {
-        Poll::Ready(r) => Poll::Ready(r.map(|()| rb.filled().len())),
-        Poll::Pending => {
-            *slot = None;
-            Poll::Pending
-        }
-    }
+/// One direction's copy: read a chunk, write it all, flush, repeat; on EOF
+/// shut the writer down. A plain state machine rather than an `async fn`,
+/// so both directions are polled by one future over the two streams
+/// without splitting them (no shared halves to lock, nothing moved to the
+/// heap).
+struct Pump {
+    src_side: Side,
+    /// The copy buffer exists only while bytes flow: it is allocated for a
+    /// read and released whenever a read has to wait, so an idle
+    /// connection holds none.
+    buf: Option<Box<[u8]>>,
+    /// Bytes of `buf` read and how many of them are written so far.
+    len: usize,
+    written: usize,
+    state: State,
 }
 
-/// Reads `src` until EOF, writing and flushing each chunk to `dst`, then
-/// shuts `dst` down. Errors say which side failed.
-async fn pump<R, W>(mut src: R, mut dst: W, src_side: Side, tally: Tally<'_>) -> Result<(), Side>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let dst_side = match src_side {
-        Side::Peer => Side::Target,
-        Side::Target => Side::Peer,
-    };
-    // The copy buffer exists only while bytes flow: it is allocated for a
-    // read and released whenever a read has to wait, so an idle connection
-    // holds none.
-    let mut slot: Option<Box<[u8]>> = None;
-    loop {
-        let n = match poll_fn(|cx| read_lazily(&mut src, &mut slot, cx)).await {
-            Ok(n) => n,
-            // A TLS peer closing without close_notify is an ordinary close
-            // for a byte-stream proxy: treat it as EOF.
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => 0,
-            Err(_) => return Err(src_side),
-        };
-        if n == 0 {
-            // The other side may already be gone; a failed shutdown then
-            // changes nothing for the direction still flowing.
-            let _ = dst.shutdown().await;
-            return Ok(());
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Reading,
+    Writing,
+    Flushing,
+    ShuttingDown,
+    Done,
+}
+
+impl Pump {
+    fn new(src_side: Side) -> Pump {
+        Pump {
+            src_side,
+            buf: None,
+            len: 0,
+            written: 0,
+            state: State::Reading,
         }
-        let buf = slot.as_deref().unwrap_or_default();
-        dst.write_all(&buf[..n]).await.map_err(|_| dst_side)?;
-        dst.flush().await.map_err(|_| dst_side)?;
-        tally.add(n);
+    }
+
+    fn dst_side(&self) -> Side {
+        match self.src_side {
+            Side::Peer => Side::Target,
+            Side::Target => Side::Peer,
+        }
+    }
+
+    /// Drives the copy from `src` to `dst` until it has to wait (`Pending`),
+    /// reaches EOF and has shut `dst` down (`Ready(Ok)`), or fails
+    /// (`Ready(Err(side))`).
+    fn poll<R, W>(
+        &mut self,
+        cx: &mut Context<'_>,
+        src: &mut R,
+        dst: &mut W,
+        tally: &Tally<'_>,
+    ) -> Poll<Result<(), Side>>
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin,
+    {
+        loop {
+            match self.state {
+                State::Reading => {
+                    let buf = self
+                        .buf
+                        .get_or_insert_with(|| vec![0u8; CHUNK].into_boxed_slice());
+                    let mut rb = ReadBuf::new(buf);
+                    let n = match Pin::new(&mut *src).poll_read(cx, &mut rb) {
+                        Poll::Ready(Ok(())) => rb.filled().len(),
+                        // A TLS peer closing without close_notify is an
+                        // ordinary close for a byte-stream proxy: EOF.
+                        Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => 0,
+                        Poll::Ready(Err(_)) => return Poll::Ready(Err(self.src_side)),
+                        Poll::Pending => {
+                            self.buf = None;
+                            return Poll::Pending;
+                        }
+                    };
+                    if n == 0 {
+                        self.buf = None;
+                        self.state = State::ShuttingDown;
+                    } else {
+                        (self.len, self.written) = (n, 0);
+                        self.state = State::Writing;
+                    }
+                }
+                State::Writing => {
+                    let buf = self.buf.as_deref().unwrap_or_default();
+                    while self.written < self.len {
+                        let chunk = &buf[self.written..self.len];
+                        match Pin::new(&mut *dst).poll_write(cx, chunk) {
+                            Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
+                                return Poll::Ready(Err(self.dst_side()))
+                            }
+                            Poll::Ready(Ok(k)) => self.written += k,
+                            Poll::Pending => return Poll::Pending,
+                        }
+                    }
+                    self.state = State::Flushing;
+                }
+                State::Flushing => match Pin::new(&mut *dst).poll_flush(cx) {
+                    Poll::Ready(Ok(())) => {
+                        tally.add(self.len);
+                        self.state = State::Reading;
+                    }
+                    Poll::Ready(Err(_)) => return Poll::Ready(Err(self.dst_side())),
+                    Poll::Pending => return Poll::Pending,
+                },
+                State::ShuttingDown => {
+                    // The other side may already be gone; a failed shutdown
+                    // then changes nothing for the direction still flowing.
+                    if Pin::new(&mut *dst).poll_shutdown(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    self.state = State::Done;
+                }
+                State::Done => return Poll::Ready(Ok(())),
+            }
+        }
     }
 }
 
@@ -109,8 +175,8 @@ where
 /// and `target` until both directions end, either side fails, or a
 /// half-closed connection stays quiet for `linger`.
 pub async fn forward<P, T>(
-    peer: P,
-    target: T,
+    mut peer: P,
+    mut target: T,
     to_target: &Counter,
     from_target: &Counter,
     totals: &Totals,
@@ -120,63 +186,60 @@ where
     P: AsyncRead + AsyncWrite + Unpin,
     T: AsyncRead + AsyncWrite + Unpin,
 {
-    let (peer_r, peer_w) = tokio::io::split(peer);
-    let (target_r, target_w) = tokio::io::split(target);
     let activity = AtomicU64::new(0);
     let start = Instant::now();
-    let up = pump(
-        peer_r,
-        target_w,
-        Side::Peer,
-        Tally {
-            metric: to_target,
-            total: &totals.to_target,
-            activity: &activity,
-            start,
-        },
-    );
-    let down = pump(
-        target_r,
-        peer_w,
-        Side::Target,
-        Tally {
-            metric: from_target,
-            total: &totals.from_target,
-            activity: &activity,
-            start,
-        },
-    );
-    tokio::pin!(up, down);
-    let (mut up_done, mut down_done) = (false, false);
+    let up_tally = Tally {
+        metric: to_target,
+        total: &totals.to_target,
+        activity: &activity,
+        start,
+    };
+    let down_tally = Tally {
+        metric: from_target,
+        total: &totals.from_target,
+        activity: &activity,
+        start,
+    };
+    let mut up = Pump::new(Side::Peer);
+    let mut down = Pump::new(Side::Target);
     let linger_timer = tokio::time::sleep(linger);
     tokio::pin!(linger_timer);
     let error = |side| match side {
         Side::Peer => CloseReason::PeerError,
         Side::Target => CloseReason::TargetError,
     };
-    loop {
-        tokio::select! {
-            r = &mut up, if !up_done => {
-                if let Err(side) = r { return error(side); }
-                up_done = true;
-                linger_timer.as_mut().reset(Instant::now() + linger);
+    poll_fn(|cx| {
+        for (pump, src_is_peer) in [(&mut up, true), (&mut down, false)] {
+            if pump.state == State::Done {
+                continue;
             }
-            r = &mut down, if !down_done => {
-                if let Err(side) = r { return error(side); }
-                down_done = true;
-                linger_timer.as_mut().reset(Instant::now() + linger);
-            }
-            _ = &mut linger_timer, if up_done != down_done => {
-                let last = start + Duration::from_millis(activity.load(Ordering::Relaxed));
-                let quiet_until = last.max(linger_timer.deadline() - linger) + linger;
-                if quiet_until <= Instant::now() {
-                    return CloseReason::Linger;
-                }
-                linger_timer.as_mut().reset(quiet_until);
+            let r = if src_is_peer {
+                pump.poll(cx, &mut peer, &mut target, &up_tally)
+            } else {
+                pump.poll(cx, &mut target, &mut peer, &down_tally)
+            };
+            match r {
+                Poll::Ready(Err(side)) => return Poll::Ready(error(side)),
+                // Just finished: the other direction now has `linger` of
+                // quiet to live.
+                Poll::Ready(Ok(())) => linger_timer.as_mut().reset(Instant::now() + linger),
+                Poll::Pending => {}
             }
         }
-        if up_done && down_done {
-            return CloseReason::Completed;
+        match (up.state == State::Done, down.state == State::Done) {
+            (true, true) => return Poll::Ready(CloseReason::Completed),
+            (false, false) => return Poll::Pending,
+            _ => {}
         }
-    }
+        while linger_timer.as_mut().poll(cx).is_ready() {
+            let last = start + Duration::from_millis(activity.load(Ordering::Relaxed));
+            let quiet_until = last.max(linger_timer.deadline() - linger) + linger;
+            if quiet_until <= Instant::now() {
+                return Poll::Ready(CloseReason::Linger);
+            }
+            linger_timer.as_mut().reset(quiet_until);
+        }
+        Poll::Pending
+    })
+    .await
 }
