@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::addr::Addr;
-use crate::config::Settings;
+use crate::config::{Mode, Settings};
 use crate::credentials::{CredError, CredentialStore};
 use crate::reason::CloseReason;
 use crate::route::{Route, RouteError};
@@ -77,6 +77,9 @@ pub async fn start(settings: Settings) -> Result<Running, StartError> {
                 s
             }
         };
+        let (server, client) = (cfg.mode == Mode::Server, cfg.mode == Mode::Client);
+        let (had_server, had_client) = roles_of(&bound, &store);
+        store.require_roles(server || had_server, client || had_client)?;
         bound.push(Route::bind(cfg, store).await?);
     }
     let admin_listener = match &settings.admin {
@@ -137,6 +140,22 @@ pub async fn start(settings: Settings) -> Result<Running, StartError> {
         tasks,
         drain_timeout: settings.drain_timeout,
     })
+}
+
+/// The roles the already-bound routes of `store` play: (server, client).
+fn roles_of(
+    bound: &[(Arc<Route>, crate::addr::Listener)],
+    store: &Arc<CredentialStore>,
+) -> (bool, bool) {
+    bound
+        .iter()
+        .filter(|(r, _)| Arc::ptr_eq(&r.store, store))
+        .fold((false, false), |(s, c), (r, _)| {
+            (
+                s || r.cfg.mode == Mode::Server,
+                c || r.cfg.mode == Mode::Client,
+            )
+        })
 }
 
 impl Running {

@@ -151,3 +151,15 @@ fn a_port_already_in_use_exits_1() {
     expect_exit(&args, 1, &[&addr]);
     drop(taken);
 }
+
+#[test]
+fn a_client_only_certificate_on_a_server_route_exits_2_naming_the_usage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("test CA");
+    let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Client));
+    expect_exit(
+        &server_args(&dir),
+        2,
+        &["tls.crt", "serverAuth", "server route"],
+    );
+}

@@ -212,3 +212,33 @@ fn start_up_errors_name_the_file() {
     .to_string();
     assert!(err.contains("ca.crt"), "{err}");
 }
+
+#[test]
+fn a_revision_without_the_routes_usage_is_rejected() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("CA");
+    let dir = AtomicDir::new(tmp.path()).unwrap();
+    publish(&dir, &pki.leaf(REPLICA, Role::Server), &pki.ca.cert_pem);
+    let store = load(tmp.path(), Duration::ZERO);
+    store
+        .require_roles(true, false)
+        .expect("a server leaf serves a server route");
+    assert!(store.require_roles(true, true).is_err(), "no clientAuth");
+    publish(&dir, &pki.leaf(REPLICA, Role::Client), &pki.ca.cert_pem);
+    match store.poll(SystemTime::now()) {
+        Applied::Rejected {
+            error:
+                CredError::Usage {
+                    usage: "serverAuth",
+                    ..
+                },
+            ..
+        } => {}
+        other => panic!("expected a usage rejection, got {other:?}"),
+    }
+    publish(&dir, &pki.leaf(REPLICA, Role::Both), &pki.ca.cert_pem);
+    assert!(matches!(
+        store.poll(SystemTime::now()),
+        Applied::Applied { .. }
+    ));
+}

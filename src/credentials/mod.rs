@@ -46,6 +46,12 @@ pub enum CredError {
         not_before: i64,
         current: i64,
     },
+    #[error("{path}: certificate lacks the {usage} extended key usage that a {mode} route needs", path = .path.display())]
+    Usage {
+        path: PathBuf,
+        usage: &'static str,
+        mode: &'static str,
+    },
 }
 
 impl CredError {
@@ -59,6 +65,32 @@ impl CredError {
             },
             other => other,
         }
+    }
+}
+
+/// Checks that a leaf may act in the roles its routes need: serverAuth for
+/// a server route, clientAuth for a client route (no EKU extension allows
+/// both).
+pub fn check_usage(
+    leaf: &crate::identity::CertInfo,
+    cert_path: &Path,
+    server: bool,
+    client: bool,
+) -> Result<(), CredError> {
+    let missing = if server && !leaf.server_auth {
+        Some(("serverAuth", "server"))
+    } else if client && !leaf.client_auth {
+        Some(("clientAuth", "client"))
+    } else {
+        None
+    };
+    match missing {
+        Some((usage, mode)) => Err(CredError::Usage {
+            path: cert_path.to_path_buf(),
+            usage,
+            mode,
+        }),
+        None => Ok(()),
     }
 }
 

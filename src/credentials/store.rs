@@ -68,6 +68,8 @@ struct PollState {
     /// A failing state of a non-atomic source and when it was first seen.
     settling: Option<(String, SystemTime)>,
     settle_window: Duration,
+    /// The roles the store's routes play: (server, client).
+    roles: (bool, bool),
 }
 
 impl Default for PollState {
@@ -77,6 +79,7 @@ impl Default for PollState {
             rejected: None,
             settling: None,
             settle_window: SETTLE_WINDOW,
+            roles: (false, false),
         }
     }
 }
@@ -222,7 +225,10 @@ impl CredentialStore {
         if state.rejected.as_deref() == Some(raw.hash.as_str()) {
             return Applied::Unchanged;
         }
-        let rev = match validate(&raw, &self.provider, now) {
+        let (server, client) = state.roles;
+        let rev = match validate(&raw, &self.provider, now).and_then(|rev| {
+            super::check_usage(&rev.leaf, &raw.cert.path, server, client).map(|()| rev)
+        }) {
             Ok(rev) => rev,
             Err(error) => return self.reject(state, raw.hash, error, settles, now),
         };
@@ -255,6 +261,18 @@ impl CredentialStore {
             revision: rev.hash,
             trust_shrank,
         }
+    }
+
+    /// Requires every future revision's leaf to allow these roles, and checks
+    /// the one in force now.
+    pub fn require_roles(&self, server: bool, client: bool) -> Result<(), CredError> {
+        let path = match &self.source {
+            CredentialSource::Dir(d) => d.join(super::CERT_FILE),
+            CredentialSource::Files { cert, .. } => cert.clone(),
+        };
+        super::check_usage(&self.current().leaf, &path, server, client)?;
+        self.lock().roles = (server, client);
+        Ok(())
     }
 
     /// Lets a plain directory's files disagree for up to `max(window,
