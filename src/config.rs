@@ -430,8 +430,32 @@ impl FileSpec {
             path: path.to_path_buf(),
             source: Box::new(e),
         })?;
-        spec.validate()
+        spec.validate().map_err(|e| match e {
+            // Name the file's keys, not the flags they mirror.
+            ConfigError::Invalid { field, why } => ConfigError::Invalid {
+                field: format!("config file {}: {}", path.display(), flags_to_keys(&field)),
+                why: flags_to_keys(&why),
+            },
+            other => other,
+        })
     }
+}
+
+/// Rewrites `--allow-san` as `allow_san` wherever a flag is named.
+fn flags_to_keys(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("--") {
+        out.push_str(&rest[..i]);
+        let flag = &rest[i + 2..];
+        let end = flag
+            .find(|c: char| !(c.is_ascii_lowercase() || c == '-'))
+            .unwrap_or(flag.len());
+        out.push_str(&flag[..end].replace('-', "_"));
+        rest = &flag[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
@@ -493,6 +517,28 @@ mod tests {
             ok.peer_sans,
             SanPolicy::OneOf(vec!["replica.svc".parse().unwrap()])
         );
+    }
+
+    #[test]
+    fn file_errors_name_keys_not_flags() {
+        assert_eq!(
+            flags_to_keys("route \"r\": --allow-san/--allow-any-san: conflicts with --allow-san"),
+            "route \"r\": allow_san/allow_any_san: conflicts with allow_san"
+        );
+        let dir = std::env::temp_dir().join(format!("mtls-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("s.toml");
+        std::fs::write(
+            &file,
+            "tls_dir = \"/x\"\n[[route]]\nmode = \"server\"\nlisten = \"127.0.0.1:1\"\ntarget = \"127.0.0.1:2\"\n",
+        )
+        .unwrap();
+        let e = FileSpec::load(&file).unwrap_err().to_string();
+        assert!(
+            e.contains("s.toml") && e.contains("allow_san") && !e.contains("--"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
