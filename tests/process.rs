@@ -413,3 +413,62 @@ async fn every_connection_is_a_full_handshake() {
     let kinds = kinds.await.unwrap();
     assert_eq!(kinds, vec![Some(HandshakeKind::Full); 2]);
 }
+
+/// SIGHUP polls the credentials at once. The files are symlinks into a
+/// directory nobody watches, and the interval is an hour, so only the
+/// signal can make the sidecar notice the new certificate.
+#[tokio::test(flavor = "multi_thread")]
+async fn sighup_polls_the_credentials_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("CA");
+    let store = tmp.path().join("store");
+    let first = pki.leaf(REPLICA, Role::Server);
+    mtls_sidecar::pki::write_secret_dir(&store, &first, &pki.ca.cert_pem).unwrap();
+    let links = tmp.path().join("links");
+    std::fs::create_dir(&links).unwrap();
+    for f in ["tls.crt", "tls.key", "ca.crt"] {
+        std::os::unix::fs::symlink(store.join(f), links.join(f)).unwrap();
+    }
+    let echo = echo_target().await;
+    let (t, l) = (echo.addr.to_string(), links.to_str().unwrap().to_string());
+    let sc = Sidecar::start(
+        &[
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--target",
+            &t,
+            "--tls-dir",
+            &l,
+            "--allow-san",
+            CONTROLLER,
+            "--reload-interval",
+            "1h",
+        ],
+        1,
+    )
+    .await;
+    // Replace the files behind the links: one rename per file, in a
+    // directory the sidecar does not watch.
+    let next = pki.leaf(REPLICA, Role::Server);
+    let staging = tmp.path().join("staging");
+    mtls_sidecar::pki::write_secret_dir(&staging, &next, &pki.ca.cert_pem).unwrap();
+    for f in ["tls.crt", "tls.key", "ca.crt"] {
+        std::fs::rename(staging.join(f), store.join(f)).unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        sc.log_count("applied credential revision"),
+        0,
+        "nothing but SIGHUP may poll"
+    );
+    sc.signal(libc::SIGHUP);
+    sc.wait_log(&["SIGHUP received"]).await;
+    sc.wait_log(&["applied credential revision"]).await;
+    let cfg = client_config(Some(&pki.leaf(CONTROLLER, Role::Client)), &pki.ca.cert_pem);
+    let s = tls_connect(&sc.addr("server"), REPLICA, cfg).await.unwrap();
+    let served = CertInfo::parse(&s.get_ref().1.peer_certificates().unwrap()[0])
+        .unwrap()
+        .serial;
+    assert_eq!(served, CertInfo::parse(&next.cert_der).unwrap().serial);
+}
