@@ -162,7 +162,8 @@ impl Route {
     }
 
     async fn handle_server(&self, acceptor: &TlsAcceptor, stream: Stream, peer_addr: String) {
-        let Some((tls, reg)) = self.authenticate(peer_addr, acceptor.accept(stream)).await else {
+        let handshake = Box::pin(acceptor.accept(stream));
+        let Some((tls, reg)) = self.authenticate(peer_addr, handshake).await else {
             return;
         };
         match self.cfg.target.connect(self.cfg.connect_timeout).await {
@@ -184,7 +185,7 @@ impl Route {
             Ok(r) => r,
             Err(e) => return self.target_unreachable(&local_addr, &e),
         };
-        let handshake = connector.connect(server_name.clone(), remote);
+        let handshake = Box::pin(connector.connect(server_name.clone(), remote));
         if let Some((tls, reg)) = self
             .authenticate(self.cfg.target.to_string(), handshake)
             .await
@@ -196,18 +197,26 @@ impl Route {
     /// Runs one handshake under `--handshake-timeout`. On success it is
     /// counted and the connection registered; on failure it is counted by
     /// reason and logged as one WARN line.
+    ///
+    /// Callers pass the handshake boxed: inline, its TLS state would be laid
+    /// out again at each level of futures wrapping it, and a task keeps the
+    /// size of its largest state for the life of the connection.
     async fn authenticate<S>(
         &self,
         peer: String,
         handshake: impl std::future::Future<Output = std::io::Result<S>>,
-    ) -> Option<(S, Registration)> {
+    ) -> Option<(Box<S>, Registration)> {
         let started = Instant::now();
         let bounded = tokio::time::timeout(self.cfg.handshake_timeout, handshake);
         let (result, report) = with_report(bounded).await;
         let (reason, error) = match result {
             Ok(Ok(stream)) => {
                 self.metrics.handshake_ok(started.elapsed());
-                return self.admit(peer, report).map(|reg| (stream, reg));
+                // Boxed once here: the TLS stream (~1.2 KB of rustls state)
+                // then moves through supervise and forward as a pointer
+                // instead of being laid out again in each of their futures,
+                // which every live connection's task would carry.
+                return self.admit(peer, report).map(|reg| (Box::new(stream), reg));
             }
             Ok(Err(e)) => (FailureReason::from_io(&e), e.to_string()),
             Err(_) => (FailureReason::Timeout, "handshake timed out".to_string()),
