@@ -649,9 +649,13 @@ fn pingpong(direct: SocketAddr, via: SocketAddr, n: usize) -> (Vec<f64>, Vec<f64
     let mut resp = [0u8; MSG];
     let mut out = [Vec::with_capacity(n), Vec::with_capacity(n)];
     let warm = n / 10;
+    let ping_block = std::env::var("BENCH_PING_BLOCK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500usize);
     let mut done = 0;
     while done < warm + n {
-        let block = 500.min(warm + n - done);
+        let block = ping_block.min(warm + n - done);
         for (s, out) in conns.iter_mut().zip(out.iter_mut()) {
             for i in done..done + block {
                 let t = Instant::now();
@@ -1007,8 +1011,12 @@ impl Sidecar {
         argv.push(bin.to_string_lossy().into_owned());
         argv.extend(args.iter().map(|a| a.to_string()));
         argv.extend(extra.split_whitespace().map(str::to_string));
+        use std::os::unix::process::CommandExt;
         let mut child = Command::new(&argv[0])
             .args(&argv[1..])
+            // Its own process group, so a wrapper (valgrind, perf) and the
+            // sidecar under it are signalled together.
+            .process_group(0)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
@@ -1083,7 +1091,7 @@ impl Drop for Sidecar {
         // SIGTERM, so a profiler wrapping the sidecar can write its output.
         // SAFETY: signalling our own child by pid.
         unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+            libc::kill(-(self.child.id() as libc::pid_t), libc::SIGTERM);
         }
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
@@ -1092,7 +1100,10 @@ impl Drop for Sidecar {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = self.child.kill();
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(-(self.child.id() as libc::pid_t), libc::SIGKILL);
+        }
         let _ = self.child.wait();
     }
 }
@@ -1222,8 +1233,8 @@ fn print_targets(rows: &[Row]) {
         return;
     }
     println!();
-    println!("| target | mtls-sidecar | best peer | ratio | goal | met |");
-    println!("|---|---|---|---|---|---|");
+    println!("| target | mtls-sidecar | best peer | ratio | goal | met | absolute ratio |");
+    println!("|---|---|---|---|---|---|---|");
     type Get = fn(&Row) -> Option<f64>;
     let checks: [(&str, Get, bool, f64); 8] = [
         (
@@ -1276,13 +1287,25 @@ fn print_targets(rows: &[Row]) {
         }
         let best = peers
             .iter()
-            .filter_map(|r| get(r).map(|v| (v, &r.system)))
+            .filter_map(|r| get(r).map(|v| (v, *r)))
             .reduce(|a, b| if (b.0 > a.0) == higher { b } else { a });
-        let Some((best, who)) = best else { continue };
+        let Some((best, peer)) = best else { continue };
         let r = mine / best;
         let met = if higher { r >= goal } else { r <= goal };
+        // The same comparison on the raw figures, without each run's direct.
+        let raw = |row: &Row| match name {
+            n if n.starts_with("bulk") => row.bulk.map(|f| f.sys),
+            n if n.starts_with("new conn") => row.newconn.map(|f| f.sys),
+            n if n.starts_with("16-conn") => row.rt16.map(|f| f.sys),
+            _ => None,
+        };
+        let absolute = match (raw(us), raw(peer)) {
+            (Some(a), Some(b)) => format!("{:.2} ({a:.0} / {b:.0})", a / b),
+            _ => "-".into(),
+        };
         println!(
-            "| {name} | {mine:.2} | {best:.2} ({who}) | {r:.2} | {}{goal} | {} |",
+            "| {name} | {mine:.2} | {best:.2} ({}) | {r:.2} | {}{goal} | {} | {absolute} |",
+            peer.system,
             if higher { "≥" } else { "≤" },
             if met { "yes" } else { "NO" }
         );
