@@ -18,7 +18,8 @@
 //! Environment: `BENCH_QUICK=1` (small sizes), `MTLS_SIDECAR_BIN` (binary to
 //! run), `BENCH_WRAP` (a command prefix for the sidecars, e.g.
 //! `valgrind --tool=callgrind`), `BENCH_SIDECAR_ARGS` (extra flags for both),
-//! `BENCH_VERBOSE=1` (echo the sidecars' logs); size overrides
+//! `BENCH_VERBOSE=1` (echo the sidecars' logs), `BENCH_ONLY=a,b` (as
+//! `--only`); size overrides
 //! `BENCH_BULK_MB`, `BENCH_PINGS`, `BENCH_IDLE`, `BENCH_SECS_MS`.
 
 use std::collections::HashMap;
@@ -147,6 +148,9 @@ impl Opts {
             quick: std::env::var("BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0"),
             ..Opts::default()
         };
+        if let Ok(only) = std::env::var("BENCH_ONLY") {
+            o.only = Some(only.split(',').map(str::to_string).collect());
+        }
         let mut args = std::env::args().skip(1);
         while let Some(a) = args.next() {
             let mut val = || {
@@ -482,7 +486,11 @@ fn measure(
         row.echo = Some(f);
     }
     if opts.wants("latency") {
+        let warm = std::env::var("BENCH_WARM_CPU")
+            .is_ok_and(|v| v == "1")
+            .then(WarmCpu::start);
         let (d, s) = pingpong(direct, via, scale.pings);
+        drop(warm);
         let fig = |q: f64| Fig {
             sys: percentile(&s, q),
             direct: percentile(&d, q),
