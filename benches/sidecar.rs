@@ -486,11 +486,7 @@ fn measure(
         row.echo = Some(f);
     }
     if opts.wants("latency") {
-        let warm = std::env::var("BENCH_WARM_CPU")
-            .is_ok_and(|v| v == "1")
-            .then(WarmCpu::start);
         let (d, s) = pingpong(direct, via, scale.pings);
-        drop(warm);
         let fig = |q: f64| Fig {
             sys: percentile(&s, q),
             direct: percentile(&d, q),
