@@ -234,12 +234,22 @@ impl Route {
                 serial = %c.serial, sans = ?c.sans(), "handshake complete"
             );
         }
+        let verified_with = report.verified_with;
         let reg = self.registry.register(peer_addr, report.cert, report.chain);
         // The verifier checked the chain against the trust of its moment,
         // possibly several round trips ago. A trust shrink since then found
         // no registered connection to re-verify; now that this one is
         // visible to the trust watcher, check it once more ourselves.
-        if let Err(e) = self.reverify(&reg.conn.chain, SystemTime::now()) {
+        // When the trust in force is still the very one the verifier judged
+        // against, nothing can have shrunk and the verdict stands: the check
+        // (a signature verification) is only repeated when it changed.
+        let unchanged = verified_with.is_some_and(|t| Arc::ptr_eq(&t, &self.store.current().trust));
+        let verdict = if unchanged {
+            Ok(())
+        } else {
+            self.reverify(&reg.conn.chain, SystemTime::now())
+        };
+        if let Err(e) = verdict {
             self.metrics.closed(CloseReason::Revoked);
             warn!(
                 route = %self.cfg.name, peer = %reg.conn.peer_addr, error = %e,

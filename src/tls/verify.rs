@@ -13,7 +13,7 @@ use rustls::server::ParsedCertificate;
 use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
-use crate::credentials::CredentialStore;
+use crate::credentials::{CredentialStore, Trust};
 use crate::identity::{CertInfo, SanPolicy};
 
 /// What a verifier learned about the peer during one handshake, for the
@@ -25,6 +25,8 @@ pub struct PeerReport {
     /// The chain as sent, kept so the connection can be re-verified when the
     /// trust shrinks.
     pub chain: Vec<CertificateDer<'static>>,
+    /// The trust the chain was found good against, when it was.
+    pub verified_with: Option<Arc<Trust>>,
 }
 
 tokio::task_local! {
@@ -56,6 +58,16 @@ fn note_peer(
         }
     });
     info
+}
+
+/// Records, in a handshake's report, the trust its chain passed against
+/// (outside a handshake, e.g. when re-verifying, there is no report).
+fn note_verified(trust: Arc<Trust>) {
+    let _ = REPORT.try_with(|slot| {
+        if let Ok(mut r) = slot.lock() {
+            r.verified_with = Some(trust);
+        }
+    });
 }
 
 fn unix_time(t: SystemTime) -> UnixTime {
@@ -165,7 +177,9 @@ impl ClientCertPolicy {
         trust
             .client_verifier
             .verify_client_cert(ee, intermediates, now)?;
-        check_san(&self.allowed, info)
+        check_san(&self.allowed, info)?;
+        note_verified(trust);
+        Ok(())
     }
 }
 
@@ -243,7 +257,9 @@ impl ServerCertPolicy {
             now,
             self.provider.signature_verification_algorithms.all,
         )?;
-        check_san(&self.expected, info)
+        check_san(&self.expected, info)?;
+        note_verified(trust);
+        Ok(())
     }
 }
 
