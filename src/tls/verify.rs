@@ -60,6 +60,66 @@ fn note_peer(
     info
 }
 
+/// The last peer certificate a policy found chaining to the trust. A
+/// sidecar's peer reconnects with the same certificate every time, so the
+/// chain check (a signature verification, a third of a handshake's
+/// verification work) is skipped when the very same DER comes back while
+/// the very same trust is in force (any reload or retirement swaps in a new
+/// `Arc<Trust>`; the one kept here pins the old allocation, so the pointer
+/// comparison cannot be fooled) and `now` is inside its validity. The
+/// handshake's own signature (CertificateVerify) and the SAN check always
+/// run. Only leaves issued directly by an anchor are remembered.
+#[derive(Debug, Default)]
+struct LastVerified(Mutex<Option<Remembered>>);
+
+#[derive(Debug)]
+struct Remembered {
+    der: Vec<u8>,
+    trust: Arc<Trust>,
+    not_before: u64,
+    not_after: u64,
+}
+
+impl LastVerified {
+    fn covers(
+        &self,
+        ee: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        trust: &Arc<Trust>,
+        now: UnixTime,
+    ) -> bool {
+        let Ok(last) = self.0.lock() else {
+            return false;
+        };
+        last.as_ref().is_some_and(|r| {
+            intermediates.is_empty()
+                && Arc::ptr_eq(&r.trust, trust)
+                && r.der == ee.as_ref()
+                && (r.not_before..=r.not_after).contains(&now.as_secs())
+        })
+    }
+
+    fn record(
+        &self,
+        ee: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        trust: &Arc<Trust>,
+        info: Option<&CertInfo>,
+    ) {
+        let Some(info) = info.filter(|_| intermediates.is_empty()) else {
+            return;
+        };
+        if let Ok(mut last) = self.0.lock() {
+            *last = Some(Remembered {
+                der: ee.as_ref().to_vec(),
+                trust: trust.clone(),
+                not_before: u64::try_from(info.not_before).unwrap_or(u64::MAX),
+                not_after: u64::try_from(info.not_after).unwrap_or(0),
+            });
+        }
+    }
+}
+
 /// Records, in a handshake's report, the trust its chain passed against
 /// (outside a handshake, e.g. when re-verifying, there is no report).
 fn note_verified(trust: Arc<Trust>) {
@@ -143,6 +203,7 @@ pub struct ClientCertPolicy {
     store: Arc<CredentialStore>,
     allowed: SanPolicy,
     provider: Arc<CryptoProvider>,
+    last: LastVerified,
 }
 
 impl ClientCertPolicy {
@@ -152,6 +213,7 @@ impl ClientCertPolicy {
             store,
             allowed,
             provider,
+            last: LastVerified::default(),
         }
     }
 
@@ -174,9 +236,12 @@ impl ClientCertPolicy {
         info: Option<&CertInfo>,
     ) -> Result<(), Error> {
         let trust = self.store.current().trust.clone();
-        trust
-            .client_verifier
-            .verify_client_cert(ee, intermediates, now)?;
+        if !self.last.covers(ee, intermediates, &trust, now) {
+            trust
+                .client_verifier
+                .verify_client_cert(ee, intermediates, now)?;
+            self.last.record(ee, intermediates, &trust, info);
+        }
         check_san(&self.allowed, info)?;
         note_verified(trust);
         Ok(())
@@ -218,6 +283,7 @@ pub struct ServerCertPolicy {
     store: Arc<CredentialStore>,
     expected: SanPolicy,
     provider: Arc<CryptoProvider>,
+    last: LastVerified,
 }
 
 impl ServerCertPolicy {
@@ -227,6 +293,7 @@ impl ServerCertPolicy {
             store,
             expected,
             provider,
+            last: LastVerified::default(),
         }
     }
 
@@ -249,14 +316,17 @@ impl ServerCertPolicy {
         info: Option<&CertInfo>,
     ) -> Result<(), Error> {
         let trust = self.store.current().trust.clone();
-        let parsed = ParsedCertificate::try_from(ee)?;
-        rustls::client::verify_server_cert_signed_by_trust_anchor(
-            &parsed,
-            &trust.roots,
-            intermediates,
-            now,
-            self.provider.signature_verification_algorithms.all,
-        )?;
+        if !self.last.covers(ee, intermediates, &trust, now) {
+            let parsed = ParsedCertificate::try_from(ee)?;
+            rustls::client::verify_server_cert_signed_by_trust_anchor(
+                &parsed,
+                &trust.roots,
+                intermediates,
+                now,
+                self.provider.signature_verification_algorithms.all,
+            )?;
+            self.last.record(ee, intermediates, &trust, info);
+        }
         check_san(&self.expected, info)?;
         note_verified(trust);
         Ok(())
