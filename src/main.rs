@@ -72,6 +72,10 @@ async fn run(settings: Settings) -> u8 {
             warn!(route = %r.name, "--allow-any-san: ANY certificate from the trusted CA is accepted; role pinning is off");
         }
     }
+    // aws-lc seeds its random generator from CPU jitter on first use (~0.1 s
+    // of CPU, ~90 ms of wall time here): pay it before listening rather
+    // than inside the first peer's handshake.
+    let _ = aws_lc_rs::rand::fill(&mut [0u8; 16]);
     let running = match app::start(settings).await {
         Ok(r) => r,
         Err(e) => {
