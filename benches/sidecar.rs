@@ -20,7 +20,8 @@
 //! `valgrind --tool=callgrind`), `BENCH_SIDECAR_ARGS` (extra flags for both),
 //! `BENCH_VERBOSE=1` (echo the sidecars' logs), `BENCH_ONLY=a,b` (as
 //! `--only`); size overrides
-//! `BENCH_BULK_MB`, `BENCH_PINGS`, `BENCH_IDLE`, `BENCH_SECS_MS`.
+//! `BENCH_BULK_MB`, `BENCH_PINGS`, `BENCH_IDLE`, `BENCH_SECS_MS`,
+//! `BENCH_RELOAD_INTERVAL` (the server's `--reload-interval`).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -240,6 +241,9 @@ fn main() {
     if let Some(mb) = env("BENCH_BULK_MB") {
         scale.bulk_bytes = mb << 20;
         scale.echo_bytes = mb << 20;
+    }
+    if let Ok(v) = std::env::var("BENCH_RELOAD_INTERVAL") {
+        scale.reload_interval = Box::leak(v.into_boxed_str());
     }
     if let Some(n) = env("BENCH_PINGS") {
         scale.pings = n as usize;
