@@ -217,6 +217,12 @@ fn usage(msg: &str) -> ! {
 // ---------------------------------------------------------------- main
 
 fn main() {
+    // `cargo bench` passes --bench; `cargo test --all-targets` runs bench
+    // targets with no arguments: do nothing there rather than a long run.
+    if std::env::args().len() == 1 {
+        eprintln!("benchmarks run with `cargo bench --bench sidecar` (see benches/README.md)");
+        return;
+    }
     let opts = Opts::parse();
     if let Some(file) = &opts.table {
         let text = std::fs::read_to_string(file)
