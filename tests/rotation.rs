@@ -53,20 +53,7 @@ async fn applied(sc: &Sidecar, n: usize) {
 }
 
 async fn server(dir: &AtomicDir, target: &str, extra: &[&str]) -> Sidecar {
-    let d = dir.path().to_str().unwrap().to_string();
-    let mut args = vec![
-        "server",
-        "--listen",
-        "127.0.0.1:0",
-        "--target",
-        target,
-        "--tls-dir",
-        &d,
-        "--allow-san",
-        CONTROLLER,
-    ];
-    args.extend_from_slice(extra);
-    Sidecar::start(&args, 1).await
+    start_server(dir.path(), target, extra).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -81,24 +68,7 @@ async fn rotation_under_load_drops_nothing() {
     let echo = echo_target().await;
     let server = server(&sdir, &echo.addr.to_string(), &["--reload-interval", "1s"]).await;
     let saddr = server.addr("server");
-    let cd = cdir.path().to_str().unwrap().to_string();
-    let client = Sidecar::start(
-        &[
-            "client",
-            "--listen",
-            "127.0.0.1:0",
-            "--target",
-            &saddr,
-            "--server-name",
-            REPLICA,
-            "--tls-dir",
-            &cd,
-            "--reload-interval",
-            "1s",
-        ],
-        1,
-    )
-    .await;
+    let client = start_client(cdir.path(), &saddr, &["--reload-interval", "1s"]).await;
     let caddr = client.addr("client");
 
     let stop = Arc::new(AtomicBool::new(false));

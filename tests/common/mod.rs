@@ -381,36 +381,8 @@ impl Pair {
             &pki.leaf(CONTROLLER, Role::Client),
         );
         let echo = echo_target().await;
-        let target = echo.addr.to_string();
-        let sd = server_dir.to_str().unwrap().to_string();
-        let mut args = vec![
-            "server",
-            "--listen",
-            "127.0.0.1:0",
-            "--target",
-            &target,
-            "--tls-dir",
-            &sd,
-            "--allow-san",
-            CONTROLLER,
-        ];
-        args.extend_from_slice(extra_server);
-        let server = Sidecar::start(&args, 1).await;
-        let saddr = server.addr("server");
-        let cd = client_dir.to_str().unwrap().to_string();
-        let mut args = vec![
-            "client",
-            "--listen",
-            "127.0.0.1:0",
-            "--target",
-            &saddr,
-            "--server-name",
-            REPLICA,
-            "--tls-dir",
-            &cd,
-        ];
-        args.extend_from_slice(extra_client);
-        let client = Sidecar::start(&args, 1).await;
+        let server = start_server(&server_dir, &echo.addr.to_string(), extra_server).await;
+        let client = start_client(&client_dir, &server.addr("server"), extra_client).await;
         Pair {
             tmp,
             pki,
@@ -458,21 +430,7 @@ impl ServerSide {
         let controller = pki.leaf(CONTROLLER, Role::Client);
         let controller_dir = pki.dir(tmp.path(), "controller", &controller);
         let echo = echo_target().await;
-        let target = echo.addr.to_string();
-        let sd = server_dir.to_str().unwrap().to_string();
-        let mut args = vec![
-            "server",
-            "--listen",
-            "127.0.0.1:0",
-            "--target",
-            &target,
-            "--tls-dir",
-            &sd,
-            "--allow-san",
-            CONTROLLER,
-        ];
-        args.extend_from_slice(extra);
-        let sidecar = Sidecar::start(&args, 1).await;
+        let sidecar = start_server(&server_dir, &echo.addr.to_string(), extra).await;
         let addr = sidecar.addr("server");
         ServerSide {
             tmp,
@@ -623,34 +581,8 @@ impl PairTo {
             "controller",
             &pki.leaf(CONTROLLER, Role::Client),
         );
-        let (sd, cd) = (sd.to_str().unwrap(), cd.to_str().unwrap());
-        let mut args = vec![
-            "server",
-            "--listen",
-            "127.0.0.1:0",
-            "--target",
-            target,
-            "--tls-dir",
-            sd,
-            "--allow-san",
-            CONTROLLER,
-        ];
-        args.extend_from_slice(extra_server);
-        let server = Sidecar::start(&args, 1).await;
-        let saddr = server.addr("server");
-        let mut args = vec![
-            "client",
-            "--listen",
-            "127.0.0.1:0",
-            "--target",
-            &saddr,
-            "--server-name",
-            REPLICA,
-            "--tls-dir",
-            cd,
-        ];
-        args.extend_from_slice(extra_client);
-        let client = Sidecar::start(&args, 1).await;
+        let server = start_server(&sd, target, extra_server).await;
+        let client = start_client(&cd, &server.addr("server"), extra_client).await;
         PairTo {
             tmp,
             pki,
@@ -667,4 +599,42 @@ impl PairTo {
         s.set_nodelay(true).unwrap();
         s
     }
+}
+
+/// A `server` sidecar on a free port in front of `target`, admitting the
+/// controller identity, with `extra` flags.
+pub async fn start_server(tls_dir: &Path, target: &str, extra: &[&str]) -> Sidecar {
+    let d = tls_dir.to_str().unwrap();
+    let mut args = vec![
+        "server",
+        "--listen",
+        "127.0.0.1:0",
+        "--target",
+        target,
+        "--tls-dir",
+        d,
+        "--allow-san",
+        CONTROLLER,
+    ];
+    args.extend_from_slice(extra);
+    Sidecar::start(&args, 1).await
+}
+
+/// A `client` sidecar on a free port originating mTLS to `server_addr`,
+/// expecting the replica identity, with `extra` flags.
+pub async fn start_client(tls_dir: &Path, server_addr: &str, extra: &[&str]) -> Sidecar {
+    let d = tls_dir.to_str().unwrap();
+    let mut args = vec![
+        "client",
+        "--listen",
+        "127.0.0.1:0",
+        "--target",
+        server_addr,
+        "--server-name",
+        REPLICA,
+        "--tls-dir",
+        d,
+    ];
+    args.extend_from_slice(extra);
+    Sidecar::start(&args, 1).await
 }
