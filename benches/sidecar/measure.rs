@@ -1,0 +1,154 @@
+//! One system's run: every selected scenario through the system and direct.
+
+use std::time::Duration;
+
+use crate::memory::rss_kib;
+use crate::options::{Opts, Scale};
+use crate::results::{Fig, Row};
+use crate::rotation::rotation;
+use crate::scenarios::{bulk, echo, newconns, one_roundtrip, open_idle, pingpong, roundtrips};
+use crate::systems::System;
+use crate::target::Target;
+use crate::RT_CONNS;
+
+/// How the rotation scenario changes the system's server identity:
+/// `publish` a new one, `applied` counts the revisions taken in so far.
+pub struct Rotator<'a> {
+    pub publish: &'a dyn Fn(),
+    pub applied: &'a dyn Fn() -> usize,
+}
+
+pub fn measure(
+    opts: &Opts,
+    scale: &Scale,
+    sys: &System,
+    target: &Target,
+    rotate: Option<&Rotator>,
+) -> Row {
+    let direct = target.addr;
+    let via = sys.listen;
+    let mut row = Row {
+        system: sys.name.clone(),
+        quick: opts.quick,
+        ..Row::default()
+    };
+    let say = |what: &str| eprintln!("# {}: {what}", sys.name);
+
+    // Memory first, before the heavy scenarios grow any heap.
+    if opts.wants("memory") && !sys.pids.is_empty() {
+        for _ in 0..5 {
+            one_roundtrip(via).expect("warm-up round trip");
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let base = rss_kib(&sys.pids);
+        row.baseline_mb = Some(base as f64 / 1024.0);
+        say(&format!("baseline RSS {:.1} MB", base as f64 / 1024.0));
+        if sys.idle > 0 {
+            let before = rss_kib(&sys.pids);
+            let conns = open_idle(via, sys.idle);
+            std::thread::sleep(Duration::from_millis(500));
+            let after = rss_kib(&sys.pids);
+            let per = after.saturating_sub(before) as f64 / sys.idle as f64;
+            row.idle_kib = Some(per);
+            say(&format!(
+                "{} idle connections: RSS {before} → {after} KiB, {per:.1} KiB each",
+                conns.len()
+            ));
+            drop(conns);
+            std::thread::sleep(Duration::from_millis(1000));
+        }
+    }
+    if opts.wants("bulk") {
+        let f = best_of(
+            scale.rounds,
+            || bulk(direct, scale.bulk_bytes),
+            || bulk(via, scale.bulk_bytes),
+        );
+        say(&format!("bulk {:.0} MB/s (direct {:.0})", f.sys, f.direct));
+        row.bulk = Some(f);
+    }
+    if opts.wants("echo") {
+        let f = best_of(
+            scale.rounds,
+            || echo(direct, scale.echo_bytes),
+            || echo(via, scale.echo_bytes),
+        );
+        say(&format!(
+            "echo {:.0} MB/s each way (direct {:.0})",
+            f.sys, f.direct
+        ));
+        row.echo = Some(f);
+    }
+    if opts.wants("latency") {
+        let (d, s) = pingpong(direct, via, scale.pings);
+        let fig = |q: f64| Fig {
+            sys: percentile(&s, q),
+            direct: percentile(&d, q),
+        };
+        row.p50 = Some(fig(0.50));
+        row.p99 = Some(fig(0.99));
+        row.p999 = Some(fig(0.999));
+        say(&format!(
+            "ping-pong p50 {:.1} p99 {:.1} p99.9 {:.1} µs (direct {:.1} {:.1} {:.1})",
+            fig(0.5).sys,
+            fig(0.99).sys,
+            fig(0.999).sys,
+            fig(0.5).direct,
+            fig(0.99).direct,
+            fig(0.999).direct
+        ));
+    }
+    if opts.wants("rt16") {
+        let f = best_of(
+            scale.rounds,
+            || roundtrips(direct, RT_CONNS, scale.rt_time),
+            || roundtrips(via, RT_CONNS, scale.rt_time),
+        );
+        say(&format!(
+            "{RT_CONNS} connections: {:.0} round trips/s (direct {:.0})",
+            f.sys, f.direct
+        ));
+        row.rt16 = Some(f);
+    }
+    if opts.wants("newconn") {
+        let f = best_of(
+            scale.rounds,
+            || newconns(direct, scale.newconn_time),
+            || newconns(via, scale.newconn_time),
+        );
+        say(&format!(
+            "{:.0} new connections/s (direct {:.0})",
+            f.sys, f.direct
+        ));
+        row.newconn = Some(f);
+    }
+    if let (true, Some(rot)) = (opts.wants("rotation"), rotate) {
+        let (n, ok, failed) = rotation(via, scale, rot);
+        say(&format!(
+            "{n} rotations applied under load: {ok} requests ok, {failed} failed"
+        ));
+        row.rotations = Some(n as u64);
+        row.rotation_requests = Some(ok);
+        row.rotation_failed = Some(failed);
+    }
+    row
+}
+
+/// Best (highest) of `rounds` alternating measurements direct and through
+/// the system: other tenants of the machine only ever slow a run down.
+pub fn best_of(rounds: usize, direct: impl Fn() -> f64, sys: impl Fn() -> f64) -> Fig {
+    let mut f = Fig {
+        sys: 0.0,
+        direct: 0.0,
+    };
+    for _ in 0..rounds {
+        f.direct = f.direct.max(direct());
+        f.sys = f.sys.max(sys());
+    }
+    f
+}
+
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}

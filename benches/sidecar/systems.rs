@@ -1,0 +1,123 @@
+//! The systems under test: the sidecar pair (spawned here) and any external
+//! pair (`--external`, see `peers.sh`).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use mtls_sidecar::atomic_writer::AtomicDir;
+use mtls_sidecar::pki::{write_secret_dir, DevCa, LeafSpec, Role};
+
+use crate::measure::{measure, Rotator};
+use crate::options::{usage, Opts, Scale};
+use crate::results::Row;
+use crate::scenarios::wait_until_serving;
+use crate::sidecar_process::{sidecar_bin, Sidecar};
+use crate::target::Target;
+use crate::{CONTROLLER, REPLICA};
+
+/// A system under test: where the generator connects, where the target
+/// must listen, and which processes make it up.
+pub struct System {
+    pub name: String,
+    pub listen: SocketAddr,
+    pub pids: Vec<u32>,
+    pub idle: usize,
+}
+
+pub fn run_external(opts: &Opts, scale: &Scale, kv: &HashMap<String, String>) -> Row {
+    let get = |k: &str| {
+        kv.get(k)
+            .cloned()
+            .unwrap_or_else(|| usage(&format!("--external needs {k}=")))
+    };
+    let target = Target::start(&get("target"));
+    let sys = System {
+        name: get("name"),
+        listen: get("listen").parse().expect("listen=HOST:PORT"),
+        pids: kv
+            .get("pids")
+            .map(|p| p.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+            .unwrap_or_default(),
+        idle: kv
+            .get("idle")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(scale.idle),
+    };
+    wait_until_serving(sys.listen);
+    measure(opts, scale, &sys, &target, None)
+}
+
+pub fn run_sidecar(opts: &Opts, scale: &Scale) -> Row {
+    let bin = sidecar_bin();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let ca = DevCa::new("bench CA", 30).expect("mint CA");
+    let server_dir = AtomicDir::new(&tmp.path().join("server")).expect("server dir");
+    let publish = |dir: &AtomicDir| {
+        let leaf = ca
+            .issue(&LeafSpec::dns(REPLICA, Role::Server, 30))
+            .expect("issue server leaf");
+        dir.publish(&[
+            ("tls.crt", leaf.cert_pem.as_bytes()),
+            ("tls.key", leaf.key_pem.as_bytes()),
+            ("ca.crt", ca.cert_pem.as_bytes()),
+        ])
+        .expect("publish server revision");
+    };
+    publish(&server_dir);
+    let client_leaf = ca
+        .issue(&LeafSpec::dns(CONTROLLER, Role::Client, 30))
+        .expect("issue client leaf");
+    let client_dir = tmp.path().join("client");
+    write_secret_dir(&client_dir, &client_leaf, &ca.cert_pem).expect("client dir");
+
+    let target = Target::start("127.0.0.1:0");
+    let max = (scale.idle * 2 + 1000).to_string();
+    let server = Sidecar::start(
+        &bin,
+        &[
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--target",
+            &target.addr.to_string(),
+            "--tls-dir",
+            server_dir.path().to_str().unwrap(),
+            "--allow-san",
+            CONTROLLER,
+            "--max-connections",
+            &max,
+            "--reload-interval",
+            scale.reload_interval,
+        ],
+    );
+    let client = Sidecar::start(
+        &bin,
+        &[
+            "client",
+            "--listen",
+            "127.0.0.1:0",
+            "--target",
+            &server.listen.to_string(),
+            "--server-name",
+            REPLICA,
+            "--tls-dir",
+            client_dir.to_str().unwrap(),
+            "--max-connections",
+            &max,
+        ],
+    );
+    let sys = System {
+        name: opts.name.clone().unwrap_or_else(|| "mtls-sidecar".into()),
+        listen: client.listen,
+        pids: vec![client.pid(), server.pid()],
+        idle: scale.idle,
+    };
+    let rotate = Rotator {
+        publish: &|| publish(&server_dir),
+        applied: &|| server.count("applied credential revision"),
+    };
+    let row = measure(opts, scale, &sys, &target, Some(&rotate));
+    drop(client);
+    drop(server);
+    row
+}
