@@ -4,7 +4,9 @@
 # equivalent mTLS pair (client → server, TLS 1.3 only, ECDSA P-256 certs from
 # one CA, client certificate required and verified, server identity checked
 # by the client, client identity checked by the server where the peer can),
-# plus a socat plaintext pair as the ceiling of a user-space forwarder. Every
+# plus two plaintext pairs as ceilings of a user-space forwarder: socat, and
+# plain-rust (the load generator re-run as two tokio forwarders, 2 workers
+# each, TCP_NODELAY, 64 KiB copy buffers, no TLS). Every
 # system is measured by the same Rust load generator
 # (`cargo bench --bench sidecar -- --external ...`), which also measures
 # "direct" (generator → target) in the same run, and one table is printed.
@@ -12,19 +14,21 @@
 #   CARGO_TARGET_DIR=/work/target-bench bash benches/peers.sh
 #   BENCH_QUICK=1 bash benches/peers.sh                 # smoke run
 #   SYSTEMS="mtls-sidecar haproxy" bash benches/peers.sh
+#   SYSTEMS="mtls-sidecar socat plain-rust" bash benches/peers.sh   # the ceilings
 #   WORKERS=1 bash benches/peers.sh                     # threads per proxy process
 #
 # Worker threads: the sidecar's tokio runtime has one worker per core (2 on
 # the 2-core bench machine); HAProxy gets `nbthread $WORKERS`, nginx
 # `worker_processes $WORKERS`. stunnel has no worker setting (one thread
-# per connection) and socat forks one process per connection.
+# per connection) and socat forks one process per connection. plain-rust
+# always runs 2 tokio workers per process.
 #
 # Needs root for apt-get (skipped when the tools are already installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 WORKERS=${WORKERS:-$(nproc)}
-SYSTEMS=${SYSTEMS:-"mtls-sidecar stunnel haproxy nginx socat"}
+SYSTEMS=${SYSTEMS:-"mtls-sidecar stunnel haproxy nginx socat plain-rust"}
 WORK=${WORK:-$(mktemp -d /tmp/mtls-peers.XXXXXX)}
 OUT=${OUT:-$WORK/rows.jsonl}
 CLIENT_PORT=${CLIENT_PORT:-17001}
@@ -315,6 +319,13 @@ run_socat() {
     stop_all
 }
 
+run_plain_rust() {
+    # Plaintext both hops, in Rust: the load generator re-runs itself as a
+    # forwarder pair (client side → server side → target). No memory or
+    # rotation figures: the processes are the generator's binary.
+    bench --system plain-rust
+}
+
 log "work dir $WORK; rows in $OUT; $WORKERS worker threads per proxy process; load $(cut -d' ' -f1-3 /proc/loadavg)"
 build
 for s in $SYSTEMS; do
@@ -325,6 +336,7 @@ for s in $SYSTEMS; do
         haproxy) run_haproxy ;;
         nginx) run_nginx ;;
         socat) run_socat ;;
+        plain-rust) run_plain_rust ;;
         *) log "unknown system $s" ;;
     esac
 done

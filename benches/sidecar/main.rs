@@ -4,13 +4,17 @@
 //! sidecar pair (TLS 1.3, ECDSA P-256, full mTLS with SAN checks) in front of
 //! a plaintext target that lives in this process, and measures every
 //! scenario through the pair and directly against the target in the same
-//! run. `--external` measures any other pair (stunnel, HAProxy, nginx,
-//! socat: see `peers.sh`) with the same generator.
+//! run. `--system plain-rust` measures a plaintext forwarder pair instead
+//! (this executable re-run twice with `--plain-forward`: the ceiling of a
+//! user-space forwarder without crypto). `--external` measures any other
+//! pair (stunnel, HAProxy, nginx, socat: see `peers.sh`) with the same
+//! generator.
 //!
 //! ```text
 //! cargo bench --bench sidecar                         # full run (a few minutes)
 //! BENCH_QUICK=1 cargo bench --bench sidecar           # smoke run (< 1 minute)
 //! cargo bench --bench sidecar -- --only bulk,latency  # some scenarios
+//! cargo bench --bench sidecar -- --system plain-rust  # the plaintext Rust forwarder pair
 //! cargo bench --bench sidecar -- --external name=haproxy,listen=127.0.0.1:7001,target=127.0.0.1:7003,pids=11,12 --out rows.jsonl
 //! cargo bench --bench sidecar -- --table rows.jsonl   # one table of saved rows
 //! ```
@@ -26,6 +30,7 @@
 mod measure;
 mod memory;
 mod options;
+mod plain_forward;
 mod results;
 mod rotation;
 mod scenarios;
@@ -39,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use options::{usage, Opts, Scale};
 use results::Row;
-use systems::{run_external, run_sidecar};
+use systems::{run_external, run_plain_rust, run_sidecar};
 use table::{print_table, print_targets};
 
 const CONTROLLER: &str = "controller.bench.svc";
@@ -59,6 +64,10 @@ fn main() {
     if std::env::args().len() == 1 {
         eprintln!("benchmarks run with `cargo bench --bench sidecar` (see benches/README.md)");
         return;
+    }
+    if let Some((listen, target)) = plain_forward::args() {
+        raise_nofile();
+        plain_forward::serve(&listen, &target);
     }
     let opts = Opts::parse();
     if let Some(file) = &opts.table {
@@ -99,9 +108,10 @@ fn main() {
         scale.newconn_time = Duration::from_millis(ms);
     }
     let started = Instant::now();
-    let row = match &opts.external {
-        Some(kv) => run_external(&opts, &scale, kv),
-        None => run_sidecar(&opts, &scale),
+    let row = match (&opts.external, opts.system.as_str()) {
+        (Some(kv), _) => run_external(&opts, &scale, kv),
+        (None, "plain-rust") => run_plain_rust(&opts, &scale),
+        (None, _) => run_sidecar(&opts, &scale),
     };
     eprintln!("# done in {:.1}s", started.elapsed().as_secs_f64());
     if let Some(out) = &opts.out {

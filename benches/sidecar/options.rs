@@ -59,12 +59,16 @@ pub struct Opts {
     pub table: Option<PathBuf>,
     pub external: Option<HashMap<String, String>>,
     pub name: Option<String>,
+    /// The pair to spawn when not `--external`: `mtls-sidecar` (default) or
+    /// `plain-rust`.
+    pub system: String,
 }
 
 impl Opts {
     pub fn parse() -> Opts {
         let mut o = Opts {
             quick: std::env::var("BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0"),
+            system: "mtls-sidecar".into(),
             ..Opts::default()
         };
         if let Ok(only) = std::env::var("BENCH_ONLY") {
@@ -84,6 +88,12 @@ impl Opts {
                 "--out" => o.out = Some(val().into()),
                 "--table" => o.table = Some(val().into()),
                 "--name" => o.name = Some(val()),
+                "--system" => {
+                    o.system = val();
+                    if !["mtls-sidecar", "plain-rust"].contains(&o.system.as_str()) {
+                        usage(&format!("unknown system {:?}", o.system));
+                    }
+                }
                 "--external" => {
                     let spec = val();
                     let mut kv: HashMap<String, String> = HashMap::new();
@@ -126,6 +136,7 @@ pub fn usage(msg: &str) -> ! {
     }
     eprintln!(
         "usage: sidecar [--quick] [--only memory,bulk,echo,latency,rt16,newconn,rotation] [--out FILE] [--name NAME]\n\
+         \x20              [--system mtls-sidecar|plain-rust]\n\
          \x20      sidecar --external name=N,listen=ADDR,target=ADDR[,pids=P1,P2][,idle=N] [--out FILE]\n\
          \x20      sidecar --table FILE"
     );

@@ -1,4 +1,5 @@
-//! The systems under test: the sidecar pair (spawned here) and any external
+//! The systems under test: the sidecar pair (spawned here), the plaintext
+//! `plain-rust` forwarder pair (this executable re-run) and any external
 //! pair (`--external`, see `peers.sh`).
 
 use std::collections::HashMap;
@@ -9,6 +10,7 @@ use mtls_sidecar::pki::{write_secret_dir, DevCa, LeafSpec, Role};
 
 use crate::measure::{measure, Rotator};
 use crate::options::{usage, Opts, Scale};
+use crate::plain_forward::PlainForwarder;
 use crate::results::Row;
 use crate::scenarios::wait_until_serving;
 use crate::sidecar_process::{sidecar_bin, Sidecar};
@@ -117,6 +119,28 @@ pub fn run_sidecar(opts: &Opts, scale: &Scale) -> Row {
         applied: &|| server.count("applied credential revision"),
     };
     let row = measure(opts, scale, &sys, &target, Some(&rotate));
+    drop(client);
+    drop(server);
+    row
+}
+
+/// The `plain-rust` ceiling: two plaintext forwarder processes (this
+/// executable re-run, see `plain_forward`), client side → server side →
+/// target. No pids are given to `measure`, so no memory figures (the
+/// forwarder is the whole load generator's binary; RSS would measure that),
+/// and there is no identity to rotate.
+pub fn run_plain_rust(opts: &Opts, scale: &Scale) -> Row {
+    let target = Target::start("127.0.0.1:0");
+    let server = PlainForwarder::start(target.addr);
+    let client = PlainForwarder::start(server.listen);
+    let sys = System {
+        name: opts.name.clone().unwrap_or_else(|| "plain-rust".into()),
+        listen: client.listen,
+        pids: Vec::new(),
+        idle: 0,
+    };
+    wait_until_serving(sys.listen);
+    let row = measure(opts, scale, &sys, &target, None);
     drop(client);
     drop(server);
     row

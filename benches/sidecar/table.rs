@@ -119,7 +119,10 @@ pub fn print_targets(rows: &[Row]) {
     };
     let peers: Vec<&Row> = rows
         .iter()
-        .filter(|r| r.system != "mtls-sidecar" && !r.system.starts_with("socat"))
+        .filter(|r| {
+            // The plaintext pairs are ceilings, not peers.
+            r.system != "mtls-sidecar" && !r.system.starts_with("socat") && r.system != "plain-rust"
+        })
         .collect();
     if peers.is_empty() {
         return;
