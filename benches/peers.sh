@@ -23,6 +23,10 @@
 # per connection) and socat forks one process per connection. plain-rust
 # always runs 2 tokio workers per process.
 #
+# The sidecar measured is the shipped binary: scripts/build-release.sh's
+# ${CARGO_TARGET_DIR:-target}/dist/mtls-sidecar (static, link-ordered); if
+# that script does not produce it, the bench-profile build, with a warning.
+#
 # Needs root for apt-get (skipped when the tools are already installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -105,8 +109,21 @@ trap stop_all EXIT
 
 # Build once and run the executables directly, so a source edit in the
 # checkout during the run rebuilds nothing mid-table.
+SIDECAR_BUILD=
 build() {
-    log "building the load generator and the release binary"
+    local dist=${CARGO_TARGET_DIR:-target}/dist/mtls-sidecar
+    log "building the shipped binary (scripts/build-release.sh → $dist)"
+    touch "$WORK/build-start"
+    if bash scripts/build-release.sh >"$WORK/build-release.log" 2>&1 &&
+        [ -x "$dist" ] && [ "$dist" -nt "$WORK/build-start" ]; then
+        cp "$dist" "$WORK/mtls-sidecar"
+        SIDECAR_BUILD="shipped build ($dist)"
+    else
+        tail -n 20 "$WORK/build-release.log" >&2
+        log "WARNING: scripts/build-release.sh did not produce $dist;" \
+            "measuring the bench-profile mtls-sidecar instead"
+    fi
+    log "building the load generator"
     local exe
     exe=$(cargo bench --bench sidecar --no-run --message-format=json 2>"$WORK/build.log" |
         python3 -c 'import json,sys
@@ -116,7 +133,13 @@ for l in sys.stdin:
         print(m["executable"])') || { cat "$WORK/build.log" >&2; exit 1; }
     [ -n "$exe" ] || { cat "$WORK/build.log" >&2; exit 1; }
     cp "$exe" "$WORK/loadgen"
-    cp "$(dirname "$(dirname "$exe")")/mtls-sidecar" "$WORK/mtls-sidecar"
+    if [ -z "$SIDECAR_BUILD" ]; then
+        local bin
+        bin=$(dirname "$(dirname "$exe")")/mtls-sidecar
+        cp "$bin" "$WORK/mtls-sidecar"
+        SIDECAR_BUILD="bench-profile build ($bin), NOT the shipped binary"
+    fi
+    log "sidecar binary: $SIDECAR_BUILD"
     export MTLS_SIDECAR_BIN=$WORK/mtls-sidecar
 }
 
@@ -328,6 +351,7 @@ run_plain_rust() {
 
 log "work dir $WORK; rows in $OUT; $WORKERS worker threads per proxy process; load $(cut -d' ' -f1-3 /proc/loadavg)"
 build
+log "load after the build $(cut -d' ' -f1-3 /proc/loadavg)"
 for s in $SYSTEMS; do
     log "=== $s"
     case $s in
@@ -341,5 +365,5 @@ for s in $SYSTEMS; do
     esac
 done
 echo
-echo "## $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $WORKERS workers per proxy process${BENCH_QUICK:+, QUICK}"
+echo "## $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $WORKERS workers per proxy process${BENCH_QUICK:+, QUICK}; sidecar: $SIDECAR_BUILD"
 "$WORK/loadgen" --table "$OUT"
