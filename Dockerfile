@@ -11,13 +11,12 @@
 #   builder  compiles the dependencies from the recipe (the cached layer), then
 #            the crate itself with scripts/build-release.sh, the very script
 #            CI runs, so CI proves this recipe's build command and flags.
-# The final image is distroless: glibc and libgcc, no shell, no package
-# manager, running as the distroless "nonroot" user (65532). Everything an
-# operator needs inside the container is a subcommand of the binary
-# (`check`, `health`), so the missing shell costs nothing.
-#
-# Build and run share one glibc: the builder is Debian 13 (trixie) and so is
-# distroless/cc-debian13 (debian12 is past end of life).
+# The binary is static (scripts/build-release.sh links glibc in, with its
+# `files` and `dns` host lookups), so the final image is distroless/static:
+# CA certificates and /etc/passwd, no libc, no shell, no package manager,
+# running as the distroless "nonroot" user (65532). Everything an operator
+# needs inside the container is a subcommand of the binary (`check`,
+# `health`), so the missing shell costs nothing.
 
 ARG RUST_VERSION=1.95.0
 ARG CARGO_CHEF_VERSION=0.1.76
@@ -33,14 +32,16 @@ RUN cargo chef prepare --recipe-path recipe.json
 
 FROM chef AS builder
 COPY --from=planner /src/recipe.json recipe.json
-# Same profile, lockfile policy and target as scripts/build-release.sh, so
-# the dependencies compiled here are the ones the real build reuses.
-RUN cargo chef cook --release --locked --bin mtls-sidecar --recipe-path recipe.json
+# Same profile, lockfile policy, target and RUSTFLAGS as
+# scripts/build-release.sh, so the dependencies compiled here are the ones
+# the real build reuses.
+RUN RUSTFLAGS="-C target-feature=+crt-static" cargo chef cook --release --locked \
+      --target "$(rustc -vV | sed -n 's/^host: //p')" --bin mtls-sidecar --recipe-path recipe.json
 COPY . .
 RUN bash scripts/build-release.sh \
- && install -D -m 0755 target/release/mtls-sidecar /out/mtls-sidecar
+ && install -D -m 0755 target/dist/mtls-sidecar /out/mtls-sidecar
 
-FROM gcr.io/distroless/cc-debian13:nonroot
+FROM gcr.io/distroless/static-debian13:nonroot
 LABEL org.opencontainers.image.title="mtls-sidecar" \
       org.opencontainers.image.description="A transparent mutual-TLS sidecar proxy for plaintext controller/replica ports" \
       org.opencontainers.image.licenses="Apache-2.0"

@@ -1,5 +1,37 @@
 #!/usr/bin/env bash
-# The one release build command, shared by the Dockerfile and CI.
+# The one release build command, shared by the Dockerfile and CI. It makes
+# the shipped binary, ${CARGO_TARGET_DIR:-target}/dist/mtls-sidecar:
+#   * static on Linux (glibc linked in; `files` and `dns` host lookups are
+#     built into it), so the image needs no libc and a pod maps no shared
+#     libraries (~1 MB less resident memory per sidecar);
+#   * with the functions a sidecar executes packed together by the linker
+#     (scripts/link-order/), so the resident code is what runs, not the 64 KiB
+#     blocks around it (~4 MB less per sidecar). Needs LLD, Rust's default
+#     linker on x86_64 Linux; with any other linker the build goes on without.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --locked --bin mtls-sidecar
+target=${TARGET:-$(rustc -vV | sed -n 's/^host: //p')}
+out=${CARGO_TARGET_DIR:-target}
+
+# Through RUSTFLAGS with an explicit --target, so build scripts and proc
+# macros (host code) stay dynamic, as they must.
+case $target in
+*-linux-gnu*) export RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" ;;
+esac
+
+build() { # extra rustc flags for the binary's own crate (and its link) only
+    cargo rustc --release --locked --bin mtls-sidecar --target "$target" -- "$@"
+}
+order=scripts/link-order/symbols.txt
+if [[ $target == x86_64-unknown-linux-* && -s $order ]]; then
+    # Named by content: cargo does not track the file, but it does rebuild
+    # when the flags change.
+    copy=$out/link-order/symbols-$(sha256sum "$order" | cut -c1-16).txt
+    install -D -m 0644 "$order" "$copy"
+    build -C "link-arg=-Wl,--symbol-ordering-file=$(realpath "$copy")" -C link-arg=-Wl,--no-warn-symbol-ordering ||
+        { echo "build-release.sh: linking with $order failed (not LLD?); building without it" >&2; build; }
+else
+    build
+fi
+install -D -m 0755 "$out/$target/release/mtls-sidecar" "$out/dist/mtls-sidecar"
+echo "build-release.sh: $out/dist/mtls-sidecar" >&2

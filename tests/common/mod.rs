@@ -59,8 +59,11 @@ pub struct Sidecar {
     logs: Arc<Mutex<Vec<String>>>,
 }
 
-pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_mtls-sidecar")
+/// The binary under test: the one cargo built for these tests, or the one
+/// `MTLS_SIDECAR_BIN` names (CI points it at the shipped build as well).
+pub fn bin() -> String {
+    std::env::var("MTLS_SIDECAR_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_mtls-sidecar").to_string())
 }
 
 impl Sidecar {
