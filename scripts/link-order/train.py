@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Drive a server + client sidecar pair through what a pod does in its life.
 
-Used by scripts/link-order/generate.sh, which runs both sidecars under
+Used by scripts/link-order/generate.py, which runs both sidecars under
 `valgrind --tool=callgrind` (the WRAP environment variable) and turns the
 functions they executed into the linker's symbol-ordering file. The workload
 is what the resident code of a real sidecar consists of: start-up, admin
