@@ -247,30 +247,49 @@ fn the_dockerfile_builds_with_the_shared_script_into_distroless_nonroot() {
     let lines = dockerfile();
     let from: Vec<_> = lines.iter().filter(|l| l.starts_with("FROM ")).collect();
     assert!(from.len() >= 3, "multi-stage with a dependency layer");
+    // The shipped binary is static: the final image carries no libc.
     assert_eq!(
         from.last().unwrap().as_str(),
-        "FROM gcr.io/distroless/cc-debian13:nonroot"
+        "FROM gcr.io/distroless/static-debian13:nonroot"
     );
-    // The builder is Debian 13 too: one glibc for build and run.
     assert!(from[0].contains("trixie"), "{}", from[0]);
 
     // The dependency layer is cooked with the exact flags of the release
-    // build, which the builder then runs through the one shared script.
+    // build (cargo options and RUSTFLAGS), which the builder then runs
+    // through the one shared script.
     let script = read("scripts/build-release.sh");
     let build = script
         .lines()
-        .find(|l| l.starts_with("cargo build"))
-        .expect("cargo build line");
+        .map(str::trim)
+        .find(|l| l.starts_with("cargo rustc"))
+        .expect("cargo rustc line");
+    let rustflags = script
+        .lines()
+        .find_map(|l| {
+            l.split_once("RUSTFLAGS=\"${RUSTFLAGS:-} ")?
+                .1
+                .split_once('"')
+        })
+        .expect("RUSTFLAGS line")
+        .0;
     let cook = lines
         .iter()
         .find(|l| l.contains("cargo chef cook"))
         .expect("cargo chef cook");
-    for flag in build.split_whitespace().skip(2) {
+    let cargo_flags = build.split(" -- ").next().unwrap_or(build);
+    for flag in cargo_flags.split_whitespace().skip(2) {
+        let flag = flag.trim_matches('"');
+        let flag = if flag == "$target" { "--target" } else { flag };
         assert!(
-            cook.split_whitespace().any(|w| w == flag),
+            cook.split_whitespace().any(|w| w.trim_matches('"') == flag),
             "cook lacks {flag}: {cook}"
         );
     }
+    assert!(
+        cook.contains(&format!("RUSTFLAGS=\"{rustflags}\"")),
+        "cook lacks RUSTFLAGS=\"{rustflags}\": {cook}"
+    );
+    assert!(lines.iter().any(|l| l.contains("target/dist/mtls-sidecar")));
     assert!(lines
         .iter()
         .any(|l| l.starts_with("RUN bash scripts/build-release.sh")));
