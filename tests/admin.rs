@@ -234,21 +234,7 @@ fn id_root(pki: &Pki) -> rustls::pki_types::CertificateDer<'static> {
 
 /// A server sidecar in front of an echo target, admin on loopback.
 async fn server(dir: &std::path::Path, echo: &Echo, extra: &[&str]) -> Sidecar {
-    let target = echo.addr.to_string();
-    let dir = dir.to_str().unwrap();
-    let mut args = vec![
-        "server",
-        "--listen",
-        "127.0.0.1:0",
-        "--target",
-        &target,
-        "--tls-dir",
-        dir,
-        "--allow-san",
-        CONTROLLER,
-    ];
-    args.extend_from_slice(extra);
-    Sidecar::start(&args, 1).await
+    start_server(dir, &echo.addr.to_string(), extra).await
 }
 
 #[tokio::test(flavor = "multi_thread")]

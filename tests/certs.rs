@@ -101,23 +101,7 @@ async fn minted_identities_work_end_to_end_and_pass_check() {
 
     let echo = echo_target().await;
     let target = echo.addr.to_string();
-    let server = Sidecar::start(
-        &[
-            "server",
-            "--listen",
-            "127.0.0.1:0",
-            "--target",
-            &target,
-            "--tls-dir",
-            &s(&replica),
-            "--allow-san",
-            CONTROLLER,
-            "--allow-san",
-            spiffe,
-        ],
-        1,
-    )
-    .await;
+    let server = start_server(&replica, &target, &["--allow-san", spiffe]).await;
     let saddr = server.addr("server");
     for (name, dir) in [("dns", &controller), ("uri", &spiffe_ctl)] {
         let client = Sidecar::start(

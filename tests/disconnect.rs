@@ -28,22 +28,7 @@ async fn setup() -> (
         s.write_all(b"bye\n").await.unwrap();
         got
     });
-    let d = dir.to_str().unwrap().to_string();
-    let sc = Sidecar::start(
-        &[
-            "server",
-            "--listen",
-            "127.0.0.1:0",
-            "--target",
-            &taddr,
-            "--tls-dir",
-            &d,
-            "--allow-san",
-            CONTROLLER,
-        ],
-        1,
-    )
-    .await;
+    let sc = start_server(&dir, &taddr, &[]).await;
     (tmp, pki, sc, seen)
 }
 

@@ -134,22 +134,9 @@ async fn tls13_only_by_default_and_post_quantum_key_exchange_preferred() {
     let pki = Pki::new("CA");
     let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
     let echo = echo_target().await;
-    let (d, t) = (dir.to_str().unwrap().to_string(), echo.addr.to_string());
-    let base = [
-        "server",
-        "--listen",
-        "127.0.0.1:0",
-        "--target",
-        &t,
-        "--tls-dir",
-        &d,
-        "--allow-san",
-        CONTROLLER,
-    ];
-    let strict = Sidecar::start(&base, 1).await;
-    let mut relaxed_args = base.to_vec();
-    relaxed_args.extend(["--tls-min-version", "1.2"]);
-    let relaxed = Sidecar::start(&relaxed_args, 1).await;
+    let t = echo.addr.to_string();
+    let strict = start_server(&dir, &t, &[]).await;
+    let relaxed = start_server(&dir, &t, &["--tls-min-version", "1.2"]).await;
     let me = pki.leaf(CONTROLLER, Role::Client);
 
     // Default: TLS 1.3 with the hybrid post-quantum group.
@@ -430,24 +417,7 @@ async fn sighup_polls_the_credentials_at_once() {
         std::os::unix::fs::symlink(store.join(f), links.join(f)).unwrap();
     }
     let echo = echo_target().await;
-    let (t, l) = (echo.addr.to_string(), links.to_str().unwrap().to_string());
-    let sc = Sidecar::start(
-        &[
-            "server",
-            "--listen",
-            "127.0.0.1:0",
-            "--target",
-            &t,
-            "--tls-dir",
-            &l,
-            "--allow-san",
-            CONTROLLER,
-            "--reload-interval",
-            "1h",
-        ],
-        1,
-    )
-    .await;
+    let sc = start_server(&links, &echo.addr.to_string(), &["--reload-interval", "1h"]).await;
     // Replace the files behind the links: one rename per file, in a
     // directory the sidecar does not watch.
     let next = pki.leaf(REPLICA, Role::Server);

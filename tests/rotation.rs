@@ -350,25 +350,8 @@ async fn a_plain_directory_written_file_by_file_never_serves_a_mismatched_pair()
     let first = pki.leaf(REPLICA, Role::Server);
     let dir = pki.dir(tmp.path(), "plain", &first);
     let echo = echo_target().await;
-    let d = dir.to_str().unwrap().to_string();
     let target = echo.addr.to_string();
-    let server = Sidecar::start(
-        &[
-            "server",
-            "--listen",
-            "127.0.0.1:0",
-            "--target",
-            &target,
-            "--tls-dir",
-            &d,
-            "--allow-san",
-            CONTROLLER,
-            "--reload-interval",
-            "50ms",
-        ],
-        1,
-    )
-    .await;
+    let server = start_server(&dir, &target, &["--reload-interval", "50ms"]).await;
     let addr = server.addr("server");
     let cfg = client_config(Some(&pki.leaf(CONTROLLER, Role::Client)), &pki.ca.cert_pem);
     let next = pki.leaf(REPLICA, Role::Server);
@@ -420,22 +403,7 @@ async fn a_peer_certificate_expiring_mid_connection_closes_it() {
     let pki = Pki::new("CA");
     let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
     let echo = echo_target().await;
-    let (d, target) = (dir.to_str().unwrap().to_string(), echo.addr.to_string());
-    let server = Sidecar::start(
-        &[
-            "server",
-            "--listen",
-            "127.0.0.1:0",
-            "--target",
-            &target,
-            "--tls-dir",
-            &d,
-            "--allow-san",
-            CONTROLLER,
-        ],
-        1,
-    )
-    .await;
+    let server = start_server(&dir, &echo.addr.to_string(), &[]).await;
     let now = SystemTime::now();
     let short = pki.issue(
         &LeafSpec::dns(CONTROLLER, Role::Client, 1)
