@@ -104,23 +104,7 @@ async fn minted_identities_work_end_to_end_and_pass_check() {
     let server = start_server(&replica, &target, &["--allow-san", spiffe]).await;
     let saddr = server.addr("server");
     for (name, dir) in [("dns", &controller), ("uri", &spiffe_ctl)] {
-        let client = Sidecar::start(
-            &[
-                "client",
-                "--name",
-                name,
-                "--listen",
-                "127.0.0.1:0",
-                "--target",
-                &saddr,
-                "--server-name",
-                REPLICA,
-                "--tls-dir",
-                &s(dir),
-            ],
-            1,
-        )
-        .await;
+        let client = start_client(dir, &saddr, &["--name", name]).await;
         let mut conn = tokio::net::TcpStream::connect(client.addr(name))
             .await
             .unwrap();

@@ -222,21 +222,7 @@ async fn client_sidecar_talks_to_openssl_s_server() {
         .unwrap_or_else(|| panic!("no ACCEPT line in {out}"))
         .trim()
         .to_string();
-    let client = Sidecar::start(
-        &[
-            "client",
-            "--listen",
-            "127.0.0.1:0",
-            "--target",
-            &target,
-            "--server-name",
-            REPLICA,
-            "--tls-dir",
-            cd.to_str().unwrap(),
-        ],
-        1,
-    )
-    .await;
+    let client = start_client(&cd, &target, &[]).await;
     let mut app = TcpStream::connect(client.addr("client")).await.unwrap();
     app.write_all(b"controller says hi\n").await.unwrap();
     server.wait_stdout("controller says hi\n").await;

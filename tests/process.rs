@@ -377,22 +377,7 @@ async fn every_connection_is_a_full_handshake() {
         }
         kinds
     });
-    let cd = pair.client_dir.to_str().unwrap().to_string();
-    let client = Sidecar::start(
-        &[
-            "client",
-            "--listen",
-            "127.0.0.1:0",
-            "--target",
-            &taddr,
-            "--server-name",
-            REPLICA,
-            "--tls-dir",
-            &cd,
-        ],
-        1,
-    )
-    .await;
+    let client = start_client(&pair.client_dir, &taddr, &[]).await;
     for _ in 0..2 {
         let mut s = TcpStream::connect(client.addr("client")).await.unwrap();
         assert_eq!(roundtrip(&mut s, b"hello").await, b"hello");

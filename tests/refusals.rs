@@ -203,21 +203,7 @@ async fn client_against(pki: &Pki, server_ident: &Issued) -> (Sidecar, Vec<u8>, 
         &pki.leaf(CONTROLLER, Role::Client),
     );
     let (target, server) = recording_server(server_ident, &pki.ca.cert_pem).await;
-    let client = Sidecar::start(
-        &[
-            "client",
-            "--listen",
-            "127.0.0.1:0",
-            "--target",
-            &target,
-            "--server-name",
-            REPLICA,
-            "--tls-dir",
-            cd.to_str().unwrap(),
-        ],
-        1,
-    )
-    .await;
+    let client = start_client(&cd, &target, &[]).await;
     let mut app = TcpStream::connect(client.addr("client")).await.unwrap();
     app.write_all(MARKER).await.unwrap();
     let _ = app.shutdown().await;
