@@ -136,7 +136,7 @@ def fault_pass(work):
 
 
 def read_order():
-    """The previous list: (both, server-only, client-only); an old flat list counts as both."""
+    """The previous list, by part: both, server-only, client-only."""
     parts = {"both": set(), "server": set(), "client": set()}
     part = "both"
     if os.path.exists(ORDER):
