@@ -87,9 +87,15 @@ pub struct CommonArgs {
     /// Bound on connecting to the target.
     #[arg(long, value_name = "DUR", default_value = "5s")]
     pub connect_timeout: String,
-    /// Concurrent connections on the route.
+    /// Authenticated, forwarded connections at once on the route (more wait for a slot).
     #[arg(long, value_name = "N", default_value_t = 4096)]
-    pub max_connections: usize,
+    pub max_connections: u64,
+    /// Unauthenticated handshakes in flight on the route; when full, the oldest is closed.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_handshakes: u64,
+    /// Runtime worker threads [default: the CPUs this process may use].
+    #[arg(long, value_name = "N")]
+    pub worker_threads: Option<u64>,
     /// How often the credential files are polled.
     #[arg(long, value_name = "DUR", default_value = "1s")]
     pub reload_interval: String,
@@ -242,6 +248,7 @@ impl CommonArgs {
             handshake_timeout: Some(self.handshake_timeout.clone()),
             connect_timeout: Some(self.connect_timeout.clone()),
             max_connections: Some(self.max_connections),
+            max_handshakes: Some(self.max_handshakes),
             max_connection_lifetime: self.max_connection_lifetime.clone(),
             tls_min_version: Some(self.tls_min_version.clone()),
             half_close_linger: self.half_close_linger.clone(),
@@ -255,6 +262,7 @@ impl CommonArgs {
             reload_interval: Some(self.reload_interval.clone()),
             trust_grace: Some(self.trust_grace.clone()),
             drain_timeout: Some(self.drain_timeout.clone()),
+            worker_threads: self.worker_threads,
             credentials: self.credentials.spec(),
             routes: vec![route],
         }

@@ -19,6 +19,39 @@ pub const DEFAULT_HALF_CLOSE_LINGER: Duration = Duration::from_secs(60);
 /// The longest `--trust-grace` accepted: a removed CA must not linger.
 pub const MAX_TRUST_GRACE: Duration = Duration::from_secs(24 * 3600);
 
+/// Upper bounds on every count and duration, checked when flags or a file
+/// are read, so no value can make a later task panic or overflow (a
+/// semaphore's permit limit, an `Instant` plus a duration). Each is far
+/// beyond any sensible setting; README's configuration reference lists them.
+pub mod bounds {
+    use std::time::Duration;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+    const DAY: Duration = Duration::from_secs(24 * 3600);
+
+    /// `--max-connections`: authenticated, forwarded connections per route.
+    pub const MAX_CONNECTIONS: usize = 1_000_000;
+    /// `--max-handshakes`: unauthenticated handshakes in flight per route.
+    pub const MAX_HANDSHAKES: usize = 1_000_000;
+    /// `--worker-threads`.
+    pub const WORKER_THREADS: usize = 1024;
+    /// `--handshake-timeout`, `--connect-timeout`.
+    pub const TIMEOUT: Duration = HOUR;
+    /// `--reload-interval`.
+    pub const RELOAD_INTERVAL: Duration = HOUR;
+    /// `--drain-timeout`.
+    pub const DRAIN_TIMEOUT: Duration = HOUR;
+    /// `--max-connection-lifetime`.
+    pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
+    /// The hidden `--half-close-linger`.
+    pub const HALF_CLOSE_LINGER: Duration = DAY;
+}
+
+/// The default `--max-connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// The default `--max-handshakes`.
+pub const DEFAULT_MAX_HANDSHAKES: usize = 1024;
+
 /// Which side of the mutual TLS a route plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -74,7 +107,10 @@ pub struct RouteConfig {
     pub exclusive: bool,
     pub handshake_timeout: Duration,
     pub connect_timeout: Duration,
+    /// Authenticated, forwarded connections at once; more wait for a slot.
     pub max_connections: usize,
+    /// Unauthenticated handshakes in flight; when full the oldest is closed.
+    pub max_handshakes: usize,
     pub max_connection_lifetime: Option<Duration>,
     pub tls_min_version: TlsVersion,
     /// How long a half-closed connection may stay quiet before it is reaped.
@@ -92,6 +128,8 @@ pub struct Settings {
     pub reload_interval: Duration,
     pub trust_grace: Duration,
     pub drain_timeout: Duration,
+    /// Runtime worker threads; `None`: the CPUs the process may use.
+    pub worker_threads: Option<usize>,
 }
 
 /// A configuration problem; the message names the flag, file or field.
@@ -140,7 +178,8 @@ pub struct RouteSpec {
     pub unsafe_listen: bool,
     pub handshake_timeout: Option<String>,
     pub connect_timeout: Option<String>,
-    pub max_connections: Option<usize>,
+    pub max_connections: Option<u64>,
+    pub max_handshakes: Option<u64>,
     pub max_connection_lifetime: Option<String>,
     pub tls_min_version: Option<String>,
     /// Hidden `--half-close-linger` (tests); not a config file field.
@@ -168,6 +207,7 @@ pub struct FileSpec {
     pub reload_interval: Option<String>,
     pub trust_grace: Option<String>,
     pub drain_timeout: Option<String>,
+    pub worker_threads: Option<u64>,
     #[serde(flatten)]
     pub credentials: CredentialSpec,
     #[serde(default, rename = "route")]
@@ -179,16 +219,70 @@ pub fn parse_duration(field: &str, s: &str) -> Result<Duration, ConfigError> {
     humantime::parse_duration(s).map_err(|e| invalid(field, format!("{s:?}: {e}")))
 }
 
+/// Parses an optional duration that must lie in `min..=max`.
 fn opt_duration(
     field: &str,
     s: &Option<String>,
     default: Duration,
+    min: Duration,
+    max: Duration,
 ) -> Result<Duration, ConfigError> {
     match s {
-        Some(s) => parse_duration(field, s),
+        Some(s) => bounded_duration(field, s, min, max),
         None => Ok(default),
     }
 }
+
+/// Parses a duration that must lie in `min..=max`.
+fn bounded_duration(
+    field: &str,
+    s: &str,
+    min: Duration,
+    max: Duration,
+) -> Result<Duration, ConfigError> {
+    let d = parse_duration(field, s)?;
+    if d < min {
+        return Err(invalid(
+            field,
+            if min == Duration::from_millis(1) {
+                format!("{s:?}: must be greater than zero")
+            } else {
+                format!(
+                    "{s:?}: must be at least {}",
+                    humantime::format_duration(min)
+                )
+            },
+        ));
+    }
+    if d > max {
+        return Err(invalid(
+            field,
+            format!("{s:?}: at most {}", humantime::format_duration(max)),
+        ));
+    }
+    Ok(d)
+}
+
+/// A count that must lie in `1..=max`.
+fn bounded_count(
+    field: &str,
+    n: Option<u64>,
+    default: usize,
+    max: usize,
+) -> Result<usize, ConfigError> {
+    let Some(n) = n else {
+        return Ok(default);
+    };
+    if n == 0 {
+        return Err(invalid(field, "must be at least 1"));
+    }
+    match usize::try_from(n) {
+        Ok(n) if n <= max => Ok(n),
+        _ => Err(invalid(field, format!("{n}: at most {max}"))),
+    }
+}
+
+const NONZERO: Duration = Duration::from_millis(1);
 
 impl CredentialSpec {
     /// Resolves to a source; `prefix` qualifies field names in messages.
@@ -323,16 +417,29 @@ impl RouteSpec {
                 SanPolicy::OneOf(expected)
             }
         };
-        let max_connections = self.max_connections.unwrap_or(4096);
-        if max_connections == 0 {
-            return Err(invalid(p("--max-connections"), "must be at least 1"));
-        }
+        let max_connections = bounded_count(
+            &p("--max-connections"),
+            self.max_connections,
+            DEFAULT_MAX_CONNECTIONS,
+            bounds::MAX_CONNECTIONS,
+        )?;
+        let max_handshakes = bounded_count(
+            &p("--max-handshakes"),
+            self.max_handshakes,
+            DEFAULT_MAX_HANDSHAKES,
+            bounds::MAX_HANDSHAKES,
+        )?;
         let tls_min_version = match &self.tls_min_version {
             Some(v) => v.parse().map_err(|e| invalid(p("--tls-min-version"), e))?,
             None => TlsVersion::Tls13,
         };
         let max_connection_lifetime = match &self.max_connection_lifetime {
-            Some(s) => Some(parse_duration(&p("--max-connection-lifetime"), s)?),
+            Some(s) => Some(bounded_duration(
+                &p("--max-connection-lifetime"),
+                s,
+                NONZERO,
+                bounds::CONNECTION_LIFETIME,
+            )?),
             None => None,
         };
         Ok(RouteConfig {
@@ -347,19 +454,26 @@ impl RouteSpec {
                 &p("--handshake-timeout"),
                 &self.handshake_timeout,
                 Duration::from_secs(10),
+                NONZERO,
+                bounds::TIMEOUT,
             )?,
             connect_timeout: opt_duration(
                 &p("--connect-timeout"),
                 &self.connect_timeout,
                 Duration::from_secs(5),
+                NONZERO,
+                bounds::TIMEOUT,
             )?,
             max_connections,
+            max_handshakes,
             max_connection_lifetime,
             tls_min_version,
             half_close_linger: opt_duration(
                 &p("--half-close-linger"),
                 &self.half_close_linger,
                 DEFAULT_HALF_CLOSE_LINGER,
+                NONZERO,
+                bounds::HALF_CLOSE_LINGER,
             )?,
             credentials,
         })
@@ -388,7 +502,13 @@ impl FileSpec {
             }
             routes.push(route);
         }
-        let trust_grace = opt_duration("--trust-grace", &self.trust_grace, Duration::ZERO)?;
+        let trust_grace = opt_duration(
+            "--trust-grace",
+            &self.trust_grace,
+            Duration::ZERO,
+            Duration::ZERO,
+            Duration::MAX,
+        )?;
         if trust_grace > MAX_TRUST_GRACE {
             return Err(invalid(
                 "--trust-grace",
@@ -399,10 +519,18 @@ impl FileSpec {
             "--reload-interval",
             &self.reload_interval,
             Duration::from_secs(1),
+            NONZERO,
+            bounds::RELOAD_INTERVAL,
         )?;
-        if reload_interval.is_zero() {
-            return Err(invalid("--reload-interval", "must be greater than zero"));
-        }
+        let worker_threads = match self.worker_threads {
+            Some(n) => Some(bounded_count(
+                "--worker-threads",
+                Some(n),
+                1,
+                bounds::WORKER_THREADS,
+            )?),
+            None => None,
+        };
         let admin = match &self.admin {
             Some(a) => Some(a.parse().map_err(|e| invalid("--admin", e))?),
             None => None,
@@ -416,7 +544,10 @@ impl FileSpec {
                 "--drain-timeout",
                 &self.drain_timeout,
                 Duration::from_secs(30),
+                Duration::ZERO,
+                bounds::DRAIN_TIMEOUT,
             )?,
+            worker_threads,
         })
     }
 
