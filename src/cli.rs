@@ -117,6 +117,9 @@ pub struct CommonArgs {
     /// How long a half-closed connection may stay quiet (tests only).
     #[arg(long, value_name = "DUR", hide = true)]
     pub half_close_linger: Option<String>,
+    /// ALPN protocol (repeatable): a server accepts only these (a peer offering none is still accepted); a client offers them.
+    #[arg(long, value_name = "PROTO")]
+    pub alpn: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -132,6 +135,12 @@ pub struct ServerArgs {
     /// Forward one connection at a time; an authenticated newcomer displaces the incumbent.
     #[arg(long)]
     pub exclusive: bool,
+    /// Pin the client's public key: base64 SHA-256 of its SubjectPublicKeyInfo (repeatable; in addition to CA and SAN).
+    #[arg(long, value_name = "B64")]
+    pub allow_spki_sha256: Vec<String>,
+    /// Write a PROXY protocol header (v2) with the peer's address and identity to the target first.
+    #[arg(long, value_name = "VERSION", value_parser = ["v2"])]
+    pub proxy_protocol: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -147,6 +156,9 @@ pub struct ClientArgs {
     /// Allow a plaintext listener on a non-loopback address.
     #[arg(long)]
     pub unsafe_listen: bool,
+    /// Pin the server's public key: base64 SHA-256 of its SubjectPublicKeyInfo (repeatable; in addition to CA and SAN).
+    #[arg(long, value_name = "B64")]
+    pub expect_spki_sha256: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -252,6 +264,7 @@ impl CommonArgs {
             max_connection_lifetime: self.max_connection_lifetime.clone(),
             tls_min_version: Some(self.tls_min_version.clone()),
             half_close_linger: self.half_close_linger.clone(),
+            alpn: self.alpn.clone(),
             ..Default::default()
         }
     }
@@ -276,6 +289,8 @@ impl ServerArgs {
             allow_san: self.allow_san.clone(),
             allow_any_san: self.allow_any_san,
             exclusive: self.exclusive,
+            allow_spki_sha256: self.allow_spki_sha256.clone(),
+            proxy_protocol: self.proxy_protocol.clone(),
             ..self.common.route_spec(Mode::Server)
         };
         self.common.file_spec(route)
@@ -289,6 +304,7 @@ impl ClientArgs {
             server_name: self.server_name.clone(),
             expect_san: self.expect_san.clone(),
             unsafe_listen: self.unsafe_listen,
+            expect_spki_sha256: self.expect_spki_sha256.clone(),
             ..self.common.route_spec(Mode::Client)
         };
         self.common.file_spec(route)

@@ -115,6 +115,14 @@ pub struct RouteConfig {
     pub tls_min_version: TlsVersion,
     /// How long a half-closed connection may stay quiet before it is reaped.
     pub half_close_linger: Duration,
+    /// ALPN protocols: a server accepts only these (a peer offering none is
+    /// still accepted); a client offers them.
+    pub alpn: Vec<Vec<u8>>,
+    /// SHA-256 pins of the peer's SubjectPublicKeyInfo, checked in addition
+    /// to the chain and the SAN; empty: no pinning.
+    pub spki_pins: Vec<[u8; 32]>,
+    /// Server only: write a PROXY protocol v2 header to the target first.
+    pub proxy_protocol: bool,
     /// The credentials this route uses; routes naming the same source share
     /// one store.
     pub credentials: CredentialSource,
@@ -185,6 +193,13 @@ pub struct RouteSpec {
     /// Hidden `--half-close-linger` (tests); not a config file field.
     #[serde(skip)]
     pub half_close_linger: Option<String>,
+    #[serde(default)]
+    pub alpn: Vec<String>,
+    #[serde(default)]
+    pub allow_spki_sha256: Vec<String>,
+    #[serde(default)]
+    pub expect_spki_sha256: Vec<String>,
+    pub proxy_protocol: Option<String>,
     #[serde(flatten)]
     pub credentials: CredentialSpec,
 }
@@ -307,6 +322,42 @@ impl CredentialSpec {
     }
 }
 
+/// Parses base64 SHA-256 SPKI pins (standard or URL-safe alphabet, padding
+/// optional).
+fn spki_pins(field: &str, list: &[String]) -> Result<Vec<[u8; 32]>, ConfigError> {
+    list.iter()
+        .map(|s| {
+            crate::pin::parse(s).ok_or_else(|| {
+                invalid(
+                    field,
+                    format!("{s:?} is not a base64 SHA-256 pin (44 characters)"),
+                )
+            })
+        })
+        .collect()
+}
+
+/// At most this many ALPN protocols, each 1..=255 bytes.
+pub const MAX_ALPN: usize = 32;
+
+fn alpn(field: &str, list: &[String]) -> Result<Vec<Vec<u8>>, ConfigError> {
+    if list.len() > MAX_ALPN {
+        return Err(invalid(field, format!("at most {MAX_ALPN} protocols")));
+    }
+    list.iter()
+        .map(|p| {
+            if p.is_empty() || p.len() > 255 {
+                Err(invalid(
+                    field,
+                    format!("{p:?}: a protocol name is 1 to 255 bytes"),
+                ))
+            } else {
+                Ok(p.as_bytes().to_vec())
+            }
+        })
+        .collect()
+}
+
 fn patterns(field: &str, list: &[String]) -> Result<Vec<SanPattern>, ConfigError> {
     list.iter()
         .map(|s| s.parse::<SanPattern>().map_err(|e| invalid(field, e)))
@@ -350,9 +401,13 @@ impl RouteSpec {
         let mut server_name = None;
         let peer_sans = match mode {
             Mode::Server => {
-                if !self.expect_san.is_empty() || self.server_name.is_some() || self.unsafe_listen {
+                if !self.expect_san.is_empty()
+                    || self.server_name.is_some()
+                    || self.unsafe_listen
+                    || !self.expect_spki_sha256.is_empty()
+                {
                     return Err(invalid(
-                        p("--expect-san/--server-name/--unsafe-listen"),
+                        p("--expect-san/--server-name/--unsafe-listen/--expect-spki-sha256"),
                         "only valid for client routes",
                     ));
                 }
@@ -373,9 +428,14 @@ impl RouteSpec {
                 }
             }
             Mode::Client => {
-                if !self.allow_san.is_empty() || self.allow_any_san || self.exclusive {
+                if !self.allow_san.is_empty()
+                    || self.allow_any_san
+                    || self.exclusive
+                    || self.proxy_protocol.is_some()
+                    || !self.allow_spki_sha256.is_empty()
+                {
                     return Err(invalid(
-                        p("--allow-san/--allow-any-san/--exclusive"),
+                        p("--allow-san/--allow-any-san/--exclusive/--proxy-protocol/--allow-spki-sha256"),
                         "only valid for server routes",
                     ));
                 }
@@ -433,6 +493,21 @@ impl RouteSpec {
             Some(v) => v.parse().map_err(|e| invalid(p("--tls-min-version"), e))?,
             None => TlsVersion::Tls13,
         };
+        let spki_pins = match mode {
+            Mode::Server => spki_pins(&p("--allow-spki-sha256"), &self.allow_spki_sha256)?,
+            Mode::Client => spki_pins(&p("--expect-spki-sha256"), &self.expect_spki_sha256)?,
+        };
+        let proxy_protocol = match self.proxy_protocol.as_deref() {
+            None => false,
+            Some("v2") => true,
+            Some(other) => {
+                return Err(invalid(
+                    p("--proxy-protocol"),
+                    format!("{other:?}: the only version is v2"),
+                ))
+            }
+        };
+        let alpn = alpn(&p("--alpn"), &self.alpn)?;
         let max_connection_lifetime = match &self.max_connection_lifetime {
             Some(s) => Some(bounded_duration(
                 &p("--max-connection-lifetime"),
@@ -475,6 +550,9 @@ impl RouteSpec {
                 NONZERO,
                 bounds::HALF_CLOSE_LINGER,
             )?,
+            alpn,
+            spki_pins,
+            proxy_protocol,
             credentials,
         })
     }

@@ -66,7 +66,7 @@ fn describe() {
     describe_counter!(
         HANDSHAKE_FAILURES,
         Unit::Count,
-        "TLS handshakes refused or failed, by route and reason (no_client_cert, unknown_ca, bad_san, expired, not_tls, timeout, protocol, io, overload, revoked)."
+        "TLS handshakes refused or failed, by route and reason (no_client_cert, unknown_ca, bad_san, expired, not_tls, timeout, protocol, io, overload, revoked, pin_mismatch)."
     );
     describe_histogram!(
         HANDSHAKE_DURATION,

@@ -31,11 +31,13 @@ pub enum FailureReason {
     Overload,
     /// The peer's certificate is revoked.
     Revoked,
+    /// The peer's public key matches none of the pinned keys.
+    PinMismatch,
 }
 
 impl FailureReason {
     /// Every value, for pre-registering metric series at zero.
-    pub const ALL: [FailureReason; 10] = [
+    pub const ALL: [FailureReason; 11] = [
         FailureReason::NoClientCert,
         FailureReason::UnknownCa,
         FailureReason::BadSan,
@@ -46,6 +48,7 @@ impl FailureReason {
         FailureReason::Io,
         FailureReason::Overload,
         FailureReason::Revoked,
+        FailureReason::PinMismatch,
     ];
 
     /// The label value.
@@ -61,6 +64,7 @@ impl FailureReason {
             FailureReason::Io => "io",
             FailureReason::Overload => "overload",
             FailureReason::Revoked => "revoked",
+            FailureReason::PinMismatch => "pin_mismatch",
         }
     }
 
@@ -97,6 +101,9 @@ impl FailureReason {
                 | CertificateError::NotValidYet
                 | CertificateError::NotValidYetContext { .. } => FailureReason::Expired,
                 CertificateError::Revoked => FailureReason::Revoked,
+                CertificateError::Other(o) if o.0.is::<crate::pin::PinMismatch>() => {
+                    FailureReason::PinMismatch
+                }
                 CertificateError::NotValidForName
                 | CertificateError::NotValidForNameContext { .. }
                 | CertificateError::InvalidPurpose
@@ -255,7 +262,8 @@ mod tests {
                 "protocol",
                 "io",
                 "overload",
-                "revoked"
+                "revoked",
+                "pin_mismatch"
             ]
         );
     }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use rustls_pki_types::{CertificateDer, ServerName};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tracing::{debug, info, warn};
@@ -101,18 +102,30 @@ impl Route {
         cfg: RouteConfig,
         store: Arc<CredentialStore>,
     ) -> Result<(Arc<Route>, Listener), RouteError> {
+        let peer = crate::tls::PeerOptions {
+            alpn: cfg.alpn.clone(),
+            spki_pins: cfg.spki_pins.clone(),
+        };
         let tls = match cfg.mode {
             Mode::Server => {
-                let (config, policy) =
-                    crate::tls::server_config(&store, cfg.peer_sans.clone(), cfg.tls_min_version)?;
+                let (config, policy) = crate::tls::server_config(
+                    &store,
+                    cfg.peer_sans.clone(),
+                    cfg.tls_min_version,
+                    &peer,
+                )?;
                 RouteTls::Server {
                     acceptor: TlsAcceptor::from(config),
                     policy,
                 }
             }
             Mode::Client => {
-                let (config, policy) =
-                    crate::tls::client_config(&store, cfg.peer_sans.clone(), cfg.tls_min_version)?;
+                let (config, policy) = crate::tls::client_config(
+                    &store,
+                    cfg.peer_sans.clone(),
+                    cfg.tls_min_version,
+                    &peer,
+                )?;
                 let name = cfg.server_name.clone().unwrap_or_default();
                 let server_name =
                     ServerName::try_from(name.clone()).map_err(|_| RouteError::ServerName(name))?;
@@ -225,6 +238,10 @@ impl Route {
         peer_addr: String,
         ticket: Ticket,
     ) {
+        let addresses = match &stream {
+            Stream::Tcp(s) => s.peer_addr().ok().zip(s.local_addr().ok()),
+            Stream::Unix(_) => None,
+        };
         let handshake = Box::pin(acceptor.accept(Capped::new(stream)));
         let Some((mut tls, reg, displaced)) =
             self.authenticate(peer_addr, handshake, &ticket).await
@@ -233,6 +250,9 @@ impl Route {
         };
         drop(ticket);
         tls.get_mut().0.lift();
+        if let Some(p) = tls.get_ref().1.alpn_protocol() {
+            debug!(route = %self.cfg.name, conn = reg.conn.id, alpn = %String::from_utf8_lossy(p), "ALPN negotiated");
+        }
         let Some(_slot) = self.take_slot(&reg).await else {
             return;
         };
@@ -244,10 +264,57 @@ impl Route {
             r = connect => r,
             reason = reg.conn.signal.closed() => return self.closed_early(&reg, reason),
         };
-        match target {
-            Ok(target) => self.supervise(reg, tls, target).await,
-            Err(e) => self.target_unreachable(&reg.conn.peer_addr, &e),
+        let mut target = match target {
+            Ok(t) => t,
+            Err(e) => return self.target_unreachable(&reg.conn.peer_addr, &e),
+        };
+        if self.cfg.proxy_protocol {
+            let header = self.handoff(&reg, tls.get_ref().1, addresses);
+            let sent = match header {
+                Ok(h) => tokio::time::timeout(self.cfg.connect_timeout, target.write_all(&h)).await,
+                Err(e) => Ok(Err(e)),
+            };
+            if let Err(e) = sent.unwrap_or_else(|_| {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "writing the PROXY header timed out",
+                ))
+            }) {
+                return self.target_unreachable(&reg.conn.peer_addr, &e);
+            }
         }
+        self.supervise(reg, tls, target).await
+    }
+
+    /// The PROXY v2 header for an authenticated server-side connection.
+    fn handoff(
+        &self,
+        reg: &Registration,
+        conn: &rustls::ServerConnection,
+        addresses: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
+    ) -> std::io::Result<Vec<u8>> {
+        let peer = reg.conn.peer.as_ref();
+        let matched = match &self.cfg.peer_sans {
+            crate::identity::SanPolicy::Any => Some("*".to_string()),
+            policy => peer.and_then(|c| {
+                policy
+                    .patterns()
+                    .iter()
+                    .find(|p| p.matches(c))
+                    .map(|p| p.to_string())
+            }),
+        };
+        crate::proxy_header::encode(&crate::proxy_header::Handoff {
+            addresses,
+            version: conn.protocol_version(),
+            cipher: conn.negotiated_cipher_suite().map(|c| c.suite()),
+            alpn: conn.alpn_protocol().map(<[u8]>::to_vec),
+            sni: conn.server_name().map(str::to_string),
+            unique_id: reg.conn.id.to_string(),
+            peer_cert: reg.conn.chain.first().map(|c| c.as_ref().to_vec()),
+            matched,
+            sans: peer.map(|c| c.sans()).unwrap_or_default(),
+        })
     }
 
     async fn handle_client(
@@ -288,6 +355,9 @@ impl Route {
         if let Some((mut tls, reg, _)) = self.authenticate(target, handshake, &ticket).await {
             drop(ticket);
             tls.get_mut().0.lift();
+            if let Some(p) = tls.get_ref().1.alpn_protocol() {
+                debug!(route = %self.cfg.name, conn = reg.conn.id, alpn = %String::from_utf8_lossy(p), "ALPN negotiated");
+            }
             self.supervise(reg, local, tls).await;
         }
     }
@@ -495,17 +565,17 @@ impl Route {
         let duration = conn.opened.elapsed();
         match reason {
             CloseReason::Completed => {
-                debug!(route = %self.cfg.name, peer = %conn.peer_addr, to_target = to, from_target = from, ?duration, "connection closed")
+                debug!(route = %self.cfg.name, conn = conn.id, peer = %conn.peer_addr, to_target = to, from_target = from, ?duration, "connection closed")
             }
             CloseReason::Expired
             | CloseReason::Revoked
             | CloseReason::Lifetime
             | CloseReason::Displaced
             | CloseReason::Drain => {
-                info!(route = %self.cfg.name, peer = %conn.peer_addr, reason = reason.as_str(), to_target = to, from_target = from, ?duration, "connection closed")
+                info!(route = %self.cfg.name, conn = conn.id, peer = %conn.peer_addr, reason = reason.as_str(), to_target = to, from_target = from, ?duration, "connection closed")
             }
             _ => {
-                debug!(route = %self.cfg.name, peer = %conn.peer_addr, reason = reason.as_str(), to_target = to, from_target = from, ?duration, "connection closed")
+                debug!(route = %self.cfg.name, conn = conn.id, peer = %conn.peer_addr, reason = reason.as_str(), to_target = to, from_target = from, ?duration, "connection closed")
             }
         }
         drop(reg);
