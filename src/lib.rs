@@ -21,6 +21,7 @@ pub mod forward;
 pub mod health;
 pub mod identity;
 pub mod logging;
+pub mod logsafe;
 pub mod metrics;
 pub mod pki;
 pub mod reason;
