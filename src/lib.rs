@@ -22,6 +22,7 @@ pub mod forward;
 pub mod health;
 pub mod identity;
 pub mod logging;
+pub mod logsafe;
 pub mod memtrim;
 pub mod metrics;
 pub mod pending;

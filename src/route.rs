@@ -63,6 +63,8 @@ pub struct Route {
     accepting: AtomicBool,
     metrics: RouteMetrics,
     tls: RouteTls,
+    /// Rate-limits this route's refusal lines per reason.
+    refusal_log: Arc<crate::logsafe::RefusalLog>,
 }
 
 impl std::fmt::Debug for Route {
@@ -144,6 +146,7 @@ impl Route {
         let bound = listener.local_addr().unwrap_or_else(|_| cfg.listen.clone());
         let route = Route {
             metrics: RouteMetrics::new(&cfg.name),
+            refusal_log: crate::logsafe::RefusalLog::start(&cfg.name),
             registry: Arc::new(Registry::default()),
             pending: Pending::new(cfg.max_handshakes),
             slots: Arc::new(Semaphore::new(cfg.max_connections)),
@@ -448,9 +451,10 @@ impl Route {
         report: PeerReport,
     ) -> Option<(Registration, Option<Arc<LiveConn>>)> {
         if let Some(c) = &report.cert {
+            use crate::logsafe::{clean, clean_list};
             debug!(
-                route = %self.cfg.name, peer = %peer_addr, subject = %c.subject,
-                serial = %c.serial, sans = ?c.sans(), "handshake complete"
+                route = %self.cfg.name, peer = %peer_addr, subject = %clean(&c.subject),
+                serial = %c.serial, sans = %clean_list(&c.sans()), "handshake complete"
             );
         }
         let verified_with = report.verified_with;
@@ -471,7 +475,8 @@ impl Route {
         if let Err(e) = verdict {
             self.metrics.closed(CloseReason::Revoked);
             warn!(
-                route = %self.cfg.name, peer = %reg.conn.peer_addr, error = %e,
+                route = %self.cfg.name, peer = %reg.conn.peer_addr,
+                error = %crate::logsafe::clean_display(&e),
                 "closing connection: its peer lost trust during the handshake"
             );
             return None;
@@ -517,11 +522,16 @@ impl Route {
         report: &PeerReport,
         started: Instant,
     ) {
+        use crate::logsafe::{clean, clean_display, clean_list};
         self.metrics.handshake_failed(reason, started.elapsed());
+        if !self.refusal_log.admit(reason) {
+            return;
+        }
+        let error = clean_display(error);
         match &report.cert {
             Some(c) => warn!(
                 route = %self.cfg.name, peer = %peer, reason = reason.as_str(),
-                subject = %c.subject, sans = ?c.sans(), error = %error,
+                subject = %clean(&c.subject), sans = %clean_list(&c.sans()), error = %error,
                 "handshake refused"
             ),
             None => warn!(
@@ -599,13 +609,15 @@ impl Route {
         for conn in self.registry.snapshot() {
             if let Err(e) = self.reverify(&conn.chain, now) {
                 if conn.signal.close(CloseReason::Revoked) {
+                    use crate::logsafe::{clean, clean_display, clean_list};
                     let (subject, sans) = conn
                         .peer
                         .as_ref()
-                        .map(|c| (c.subject.clone(), c.sans()))
+                        .map(|c| (c.subject.as_str(), c.sans()))
                         .unwrap_or_default();
                     warn!(
-                        route = %self.cfg.name, peer = %conn.peer_addr, %subject, ?sans, error = %e,
+                        route = %self.cfg.name, peer = %conn.peer_addr, subject = %clean(subject),
+                        sans = %clean_list(&sans), error = %clean_display(&e),
                         "closing connection: its peer is no longer trusted"
                     );
                 }

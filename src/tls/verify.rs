@@ -270,7 +270,7 @@ impl ClientCertVerifier for ClientCertPolicy {
         // The handshake is not over yet (CertificateVerify and Finished
         // follow); this marks the moment the chain was judged.
         tracing::debug!(
-            subject = info.as_ref().map(|i| i.subject.as_str()).unwrap_or(""),
+            subject = %crate::logsafe::clean(info.as_ref().map(|i| i.subject.as_str()).unwrap_or("")),
             "client certificate chain verified"
         );
         Ok(ClientCertVerified::assertion())
