@@ -23,6 +23,7 @@ pub mod identity;
 pub mod logging;
 pub mod metrics;
 pub mod pki;
+pub mod publish;
 pub mod reason;
 pub mod reload;
 pub mod route;

@@ -50,6 +50,7 @@ fn main() -> ExitCode {
             runtime.block_on(mtls_sidecar::demo::run(&args))
         }
         Command::Health(args) => runtime.block_on(mtls_sidecar::health::run(&args)),
+        Command::Publish(args) => mtls_sidecar::publish::run(&args),
     };
     ExitCode::from(code)
 }
