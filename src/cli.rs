@@ -34,6 +34,8 @@ pub enum Command {
     Demo(DemoArgs),
     /// Probe a running sidecar's admin endpoint (for container HEALTHCHECKs).
     Health(HealthArgs),
+    /// Write files as a new revision of a directory, kubelet-style (atomic ..data swap).
+    Publish(PublishArgs),
 }
 
 /// Where credentials come from.
@@ -187,6 +189,11 @@ pub struct CheckArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
+    /// A Secret as `kubectl get secret NAME -o yaml|json` prints it (`-`:
+    /// stdin), checked for type kubernetes.io/tls and its keys; with --ca
+    /// the trust comes from that file instead of the Secret's ca.crt.
+    #[arg(long, value_name = "FILE|-")]
+    pub secret: Option<String>,
 }
 
 #[derive(Debug, Clone, Subcommand)]
@@ -309,4 +316,22 @@ impl ClientArgs {
         };
         self.common.file_spec(route)
     }
+}
+
+/// `publish --into DIR FILE...`.
+#[derive(Debug, Clone, Args)]
+pub struct PublishArgs {
+    /// The directory to publish into (the sidecar's --tls-dir); created if missing.
+    #[arg(long, value_name = "DIR")]
+    pub into: PathBuf,
+    /// Files of the new revision: PATH (published under its base name) or
+    /// NAME=PATH. Give every file: names the revision lacks are removed.
+    #[arg(value_name = "FILE", required = true)]
+    pub files: Vec<String>,
+    /// Permission bits of the published files (octal).
+    #[arg(long, value_name = "OCTAL", default_value = "0640")]
+    pub mode: String,
+    /// Publish even a credential revision the sidecar would reject.
+    #[arg(long)]
+    pub no_check: bool,
 }

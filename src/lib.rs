@@ -30,6 +30,7 @@ pub mod pin;
 pub mod pki;
 pub mod preauth;
 pub mod proxy_header;
+pub mod publish;
 pub mod reason;
 pub mod reload;
 pub mod route;

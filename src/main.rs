@@ -39,6 +39,7 @@ fn main() -> ExitCode {
         Command::Health(args) => {
             with_runtime(None, |rt| rt.block_on(mtls_sidecar::health::run(&args)))
         }
+        Command::Publish(args) => mtls_sidecar::publish::run(&args),
     };
     ExitCode::from(code)
 }
