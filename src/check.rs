@@ -114,6 +114,9 @@ pub fn inspect(req: &Request, now: SystemTime) -> Report {
 /// Runs the checks and prints them; returns the exit status (0 all passed,
 /// 1 a check failed, 2 bad usage).
 pub fn run(args: &CheckArgs) -> u8 {
+    if args.spki {
+        return print_spki(args);
+    }
     let req = match Request::from_args(args) {
         Ok(r) => r,
         Err(e) => {
@@ -137,5 +140,42 @@ pub fn run(args: &CheckArgs) -> u8 {
         0
     } else {
         1
+    }
+}
+
+/// `check --spki`: the pin of the identity certificate (the first
+/// certificate of `tls.crt` or `--cert`).
+fn print_spki(args: &CheckArgs) -> u8 {
+    let creds = &args.credentials;
+    let path = match (&creds.tls_dir, &creds.cert) {
+        (Some(dir), None) => dir.join(crate::credentials::CERT_FILE),
+        (None, Some(cert)) => cert.clone(),
+        _ => {
+            eprintln!("error: --spki: give --tls-dir DIR or --cert FILE");
+            return 2;
+        }
+    };
+    let raw = match crate::credentials::read_file(&path) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 1;
+        }
+    };
+    use rustls_pki_types::pem::PemObject;
+    let first = rustls_pki_types::CertificateDer::pem_slice_iter(&raw.bytes).next();
+    let pin = match first {
+        Some(Ok(der)) => crate::pin::spki_sha256(der.as_ref()),
+        _ => None,
+    };
+    match pin {
+        Some(pin) => {
+            println!("{}", crate::pin::encode(&pin));
+            0
+        }
+        None => {
+            eprintln!("error: {}: no PEM certificate that parses", path.display());
+            1
+        }
     }
 }

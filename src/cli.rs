@@ -194,6 +194,11 @@ pub struct CheckArgs {
     /// the trust comes from that file instead of the Secret's ca.crt.
     #[arg(long, value_name = "FILE|-")]
     pub secret: Option<String>,
+    /// Print the identity certificate's public-key pin (base64 SHA-256 of its
+    /// SubjectPublicKeyInfo, for --allow-spki-sha256/--expect-spki-sha256)
+    /// instead of checking; --cert FILE alone is enough.
+    #[arg(long)]
+    pub spki: bool,
 }
 
 #[derive(Debug, Clone, Subcommand)]

@@ -270,3 +270,36 @@ fn bad_pins_alpn_and_proxy_versions_exit_2() {
         assert!(out.contains(needle), "{extra:?}: {out}");
     }
 }
+
+/// `check --spki` prints the pin a sidecar accepts: the pin it prints for
+/// the controller's directory admits the controller.
+#[tokio::test]
+async fn check_spki_prints_the_pin_the_sidecar_accepts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("spki CA");
+    let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+    let controller = pki.leaf(CONTROLLER, Role::Client);
+    let cdir = pki.dir(tmp.path(), "controller", &controller);
+    let (code, out) = run_bin(&["check", "--spki", "--tls-dir", cdir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let pin = out.trim().to_string();
+    assert_eq!(
+        Some(mtls_sidecar::pin::spki_sha256(controller.cert_der.as_ref()).unwrap()),
+        mtls_sidecar::pin::parse(&pin)
+    );
+    let cert = cdir.join("tls.crt");
+    let (code, out2) = run_bin(&["check", "--spki", "--cert", cert.to_str().unwrap()]);
+    assert_eq!((code, out2.trim()), (0, pin.as_str()));
+    let echo = echo_target().await;
+    let sc = start_server(&dir, &echo.addr.to_string(), &["--allow-spki-sha256", &pin]).await;
+    let mut tls = tls_connect(
+        &sc.addr("server"),
+        REPLICA,
+        client_config(Some(&controller), &pki.ca.cert_pem),
+    )
+    .await
+    .unwrap();
+    assert_eq!(roundtrip(&mut tls, b"pin").await, b"pin");
+    let (code, _) = run_bin(&["check", "--spki"]);
+    assert_eq!(code, 2);
+}
