@@ -1,7 +1,9 @@
 //! The credential poller: reads the source every `--reload-interval` (or
-//! sooner when a file watch, SIGHUP or a due trust retirement wakes it),
-//! applies a changed revision that validates, and reports the outcome.
-//! Polling is the truth; file watches miss the kubelet's `..data` swaps.
+//! sooner when a file watch, SIGHUP, or something due wakes it: a trust
+//! retirement, a settle window ending, a pending certificate becoming
+//! valid), applies a changed revision that validates, and reports the
+//! outcome. Polling is the truth; file watches miss the kubelet's `..data`
+//! swaps.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -11,29 +13,38 @@ use tracing::{debug, error, info, warn};
 
 use crate::credentials::{fmt_time, Applied, CredentialStore};
 
+/// How long after a due moment (a settle window ending, a certificate
+/// becoming valid, a grace ending) the poller wakes, so the poll's clock is
+/// past it.
+const WAKE_SLACK: Duration = Duration::from_millis(5);
+
 /// Runs until `stop` turns true.
 /// `all` is every store of the process: the expiry gauges show the earliest
-/// expiry across them.
+/// expiry across them. `hup` is notified on SIGHUP: that poll judges a
+/// changed plain directory at once instead of waiting for it to settle.
 pub async fn run(
     store: Arc<CredentialStore>,
     all: Arc<[Arc<CredentialStore>]>,
     interval: Duration,
-    wake: Arc<Notify>,
+    hup: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let _watcher = start_watcher(&store, wake.clone());
+    let file_event = Arc::new(Notify::new());
+    let _watcher = start_watcher(&store, file_event.clone());
     loop {
-        let mut wait = interval;
-        if let Some(at) = store.current().trust.next_retirement() {
-            let until = at.duration_since(SystemTime::now()).unwrap_or_default();
-            wait = wait.min(until + Duration::from_millis(5));
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = wake.notified() => {}
+        let wait = next_wait(&store, interval);
+        let forced = tokio::select! {
+            _ = tokio::time::sleep(wait) => false,
+            _ = file_event.notified() => false,
+            _ = hup.notified() => true,
             _ = stop.wait_for(|s| *s) => return,
-        }
-        let outcome = store.poll(SystemTime::now());
+        };
+        let now = SystemTime::now();
+        let outcome = if forced {
+            store.poll_now(now)
+        } else {
+            store.poll(now)
+        };
         report(&store, &outcome);
         if matches!(outcome, Applied::Applied { .. } | Applied::TrustRetired) {
             publish_expiry(&all);
@@ -41,12 +52,30 @@ pub async fn run(
     }
 }
 
+/// How long to sleep before the next poll: the interval, or less when
+/// something is due sooner (the store says what).
+fn next_wait(store: &CredentialStore, interval: Duration) -> Duration {
+    match store.next_due() {
+        Some(at) => interval.min(
+            at.duration_since(SystemTime::now())
+                .unwrap_or_default()
+                .saturating_add(WAKE_SLACK),
+        ),
+        None => interval,
+    }
+}
+
 /// Logs and counts one poll's outcome.
 pub fn report(store: &CredentialStore, outcome: &Applied) {
     match outcome {
         Applied::Unchanged => {}
-        Applied::Settling => {
-            debug!(source = %store.source(), "credential files do not validate together yet; waiting one poll")
+        Applied::Settling { revision, until } => {
+            debug!(
+                source = %store.source(),
+                revision = %short(revision),
+                until = %humantime::format_rfc3339_millis(*until),
+                "credential files changed; judging them once unchanged for the settle window"
+            )
         }
         Applied::Applied {
             revision,
@@ -67,6 +96,19 @@ pub fn report(store: &CredentialStore, outcome: &Applied) {
         }
         Applied::TrustRetired => {
             info!(source = %store.source(), anchors = store.current().trust.anchors.len(), "trust grace ended; removed CA is no longer trusted");
+        }
+        Applied::Pending {
+            revision,
+            error,
+            valid_from,
+        } => {
+            warn!(
+                source = %store.source(),
+                revision = %short(revision),
+                valid_from = %humantime::format_rfc3339_seconds(*valid_from),
+                error = %error,
+                "credential revision is not valid yet; the current one stays in force and this one is applied once valid"
+            );
         }
         Applied::Rejected { revision, error } => {
             crate::metrics::credential_reload(false);
