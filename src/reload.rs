@@ -13,6 +13,12 @@ use tracing::{debug, error, info, warn};
 
 use crate::credentials::{fmt_time, Applied, CredentialStore};
 
+/// Set to `1` to run without the file watcher, so only the interval (and
+/// SIGHUP) polls. For tests only: it proves that polling alone picks up a
+/// change, as it must for the kubelet's `..data` swaps that watchers miss.
+/// Not part of the public interface.
+pub const NO_FILE_WATCH_ENV: &str = "MTLS_SIDECAR_NO_FILE_WATCH";
+
 /// How long after a due moment (a settle window ending, a certificate
 /// becoming valid, a grace ending) the poller wakes, so the poll's clock is
 /// past it.
@@ -30,7 +36,12 @@ pub async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     let file_event = Arc::new(Notify::new());
-    let _watcher = start_watcher(&store, file_event.clone());
+    let _watcher = if file_watch_disabled() {
+        info!(source = %store.source(), "file watcher disabled ({NO_FILE_WATCH_ENV}=1); polling every {interval:?} only");
+        None
+    } else {
+        start_watcher(&store, file_event.clone())
+    };
     loop {
         let wait = next_wait(&store, interval);
         let forced = tokio::select! {
@@ -63,6 +74,10 @@ fn next_wait(store: &CredentialStore, interval: Duration) -> Duration {
         ),
         None => interval,
     }
+}
+
+fn file_watch_disabled() -> bool {
+    std::env::var_os(NO_FILE_WATCH_ENV).is_some_and(|v| v == "1")
 }
 
 /// Logs and counts one poll's outcome.

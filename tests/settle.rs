@@ -2,7 +2,7 @@
 //! directory's content is applied only once it has stopped changing (a CA
 //! bundle rewritten in place must not revoke live connections half-way), a
 //! revision that is not valid yet waits and is applied once it is, an
-//! expired one is rejected.
+//! expired one is rejected, and polling alone picks a change up.
 
 mod common;
 #[allow(dead_code)]
@@ -288,4 +288,56 @@ async fn an_expired_revision_is_rejected_and_the_old_one_stays() {
     let m = scrape(&admin).await;
     assert_eq!(m.get(RELOADS, &[("result", "rejected")]), 1.0);
     assert_eq!(server.log_count("applied credential revision"), 0);
+}
+
+/// With the file watcher off (test-only switch), the interval alone picks
+/// a change up, within one interval (bounded here by two).
+#[tokio::test(flavor = "multi_thread")]
+async fn polling_alone_applies_a_change_within_the_interval() {
+    const INTERVAL: Duration = Duration::from_millis(500);
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("CA");
+    let dir = AtomicDir::new(&tmp.path().join("replica")).unwrap();
+    publish(&dir, &pki.leaf(REPLICA, Role::Server), &pki.ca.cert_pem);
+    let echo = echo_target().await;
+    let d = dir.path().to_str().unwrap();
+    let target = echo.addr.to_string();
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args([
+        "server",
+        "--listen",
+        "127.0.0.1:0",
+        "--target",
+        &target,
+        "--tls-dir",
+        d,
+        "--allow-san",
+        CONTROLLER,
+        "--reload-interval",
+        "500ms",
+    ])
+    .env("MTLS_SIDECAR_NO_FILE_WATCH", "1")
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped());
+    let server = Sidecar::from_command(cmd);
+    server.wait_log(&["file watcher disabled"]).await;
+    server.wait_log(&[" listening ", "route=server"]).await;
+    let addr = server.addr("server");
+    let cfg = client_config(Some(&pki.leaf(CONTROLLER, Role::Client)), &pki.ca.cert_pem);
+    for round in 1..=2 {
+        let next = pki.leaf(REPLICA, Role::Server);
+        let published = Instant::now();
+        publish(&dir, &next, &pki.ca.cert_pem);
+        server
+            .wait_field("applied credential revision", "serial", &serial(&next))
+            .await;
+        let took = published.elapsed();
+        assert!(
+            took < 2 * INTERVAL,
+            "round {round}: applied after {took:?} with a {INTERVAL:?} interval"
+        );
+        assert_eq!(served_serial(&addr, cfg.clone()).await, serial(&next));
+    }
+    assert_eq!(server.log_count("cannot watch"), 0);
 }
