@@ -42,6 +42,7 @@ pub async fn run(
     } else {
         start_watcher(&store, file_event.clone())
     };
+    publish_reload_state(&all);
     loop {
         let wait = next_wait(&store, interval);
         let forced = tokio::select! {
@@ -60,6 +61,7 @@ pub async fn run(
         if matches!(outcome, Applied::Applied { .. } | Applied::TrustRetired) {
             publish_expiry(&all);
         }
+        publish_reload_state(&all);
     }
 }
 
@@ -135,6 +137,21 @@ pub fn report(store: &CredentialStore, outcome: &Applied) {
             );
         }
     }
+}
+
+/// Sets the reload gauges from every store: the revisions in force, and
+/// whether each store's newest judged revision is the one in force. Each
+/// store's poller calls it; one at a time, so a view read earlier never
+/// overwrites a newer one.
+pub fn publish_reload_state(stores: &[Arc<CredentialStore>]) {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let successful = stores.iter().all(|s| s.status().last_reload_successful);
+    let in_force: Vec<String> = stores
+        .iter()
+        .map(|s| s.current().revision.clone())
+        .collect();
+    crate::metrics::credential_reload_state(successful, &in_force);
 }
 
 /// Sets the expiry gauges from what is in force: the earliest identity and

@@ -2,7 +2,8 @@
 //! directory's content is applied only once it has stopped changing (a CA
 //! bundle rewritten in place must not revoke live connections half-way), a
 //! revision that is not valid yet waits and is applied once it is, an
-//! expired one is rejected, and polling alone picks a change up.
+//! expired one is rejected, polling alone picks a change up, and the reload
+//! gauges say all of it on `/metrics`.
 
 mod common;
 #[allow(dead_code)]
@@ -24,6 +25,8 @@ use mtls_sidecar::identity::{epoch_to_time, CertInfo};
 use mtls_sidecar::pki::{Issued, LeafSpec, Role};
 use serde_json::Value;
 
+const SUCCESSFUL: &str = "mtls_sidecar_credential_last_reload_successful";
+const REVISION_INFO: &str = "mtls_sidecar_credential_revision_info";
 const RELOADS: &str = "mtls_sidecar_credential_reloads_total";
 
 fn serial(leaf: &Issued) -> String {
@@ -56,10 +59,39 @@ async fn scrape(admin: &str) -> Exposition {
     Exposition::parse(&a.body).unwrap_or_else(|e| panic!("{e}\n{}", a.body))
 }
 
+/// Scrapes until `done` holds, or panics at the deadline.
+async fn scrape_until(admin: &str, what: &str, done: impl Fn(&Exposition) -> bool) -> Exposition {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let m = scrape(admin).await;
+        if done(&m) {
+            return m;
+        }
+        assert!(Instant::now() < deadline, "never saw {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 async fn status(admin: &str) -> Value {
     let a = http::request(admin, "GET", "/status").await;
     assert_eq!(a.code, 200, "{}", a.body);
     serde_json::from_str(&a.body).unwrap_or_else(|e| panic!("{e}\n{}", a.body))
+}
+
+/// The revisions `revision_info` shows as in force (value 1).
+fn in_force(m: &Exposition) -> Vec<String> {
+    m.series(REVISION_INFO)
+        .into_iter()
+        .filter(|s| s.value == 1.0)
+        .map(|s| s.labels.get("revision").cloned().unwrap_or_default())
+        .collect()
+}
+
+/// True when the gauges say exactly `revision` is in force and the last
+/// reload succeeded (`ok`) or not.
+fn gauges_say(m: &Exposition, revision: &str, ok: bool) -> bool {
+    m.value(SUCCESSFUL, &[]) == Some(if ok { 1.0 } else { 0.0 })
+        && in_force(m) == vec![short(revision).to_string()]
 }
 
 /// The serial of the certificate the server presents to a new handshake.
@@ -173,6 +205,10 @@ async fn a_not_yet_valid_revision_is_pending_then_served_once_valid() {
     .await;
     let (addr, admin) = (server.addr("server"), server.admin());
     let cfg = client_config(Some(&pki.leaf(CONTROLLER, Role::Client)), &pki.ca.cert_pem);
+    scrape_until(&admin, "the first revision in force", |m| {
+        gauges_say(m, &old, true)
+    })
+    .await;
 
     let published = SystemTime::now();
     let next = pki.issue(
@@ -212,6 +248,8 @@ async fn a_not_yet_valid_revision_is_pending_then_served_once_valid() {
         "{}",
         ready.body
     );
+    let m = scrape(&admin).await;
+    assert!(gauges_say(&m, &old, false), "{:?}", m.series(SUCCESSFUL));
     assert_eq!(served_serial(&addr, cfg.clone()).await, serial(&first));
     assert!(
         SystemTime::now() < valid_from,
@@ -237,6 +275,15 @@ async fn a_not_yet_valid_revision_is_pending_then_served_once_valid() {
     assert_eq!(creds["revision"], new.as_str());
     assert!(creds["pending"].is_null(), "{st}");
     assert_eq!(creds["last_reload_successful"], true);
+    let m = scrape_until(&admin, "the new revision in force", |m| {
+        gauges_say(m, &new, true)
+    })
+    .await;
+    // The old revision's series is gone or 0: never counted as in force.
+    assert_ne!(
+        m.value(REVISION_INFO, &[("revision", short(&old))]),
+        Some(1.0)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -285,7 +332,10 @@ async fn an_expired_revision_is_rejected_and_the_old_one_stays() {
     assert!(creds["pending"].is_null());
     let cfg = client_config(Some(&pki.leaf(CONTROLLER, Role::Client)), &pki.ca.cert_pem);
     assert_eq!(served_serial(&addr, cfg).await, serial(&first));
-    let m = scrape(&admin).await;
+    let m = scrape_until(&admin, "the rejection in the gauges", |m| {
+        gauges_say(m, &old, false)
+    })
+    .await;
     assert_eq!(m.get(RELOADS, &[("result", "rejected")]), 1.0);
     assert_eq!(server.log_count("applied credential revision"), 0);
 }
