@@ -307,3 +307,55 @@ mod ops_tests {
         assert_eq!(locked_version(lock, "rustls"), "1.2.3");
     }
 }
+
+// ---- Credential reload state (operations). ----
+
+/// 1 when every credential store's newest judged revision is the one in
+/// force; 0 while a newer one is rejected or pending (not valid yet). No
+/// labels: like `prometheus_config_last_reload_successful`, one verdict per
+/// process (a process with several credential sources is 1 only when all
+/// are). A plain directory's revision that is still settling has no verdict
+/// yet and leaves the gauge as it was.
+pub const CREDENTIAL_LAST_RELOAD_SUCCESSFUL: &str =
+    "mtls_sidecar_credential_last_reload_successful";
+/// 1 for each revision in force, labelled `revision` with the first 12 hex
+/// digits of its content hash. The recorder (metrics 0.24 with
+/// metrics-exporter-prometheus 0.17) cannot remove one series, so a revision
+/// no longer in force stays at 0: count a rollout with
+/// `count by (revision) (mtls_sidecar_credential_revision_info == 1)`, or
+/// `sum by (revision) (...)`.
+pub const CREDENTIAL_REVISION_INFO: &str = "mtls_sidecar_credential_revision_info";
+
+/// The revisions [`credential_reload_state`] last set to 1.
+static REVISIONS_SHOWN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Publishes whether the last reloads succeeded and which revisions are in
+/// force (full hashes; shortened here). Revisions no longer in force go to 0.
+pub fn credential_reload_state(successful: bool, in_force: &[String]) {
+    static DESCRIBED: std::sync::Once = std::sync::Once::new();
+    DESCRIBED.call_once(|| {
+        describe_gauge!(
+            CREDENTIAL_LAST_RELOAD_SUCCESSFUL,
+            "1 when the newest credential revision seen is the one in force, 0 while a newer one is rejected or pending."
+        );
+        describe_gauge!(
+            CREDENTIAL_REVISION_INFO,
+            "1 for the credential revision in force (first 12 hex of its content hash); 0 for one that was."
+        );
+    });
+    gauge!(CREDENTIAL_LAST_RELOAD_SUCCESSFUL).set(if successful { 1.0 } else { 0.0 });
+    let mut now: Vec<String> = in_force
+        .iter()
+        .map(|r| r.get(..12).unwrap_or(r).to_string())
+        .collect();
+    now.sort();
+    now.dedup();
+    let mut shown = REVISIONS_SHOWN.lock().unwrap_or_else(|e| e.into_inner());
+    for old in shown.iter().filter(|r| !now.contains(r)) {
+        gauge!(CREDENTIAL_REVISION_INFO, "revision" => old.clone()).set(0.0);
+    }
+    for r in &now {
+        gauge!(CREDENTIAL_REVISION_INFO, "revision" => r.clone()).set(1.0);
+    }
+    *shown = now;
+}

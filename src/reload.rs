@@ -1,7 +1,9 @@
 //! The credential poller: reads the source every `--reload-interval` (or
-//! sooner when a file watch, SIGHUP or a due trust retirement wakes it),
-//! applies a changed revision that validates, and reports the outcome.
-//! Polling is the truth; file watches miss the kubelet's `..data` swaps.
+//! sooner when a file watch, SIGHUP, or something due wakes it: a trust
+//! retirement, a settle window ending, a pending certificate becoming
+//! valid), applies a changed revision that validates, and reports the
+//! outcome. Polling is the truth; file watches miss the kubelet's `..data`
+//! swaps.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -11,42 +13,86 @@ use tracing::{debug, error, info, warn};
 
 use crate::credentials::{fmt_time, Applied, CredentialStore};
 
+/// Set to `1` to run without the file watcher, so only the interval (and
+/// SIGHUP) polls. For tests only: it proves that polling alone picks up a
+/// change, as it must for the kubelet's `..data` swaps that watchers miss.
+/// Not part of the public interface.
+pub const NO_FILE_WATCH_ENV: &str = "MTLS_SIDECAR_NO_FILE_WATCH";
+
+/// How long after a due moment (a settle window ending, a certificate
+/// becoming valid, a grace ending) the poller wakes, so the poll's clock is
+/// past it.
+const WAKE_SLACK: Duration = Duration::from_millis(5);
+
 /// Runs until `stop` turns true.
 /// `all` is every store of the process: the expiry gauges show the earliest
-/// expiry across them.
+/// expiry across them. `hup` is notified on SIGHUP: that poll judges a
+/// changed plain directory at once instead of waiting for it to settle.
 pub async fn run(
     store: Arc<CredentialStore>,
     all: Arc<[Arc<CredentialStore>]>,
     interval: Duration,
-    wake: Arc<Notify>,
+    hup: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let _watcher = start_watcher(&store, wake.clone());
+    let file_event = Arc::new(Notify::new());
+    let _watcher = if file_watch_disabled() {
+        info!(source = %store.source(), "file watcher disabled ({NO_FILE_WATCH_ENV}=1); polling every {interval:?} only");
+        None
+    } else {
+        start_watcher(&store, file_event.clone())
+    };
+    publish_reload_state(&all);
     loop {
-        let mut wait = interval;
-        if let Some(at) = store.current().trust.next_retirement() {
-            let until = at.duration_since(SystemTime::now()).unwrap_or_default();
-            wait = wait.min(until + Duration::from_millis(5));
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = wake.notified() => {}
+        let wait = next_wait(&store, interval);
+        let forced = tokio::select! {
+            _ = tokio::time::sleep(wait) => false,
+            _ = file_event.notified() => false,
+            _ = hup.notified() => true,
             _ = stop.wait_for(|s| *s) => return,
-        }
-        let outcome = store.poll(SystemTime::now());
+        };
+        let now = SystemTime::now();
+        let outcome = if forced {
+            store.poll_now(now)
+        } else {
+            store.poll(now)
+        };
         report(&store, &outcome);
         if matches!(outcome, Applied::Applied { .. } | Applied::TrustRetired) {
             publish_expiry(&all);
         }
+        publish_reload_state(&all);
     }
+}
+
+/// How long to sleep before the next poll: the interval, or less when
+/// something is due sooner (the store says what).
+fn next_wait(store: &CredentialStore, interval: Duration) -> Duration {
+    match store.next_due() {
+        Some(at) => interval.min(
+            at.duration_since(SystemTime::now())
+                .unwrap_or_default()
+                .saturating_add(WAKE_SLACK),
+        ),
+        None => interval,
+    }
+}
+
+fn file_watch_disabled() -> bool {
+    std::env::var_os(NO_FILE_WATCH_ENV).is_some_and(|v| v == "1")
 }
 
 /// Logs and counts one poll's outcome.
 pub fn report(store: &CredentialStore, outcome: &Applied) {
     match outcome {
         Applied::Unchanged => {}
-        Applied::Settling => {
-            debug!(source = %store.source(), "credential files do not validate together yet; waiting one poll")
+        Applied::Settling { revision, until } => {
+            debug!(
+                source = %store.source(),
+                revision = %short(revision),
+                until = %humantime::format_rfc3339_millis(*until),
+                "credential files changed; judging them once unchanged for the settle window"
+            )
         }
         Applied::Applied {
             revision,
@@ -68,6 +114,19 @@ pub fn report(store: &CredentialStore, outcome: &Applied) {
         Applied::TrustRetired => {
             info!(source = %store.source(), anchors = store.current().trust.anchors.len(), "trust grace ended; removed CA is no longer trusted");
         }
+        Applied::Pending {
+            revision,
+            error,
+            valid_from,
+        } => {
+            warn!(
+                source = %store.source(),
+                revision = %short(revision),
+                valid_from = %humantime::format_rfc3339_seconds(*valid_from),
+                error = %error,
+                "credential revision is not valid yet; the current one stays in force and this one is applied once valid"
+            );
+        }
         Applied::Rejected { revision, error } => {
             crate::metrics::credential_reload(false);
             error!(
@@ -78,6 +137,21 @@ pub fn report(store: &CredentialStore, outcome: &Applied) {
             );
         }
     }
+}
+
+/// Sets the reload gauges from every store: the revisions in force, and
+/// whether each store's newest judged revision is the one in force. Each
+/// store's poller calls it; one at a time, so a view read earlier never
+/// overwrites a newer one.
+pub fn publish_reload_state(stores: &[Arc<CredentialStore>]) {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let successful = stores.iter().all(|s| s.status().last_reload_successful);
+    let in_force: Vec<String> = stores
+        .iter()
+        .map(|s| s.current().revision.clone())
+        .collect();
+    crate::metrics::credential_reload_state(successful, &in_force);
 }
 
 /// Sets the expiry gauges from what is in force: the earliest identity and

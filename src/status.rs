@@ -42,7 +42,8 @@ pub fn readiness(shared: &Shared, now: SystemTime) -> Readiness {
             let notes: Vec<String> = shared
                 .stores
                 .iter()
-                .filter_map(|s| rejected_note(s))
+                .flat_map(|s| [rejected_note(s), pending_note(s)])
+                .flatten()
                 .collect();
             let detail = if notes.is_empty() {
                 "ready".to_string()
@@ -117,6 +118,18 @@ fn rejected_note(store: &CredentialStore) -> Option<String> {
     ))
 }
 
+/// A note while a newer revision waits to become valid.
+fn pending_note(store: &CredentialStore) -> Option<String> {
+    let p = store.status().pending?;
+    Some(format!(
+        "credential revision {} from {} is pending until {} (the current one stays in force): {}",
+        short(&p.revision),
+        store.source(),
+        humantime::format_rfc3339_seconds(p.valid_from),
+        p.reason
+    ))
+}
+
 /// A revision hash shortened for one-line messages.
 fn short(rev: &str) -> &str {
     rev.get(..12).unwrap_or(rev)
@@ -174,6 +187,11 @@ pub struct StoreStatus {
     pub last_poll: Option<String>,
     pub last_applied: Option<String>,
     pub last_rejected: Option<Rejected>,
+    /// A newer revision that is good but not valid yet.
+    pub pending: Option<Pending>,
+    /// False while the newest revision judged is not the one in force
+    /// (rejected or pending); the `last_reload_successful` gauge.
+    pub last_reload_successful: bool,
 }
 
 /// A certificate's identity and validity.
@@ -206,6 +224,18 @@ pub struct Rejected {
     pub revision: String,
     pub error: String,
     pub at: Option<String>,
+}
+
+/// A revision waiting for a certificate in it to become valid; the poller
+/// applies it on its first poll after `valid_from`.
+#[derive(Debug, Serialize)]
+pub struct Pending {
+    pub revision: String,
+    /// Why it is not in force yet.
+    pub reason: String,
+    pub valid_from: String,
+    /// When the poller first saw it.
+    pub since: String,
 }
 
 /// Builds the `/status` document at `now`.
@@ -279,6 +309,13 @@ fn store_status(store: &CredentialStore, now: SystemTime) -> StoreStatus {
             error,
             at: st.last_rejected_at.map(rfc),
         }),
+        pending: st.pending.map(|p| Pending {
+            revision: p.revision,
+            reason: p.reason,
+            valid_from: rfc(p.valid_from),
+            since: rfc(p.since),
+        }),
+        last_reload_successful: st.last_reload_successful,
     }
 }
 
@@ -344,6 +381,8 @@ mod tests {
         assert_eq!(st.trust_anchors.len(), 1);
         assert!(st.trust_anchors[0].subject.contains("status test CA"));
         assert!(st.last_rejected.is_none());
+        assert!(st.pending.is_none());
+        assert!(st.last_reload_successful);
         assert!(humantime::parse_rfc3339(&st.identity.not_after).is_ok());
     }
 

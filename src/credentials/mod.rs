@@ -13,9 +13,14 @@ pub use source::{
     content_hash, read_file, CredentialSource, RawFile, RawRevision, CA_FILE, CERT_FILE, DATA_LINK,
     KEY_FILE,
 };
-pub use store::{Applied, CredentialStore, Credentials, ReloadStatus, SETTLE_WINDOW};
+pub use store::{
+    Applied, CredentialStore, Credentials, PendingRevision, ReloadStatus, SETTLE_WINDOW,
+};
 pub use trust::{Anchor, Trust};
-pub use validate::{parse_certs, parse_key, root_store, validate, verify_chain, ValidRevision};
+pub use validate::{
+    parse, parse_certs, parse_key, root_store, validate, verify_chain, ParsedRevision,
+    ValidRevision,
+};
 
 /// Why a revision could not be used. Every variant names the file.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -34,6 +39,10 @@ pub enum CredError {
     Expired { path: PathBuf, not_after: i64 },
     #[error("{path}: certificate not valid before {}", fmt_time(*.not_before), path = .path.display())]
     NotYetValid { path: PathBuf, not_before: i64 },
+    #[error("{cert}: a certificate of the chain is not valid before {}", fmt_time(*.not_before), cert = .cert.display())]
+    ChainNotYetValid { cert: PathBuf, not_before: i64 },
+    #[error("{cert}: a certificate of the chain expired at {}", fmt_time(*.not_after), cert = .cert.display())]
+    ChainExpired { cert: PathBuf, not_after: i64 },
     #[error("{cert}: certificate does not chain to {ca}: {detail}", cert = .cert.display(), ca = .ca.display())]
     Chain {
         cert: PathBuf,
@@ -55,6 +64,30 @@ pub enum CredError {
 }
 
 impl CredError {
+    /// True for a verdict that only holds at the time it was made (a
+    /// certificate of the revision is not valid yet, or no longer): the same
+    /// files may pass later (or, after a clock correction, earlier), so the
+    /// store judges them again on every poll instead of caching the verdict.
+    pub fn is_time_dependent(&self) -> bool {
+        matches!(
+            self,
+            CredError::NotYetValid { .. }
+                | CredError::Expired { .. }
+                | CredError::ChainNotYetValid { .. }
+                | CredError::ChainExpired { .. }
+        )
+    }
+
+    /// When the failure is "not valid yet": the moment (epoch seconds) the
+    /// failing certificate becomes valid.
+    pub fn valid_from(&self) -> Option<i64> {
+        match self {
+            CredError::NotYetValid { not_before, .. }
+            | CredError::ChainNotYetValid { not_before, .. } => Some(*not_before),
+            _ => None,
+        }
+    }
+
     /// Adds the revision directory a `..data` read resolved to, so a log
     /// names both the link and the real directory.
     fn within(self, rev_dir: &Path) -> CredError {

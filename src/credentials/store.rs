@@ -11,7 +11,8 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use super::trust::{Anchor, Trust};
-use super::{validate, CredError, CredentialSource};
+use super::validate::{parse, ParsedRevision};
+use super::{CredError, CredentialSource};
 use crate::identity::CertInfo;
 
 /// One applied revision: identity and trust, swapped together.
@@ -32,12 +33,33 @@ pub struct ReloadStatus {
     pub last_rejected_revision: Option<String>,
     pub last_rejected_error: Option<String>,
     pub last_rejected_at: Option<SystemTime>,
+    /// A newer revision that is good but not valid yet; it is applied on the
+    /// first poll once it is.
+    pub pending: Option<PendingRevision>,
+    /// True when the newest revision judged is the one in force; false while
+    /// a newer one is rejected or pending. A plain directory's revision that
+    /// is still settling has no verdict yet and leaves this as it was.
+    pub last_reload_successful: bool,
+}
+
+/// A revision waiting for one of its certificates to become valid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PendingRevision {
+    /// Its content hash.
+    pub revision: String,
+    /// Why it is not in force yet (names the file and the time).
+    pub reason: String,
+    /// When the failing certificate becomes valid.
+    pub valid_from: SystemTime,
+    /// When the poller first saw this revision.
+    pub since: SystemTime,
 }
 
 /// The outcome of one poll.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Applied {
-    /// Same content as in force (or as already rejected).
+    /// Same content as in force, or as already judged (rejected, or pending
+    /// and still not valid).
     Unchanged,
     /// A new revision is in force.
     Applied {
@@ -49,37 +71,83 @@ pub enum Applied {
     /// A new revision failed validation; the last good one stays. Reported
     /// once per revision.
     Rejected { revision: String, error: CredError },
-    /// A plain directory's files did not validate together; they may be
-    /// mid-write, so the verdict waits for the next poll.
-    Settling,
+    /// A new revision is good except that a certificate in it is not valid
+    /// yet; it is judged again on every poll and applied once valid.
+    /// Reported once per revision.
+    Pending {
+        revision: String,
+        error: CredError,
+        valid_from: SystemTime,
+    },
+    /// A plain directory's (or explicit files') content changed and has not
+    /// stayed the same for the settle window yet: it may be mid-write, so
+    /// no verdict before `until`.
+    Settling { revision: String, until: SystemTime },
 }
 
-/// How long a plain directory's files may disagree before the state is
-/// called bad (at least this, or the poll interval if longer): writers
-/// replace `tls.crt` and `tls.key` one after the other, and a file watch
-/// can wake the poller between the two.
+/// How long a plain directory's (or explicit files') content must stay the
+/// same before it is judged (at least this, or the poll interval if
+/// longer): writers replace `tls.crt`, `tls.key` and `ca.crt` one after the
+/// other, or rewrite one in place in several writes, and a file watch wakes
+/// the poller on the first write. A half-written state can even validate
+/// (a CA bundle cut after its first certificate), so a changed revision
+/// waits whether it validates or not. A `..data` revision is published
+/// atomically and is judged at once.
 pub const SETTLE_WINDOW: Duration = Duration::from_secs(2);
+
+/// The newest revision seen that is not in force, and what is known of it.
+#[derive(Debug)]
+struct Candidate {
+    /// The content hash, or `read-error:...` when the files could not be read.
+    key: String,
+    /// The first poll that saw this content (every poll since saw it too).
+    first_seen: SystemTime,
+    stage: Stage,
+}
+
+#[derive(Debug)]
+enum Stage {
+    /// Seen, not judged yet (settling).
+    Unjudged,
+    /// Failed for a reason time cannot change; reported.
+    Rejected,
+    /// Parsed and checked once; only its validity in time is judged again
+    /// on each poll. `reported` is what was last said about it.
+    Parsed {
+        rev: Arc<ParsedRevision>,
+        reported: Reported,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reported {
+    Nothing,
+    Pending,
+    Rejected,
+}
 
 #[derive(Debug)]
 struct PollState {
     status: ReloadStatus,
-    /// Hash of the last rejected revision, so it is reported once.
-    rejected: Option<String>,
-    /// A failing state of a non-atomic source and when it was first seen.
-    settling: Option<(String, SystemTime)>,
+    candidate: Option<Candidate>,
     settle_window: Duration,
     /// The roles the store's routes play: (server, client).
     roles: (bool, bool),
+    /// How many revisions were parsed in full (a diagnostic).
+    parses: u64,
 }
 
 impl Default for PollState {
     fn default() -> Self {
         PollState {
-            status: ReloadStatus::default(),
-            rejected: None,
-            settling: None,
+            status: ReloadStatus {
+                last_reload_successful: true,
+                ..Default::default()
+            },
+            candidate: None,
             settle_window: SETTLE_WINDOW,
             roles: (false, false),
+            parses: 0,
         }
     }
 }
@@ -105,7 +173,7 @@ impl CredentialStore {
     ) -> Result<Arc<CredentialStore>, CredError> {
         let now = SystemTime::now();
         let raw = source.read()?;
-        let rev = validate(&raw, &provider, now)?;
+        let rev = super::validate(&raw, &provider, now)?;
         let trust = Arc::new(Trust::build(Anchor::bundle(&rev.anchors), &provider)?);
         let creds = Credentials {
             revision: rev.hash,
@@ -113,14 +181,9 @@ impl CredentialStore {
             leaf: rev.leaf,
             trust,
         };
-        let state = PollState {
-            status: ReloadStatus {
-                last_poll: Some(now),
-                last_applied: Some(now),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
+        let mut state = PollState::default();
+        state.status.last_poll = Some(now);
+        state.status.last_applied = Some(now);
         Ok(Arc::new(CredentialStore {
             source,
             provider,
@@ -169,20 +232,61 @@ impl CredentialStore {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Reads the source once and applies what changed. `atomic` sources
-    /// (a `..data` link or explicit files) are judged at once; a plain
-    /// directory's bad state is given one more poll to settle.
+    /// Reads the source once and applies what changed. A `..data` revision
+    /// is judged at once; a plain directory's or explicit files' content
+    /// only once it has stayed the same for the settle window.
     pub fn poll(&self, now: SystemTime) -> Applied {
+        self.poll_with(now, false)
+    }
+
+    /// Like [`poll`](Self::poll), but judges a changed plain directory at
+    /// once, without waiting for the settle window: SIGHUP is the writer
+    /// saying the files are complete.
+    pub fn poll_now(&self, now: SystemTime) -> Applied {
+        self.poll_with(now, true)
+    }
+
+    fn poll_with(&self, now: SystemTime, force: bool) -> Applied {
         let mut state = self.lock();
         state.status.last_poll = Some(now);
         let current = self.current();
         let retired = self.retire_due(&current, now);
         let current = self.current();
-        let outcome = self.poll_source(&mut state, &current, now);
+        let outcome = self.poll_source(&mut state, &current, now, force);
         match outcome {
             Applied::Unchanged if retired => Applied::TrustRetired,
             other => other,
         }
+    }
+
+    /// The next moment a poll could change something without the files
+    /// changing: a graced anchor retiring, a settle window ending, a pending
+    /// revision becoming valid. Only moments after the last poll count (that
+    /// poll handled the earlier ones), so a poller that wakes for it never
+    /// spins.
+    pub fn next_due(&self) -> Option<SystemTime> {
+        let retirement = self.current().trust.next_retirement();
+        let state = self.lock();
+        let candidate = state.candidate.as_ref().and_then(|c| match &c.stage {
+            Stage::Unjudged if self.settles() => {
+                Some(settled_at(c.first_seen, state.settle_window))
+            }
+            _ => None,
+        });
+        let pending = state.status.pending.as_ref().map(|p| p.valid_from);
+        let floor = state.status.last_poll;
+        [retirement, candidate, pending]
+            .into_iter()
+            .flatten()
+            .filter(|t| floor.is_none_or(|polled| *t > polled))
+            .min()
+    }
+
+    /// How many revisions were parsed in full since start-up. A revision
+    /// waiting to become valid is parsed once and only re-judged in time
+    /// on later polls; tests use this to prove it.
+    pub fn parses(&self) -> u64 {
+        self.lock().parses
     }
 
     fn retire_due(&self, current: &Credentials, now: SystemTime) -> bool {
@@ -209,81 +313,183 @@ impl CredentialStore {
         state: &mut PollState,
         current: &Credentials,
         now: SystemTime,
+        force: bool,
     ) -> Applied {
-        let settles = self.settles();
-        let raw = match self.source.read() {
-            Ok(raw) => raw,
-            Err(error) => {
-                let key = format!("read-error:{error}");
-                return self.reject(state, key, error, settles, now);
+        let read = self.source.read();
+        let key = match &read {
+            Ok(raw) => raw.hash.clone(),
+            Err(error) => format!("read-error:{error}"),
+        };
+        if key == current.revision {
+            // The newest content is the one in force again.
+            state.candidate = None;
+            state.status.pending = None;
+            state.status.last_reload_successful = true;
+            return Applied::Unchanged;
+        }
+        let mut candidate = match state.candidate.take() {
+            Some(c) if c.key == key => c,
+            _ => {
+                state.status.pending = None;
+                Candidate {
+                    key,
+                    first_seen: now,
+                    stage: Stage::Unjudged,
+                }
             }
         };
-        if raw.hash == current.revision {
-            state.settling = None;
-            return Applied::Unchanged;
+        let outcome = self.judge(state, &mut candidate, read, current, now, force);
+        if !matches!(outcome, Applied::Applied { .. }) {
+            state.candidate = Some(candidate);
         }
-        if state.rejected.as_deref() == Some(raw.hash.as_str()) {
-            return Applied::Unchanged;
+        outcome
+    }
+
+    /// Moves a candidate on: settle, parse once, judge in time, apply.
+    fn judge(
+        &self,
+        state: &mut PollState,
+        candidate: &mut Candidate,
+        read: Result<super::RawRevision, CredError>,
+        current: &Credentials,
+        now: SystemTime,
+        force: bool,
+    ) -> Applied {
+        let key = candidate.key.clone();
+        match candidate.stage {
+            Stage::Rejected => return Applied::Unchanged,
+            Stage::Parsed { .. } => {}
+            Stage::Unjudged => {
+                if self.settles() && !force {
+                    let until = settled_at(candidate.first_seen, state.settle_window);
+                    if now < until {
+                        return Applied::Settling {
+                            revision: key,
+                            until,
+                        };
+                    }
+                }
+                state.parses = state.parses.saturating_add(1);
+                let (server, client) = state.roles;
+                let parsed = read.and_then(|raw| {
+                    let rev = parse(&raw, &self.provider)?;
+                    super::check_usage(&rev.leaf, &raw.cert.path, server, client)?;
+                    Ok(rev)
+                });
+                match parsed {
+                    Ok(rev) => {
+                        candidate.stage = Stage::Parsed {
+                            rev: Arc::new(rev),
+                            reported: Reported::Nothing,
+                        }
+                    }
+                    Err(error) => {
+                        candidate.stage = Stage::Rejected;
+                        return self.reject(state, key, error, now);
+                    }
+                }
+            }
         }
-        let (server, client) = state.roles;
-        let rev = match validate(&raw, &self.provider, now).and_then(|rev| {
-            super::check_usage(&rev.leaf, &raw.cert.path, server, client).map(|()| rev)
-        }) {
-            Ok(rev) => rev,
-            Err(error) => return self.reject(state, raw.hash, error, settles, now),
+        let Stage::Parsed { rev, reported } = &mut candidate.stage else {
+            return Applied::Unchanged;
         };
-        if rev.leaf.not_before < current.leaf.not_before {
+        let valid = match rev.judge(&self.provider, now) {
+            Ok(valid) => valid,
+            Err(error) if error.is_time_dependent() => {
+                state.status.last_reload_successful = false;
+                let Some(from) = error.valid_from() else {
+                    // Expired: rejected, but judged again on every poll (a
+                    // clock that was ahead may be corrected).
+                    state.status.pending = None;
+                    if *reported == Reported::Rejected {
+                        return Applied::Unchanged;
+                    }
+                    *reported = Reported::Rejected;
+                    return self.reject(state, key, error, now);
+                };
+                let valid_from = crate::identity::epoch_to_time(from);
+                state.status.pending = Some(PendingRevision {
+                    revision: key.clone(),
+                    reason: error.to_string(),
+                    valid_from,
+                    since: candidate.first_seen,
+                });
+                if *reported == Reported::Pending {
+                    return Applied::Unchanged;
+                }
+                *reported = Reported::Pending;
+                return Applied::Pending {
+                    revision: key,
+                    error,
+                    valid_from,
+                };
+            }
+            Err(error) => {
+                candidate.stage = Stage::Rejected;
+                state.status.pending = None;
+                return self.reject(state, key, error, now);
+            }
+        };
+        state.status.pending = None;
+        if valid.leaf.not_before < current.leaf.not_before {
             let error = CredError::Older {
-                path: raw.cert.path.clone(),
-                not_before: rev.leaf.not_before,
+                path: self.cert_path(),
+                not_before: valid.leaf.not_before,
                 current: current.leaf.not_before,
             };
-            return self.reject(state, raw.hash, error, false, now);
+            candidate.stage = Stage::Rejected;
+            return self.reject(state, key, error, now);
         }
-        let (anchors, trust_shrank) = current.trust.merge(&rev.anchors, self.trust_grace, now);
+        let (anchors, trust_shrank) = current.trust.merge(&valid.anchors, self.trust_grace, now);
         let trust = match Trust::build(anchors, &self.provider) {
             Ok(t) => t,
-            Err(error) => return self.reject(state, raw.hash, error, false, now),
+            Err(error) => {
+                candidate.stage = Stage::Rejected;
+                return self.reject(state, key, error, now);
+            }
         };
         self.swap(Credentials {
-            revision: rev.hash.clone(),
-            identity: rev.identity,
-            leaf: rev.leaf,
+            revision: valid.hash.clone(),
+            identity: valid.identity,
+            leaf: valid.leaf,
             trust: Arc::new(trust),
         });
-        state.settling = None;
-        state.rejected = None;
         state.status.last_applied = Some(now);
+        state.status.last_reload_successful = true;
         if trust_shrank {
             self.trust_shrunk.send_modify(|g| *g += 1);
         }
         Applied::Applied {
-            revision: rev.hash,
+            revision: valid.hash,
             trust_shrank,
+        }
+    }
+
+    fn cert_path(&self) -> std::path::PathBuf {
+        match &self.source {
+            CredentialSource::Dir(d) => d.join(super::CERT_FILE),
+            CredentialSource::Files { cert, .. } => cert.clone(),
         }
     }
 
     /// Requires every future revision's leaf to allow these roles, and checks
     /// the one in force now.
     pub fn require_roles(&self, server: bool, client: bool) -> Result<(), CredError> {
-        let path = match &self.source {
-            CredentialSource::Dir(d) => d.join(super::CERT_FILE),
-            CredentialSource::Files { cert, .. } => cert.clone(),
-        };
-        super::check_usage(&self.current().leaf, &path, server, client)?;
+        super::check_usage(&self.current().leaf, &self.cert_path(), server, client)?;
         self.lock().roles = (server, client);
         Ok(())
     }
 
-    /// Lets a plain directory's files disagree for up to `max(window,
-    /// SETTLE_WINDOW)` before the state is rejected (set to the poll
+    /// Makes a plain directory's changed content wait `max(window,
+    /// SETTLE_WINDOW)` of stability before it is judged (set to the poll
     /// interval by the app).
     pub fn set_settle_window(&self, window: Duration) {
         self.lock().settle_window = window.max(SETTLE_WINDOW);
     }
 
-    /// A plain directory (no `..data` link) is written file by file, so one
-    /// bad reading may be a write in progress.
+    /// A plain directory (no `..data` link) and explicit files are written
+    /// file by file and write by write, so a reading may be a write in
+    /// progress.
     fn settles(&self) -> bool {
         match &self.source {
             CredentialSource::Dir(d) => !d.join(super::DATA_LINK).is_symlink(),
@@ -296,26 +502,9 @@ impl CredentialStore {
         state: &mut PollState,
         key: String,
         error: CredError,
-        settles: bool,
         now: SystemTime,
     ) -> Applied {
-        if state.rejected.as_deref() == Some(key.as_str()) {
-            return Applied::Unchanged;
-        }
-        if settles {
-            let since = match &state.settling {
-                Some((k, since)) if *k == key => *since,
-                _ => {
-                    state.settling = Some((key, now));
-                    return Applied::Settling;
-                }
-            };
-            if now.duration_since(since).unwrap_or_default() < state.settle_window {
-                return Applied::Settling;
-            }
-        }
-        state.settling = None;
-        state.rejected = Some(key.clone());
+        state.status.last_reload_successful = false;
         state.status.last_rejected_revision = Some(key.clone());
         state.status.last_rejected_error = Some(error.to_string());
         state.status.last_rejected_at = Some(now);
@@ -329,4 +518,10 @@ impl CredentialStore {
         self.current.store(Arc::new(creds));
         self.generation.send_modify(|g| *g += 1);
     }
+}
+
+/// When content first seen at `first_seen` has been stable for `window`
+/// (at once if that moment is beyond what the clock can represent).
+fn settled_at(first_seen: SystemTime, window: Duration) -> SystemTime {
+    first_seen.checked_add(window).unwrap_or(first_seen)
 }

@@ -1,7 +1,10 @@
 //! Turning a raw revision into usable credentials, or a precise reason why
 //! not: every file parses, the key matches the certificate, the certificate
-//! is valid now and chains to the revision's own CA bundle.
+//! is valid now and chains to the revision's own CA bundle. Parsing and
+//! judging against a clock are separate steps, because only the second can
+//! change its verdict while the files stay the same.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -72,12 +75,25 @@ pub fn root_store(
     Ok(roots)
 }
 
-/// Validates a whole revision against `now`.
-pub fn validate(
-    raw: &RawRevision,
-    provider: &CryptoProvider,
-    now: SystemTime,
-) -> Result<ValidRevision, CredError> {
+/// A revision that parsed and hangs together (every file parses, the key
+/// matches the certificate, the bundle is usable) but has not been judged
+/// against a clock yet. Everything here is independent of time, so the
+/// store parses a revision once and re-judges only the time-dependent part
+/// on later polls.
+#[derive(Debug, Clone)]
+pub struct ParsedRevision {
+    pub hash: String,
+    pub identity: Arc<CertifiedKey>,
+    pub leaf: CertInfo,
+    pub anchors: Vec<(CertificateDer<'static>, CertInfo)>,
+    chain: Vec<CertificateDer<'static>>,
+    roots: RootCertStore,
+    cert_path: PathBuf,
+    ca_path: PathBuf,
+}
+
+/// Parses a whole revision: everything validation checks except time.
+pub fn parse(raw: &RawRevision, provider: &CryptoProvider) -> Result<ParsedRevision, CredError> {
     let chain = parse_certs(&raw.cert)?;
     let key = parse_key(&raw.key)?;
     let ca = parse_certs(&raw.ca)?;
@@ -96,31 +112,77 @@ pub fn validate(
             detail: format!("unusable private key: {other}"),
         },
     })?;
-    let now_secs = time_to_epoch(now);
-    if now_secs < leaf.not_before {
-        return Err(CredError::NotYetValid {
-            path: raw.cert.path.clone(),
-            not_before: leaf.not_before,
-        });
-    }
-    if now_secs > leaf.not_after {
-        return Err(CredError::Expired {
-            path: raw.cert.path.clone(),
-            not_after: leaf.not_after,
-        });
-    }
     let roots = root_store(&raw.ca.path, &ca)?;
-    verify_chain(&chain, &roots, provider, now).map_err(|detail| CredError::Chain {
-        cert: raw.cert.path.clone(),
-        ca: raw.ca.path.clone(),
-        detail,
-    })?;
-    Ok(ValidRevision {
+    Ok(ParsedRevision {
         hash: raw.hash.clone(),
         identity: Arc::new(identity),
         leaf,
         anchors,
+        chain,
+        roots,
+        cert_path: raw.cert.path.clone(),
+        ca_path: raw.ca.path.clone(),
     })
+}
+
+impl ParsedRevision {
+    /// Judges the revision at `now`: the leaf's validity window, then the
+    /// chain to the bundle (which also judges any intermediate's window).
+    /// Costs one chain verification (a signature check or two); nothing is
+    /// parsed again.
+    pub fn judge(
+        &self,
+        provider: &CryptoProvider,
+        now: SystemTime,
+    ) -> Result<ValidRevision, CredError> {
+        let now_secs = time_to_epoch(now);
+        if now_secs < self.leaf.not_before {
+            return Err(CredError::NotYetValid {
+                path: self.cert_path.clone(),
+                not_before: self.leaf.not_before,
+            });
+        }
+        if now_secs > self.leaf.not_after {
+            return Err(CredError::Expired {
+                path: self.cert_path.clone(),
+                not_after: self.leaf.not_after,
+            });
+        }
+        chain_error(&self.chain, &self.roots, provider, now).map_err(|e| match e {
+            webpki::Error::CertNotValidYet { not_before, .. } => CredError::ChainNotYetValid {
+                cert: self.cert_path.clone(),
+                not_before: secs(not_before),
+            },
+            webpki::Error::CertExpired { not_after, .. } => CredError::ChainExpired {
+                cert: self.cert_path.clone(),
+                not_after: secs(not_after),
+            },
+            other => CredError::Chain {
+                cert: self.cert_path.clone(),
+                ca: self.ca_path.clone(),
+                detail: describe(other),
+            },
+        })?;
+        Ok(ValidRevision {
+            hash: self.hash.clone(),
+            identity: self.identity.clone(),
+            leaf: self.leaf.clone(),
+            anchors: self.anchors.clone(),
+        })
+    }
+}
+
+fn secs(t: UnixTime) -> i64 {
+    i64::try_from(t.as_secs()).unwrap_or(i64::MAX)
+}
+
+/// Validates a whole revision against `now`.
+pub fn validate(
+    raw: &RawRevision,
+    provider: &CryptoProvider,
+    now: SystemTime,
+) -> Result<ValidRevision, CredError> {
+    parse(raw, provider)?.judge(provider, now)
 }
 
 /// Checks that `chain[0]` chains to `roots` for server or client use.
@@ -130,7 +192,19 @@ pub fn verify_chain(
     provider: &CryptoProvider,
     now: SystemTime,
 ) -> Result<(), String> {
-    let ee = webpki::EndEntityCert::try_from(&chain[0]).map_err(|e| e.to_string())?;
+    chain_error(chain, roots, provider, now).map_err(describe)
+}
+
+/// Like [`verify_chain`], keeping webpki's error so a caller can tell a
+/// time-dependent failure from a permanent one.
+fn chain_error(
+    chain: &[CertificateDer<'static>],
+    roots: &RootCertStore,
+    provider: &CryptoProvider,
+    now: SystemTime,
+) -> Result<(), webpki::Error> {
+    let first = chain.first().ok_or(webpki::Error::BadDer)?;
+    let ee = webpki::EndEntityCert::try_from(first)?;
     let now = UnixTime::since_unix_epoch(
         now.duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default(),
@@ -150,14 +224,17 @@ pub fn verify_chain(
     };
     // Report the attempt that got further: an EKU mismatch only says the
     // certificate is meant for the other usage, not why that one failed.
-    let e = match client_err {
+    Err(match client_err {
         webpki::Error::RequiredEkuNotFoundContext(_) => server_err,
         other => other,
-    };
-    Err(match e {
+    })
+}
+
+fn describe(e: webpki::Error) -> String {
+    match e {
         webpki::Error::UnknownIssuer => {
             "not issued by any certificate in the CA bundle".to_string()
         }
         other => other.to_string(),
-    })
+    }
 }
