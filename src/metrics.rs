@@ -296,18 +296,6 @@ const fn starts_at(b: &[u8], at: usize, pat: &[u8]) -> bool {
     true
 }
 
-#[cfg(test)]
-mod ops_tests {
-    use super::*;
-
-    #[test]
-    fn versions_come_from_the_lock_file() {
-        assert!(RUSTLS_VERSION.starts_with("0.23."), "{RUSTLS_VERSION}");
-        let lock = "[[package]]\nname = \"rustls-webpki\"\nversion = \"9\"\n\n[[package]]\nname = \"rustls\"\nversion = \"1.2.3\"\n";
-        assert_eq!(locked_version(lock, "rustls"), "1.2.3");
-    }
-}
-
 // ---- Credential reload state (operations). ----
 
 /// 1 when every credential store's newest judged revision is the one in
@@ -358,4 +346,16 @@ pub fn credential_reload_state(successful: bool, in_force: &[String]) {
         gauge!(CREDENTIAL_REVISION_INFO, "revision" => r.clone()).set(1.0);
     }
     *shown = now;
+}
+
+#[cfg(test)]
+mod ops_tests {
+    use super::*;
+
+    #[test]
+    fn versions_come_from_the_lock_file() {
+        assert!(RUSTLS_VERSION.starts_with("0.23."), "{RUSTLS_VERSION}");
+        let lock = "[[package]]\nname = \"rustls-webpki\"\nversion = \"9\"\n\n[[package]]\nname = \"rustls\"\nversion = \"1.2.3\"\n";
+        assert_eq!(locked_version(lock, "rustls"), "1.2.3");
+    }
 }
