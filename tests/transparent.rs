@@ -504,8 +504,28 @@ expect_san = ["{REPLICA}"]
     assert!(other_port.peers().is_empty(), "port 2101 was reached");
     assert_eq!(app.peers().len(), 2, "only the two verified connections");
     app.only_local_peers();
-    // The refusals are WARN lines naming the reason.
+    // The refusals are WARN lines naming the reason, rate-limited: a burst
+    // of unmatched connections is counted whole and logged ten times.
     assert_eq!(client.warn_reason("no_destination").len(), 2);
+    for _ in 0..10 {
+        let s = dial("10.77.0.2:2101").await;
+        assert_eq!(closed_after(s, b"").await, b"");
+    }
+    metric_reaches(
+        admin,
+        CLOSED,
+        &[("route", "out"), ("reason", "no_destination")],
+        12.0,
+    )
+    .await;
+    assert_eq!(
+        client
+            .warn_lines(&["connection refused: no destination"])
+            .len(),
+        10,
+        "at most ten no_destination lines per window"
+    );
+    assert!(other_port.peers().is_empty(), "port 2101 was reached");
 }
 
 /// Inbound capture: peers dial the application's own port on B, the
@@ -546,10 +566,27 @@ async fn inbound_capture_and_the_mark_that_prevents_a_loop() {
 
     // The transparent client sidecar, tls_port left at its default.
     a.nft(&outbound_rules("{ 2100 }"));
-    let rules = format!(
-        "[[route.destination]]\nmatch = \"10.77.0.0/24:2100\"\nexpect_san = [\"{REPLICA}\"]\n"
-    );
-    let client = client_sidecar(&a, &c, &client_config(&c, "127.0.0.1:15001", &rules)).await;
+    // This time from the command line: one rule per --destination.
+    let client = a
+        .sidecar(&[
+            "client",
+            "--transparent",
+            "--listen",
+            "127.0.0.1:15001",
+            "--destination",
+            "10.77.0.0/24:2100",
+            "--expect-san",
+            REPLICA,
+            "--tls-dir",
+            &c.controller,
+            "--mark",
+            MARK,
+            "--admin",
+            "127.0.0.1:9902",
+            "--name",
+            "out",
+        ])
+        .await;
     let admin = "127.0.0.1:9902";
     let mut s = dial("10.77.0.2:2100").await;
     assert_eq!(
@@ -661,5 +698,40 @@ async fn mark_without_the_capability_exits_2_at_start_up() {
         // Positive control: with the capability, it runs.
         let sc = Sidecar::start(&args, 1).await;
         assert!(sc.exited().is_none());
+    }
+}
+
+/// `run --config` refuses malformed and dead rules before starting: exit 2
+/// naming the rule and the problem.
+#[test]
+fn bad_destination_rules_exit_2() {
+    let c = creds();
+    let base = format!(
+        "tls_dir = \"{}\"\n[[route]]\nmode = \"client\"\nlisten = \"127.0.0.1:0\"\n\
+         transparent = true\n",
+        c.controller
+    );
+    let rule =
+        |m: &str| format!("[[route.destination]]\nmatch = \"{m}\"\nexpect_san = [\"{REPLICA}\"]\n");
+    for (rules, needle) in [
+        (
+            rule("10.0.0.0/8:2100") + &rule("10.77.0.0/16:2100"),
+            "destination[1].match",
+        ),
+        (rule("10.0.0.1/8:2100"), "host bits"),
+        (rule("fd00::/8:2100"), "brackets"),
+        (rule("10.0.0.0/8"), "CIDR:PORT"),
+        (String::new(), "at least one"),
+        (
+            "[[route.destination]]\nmatch = \"10.0.0.0/8:1\"\n".to_string(),
+            "expect_san",
+        ),
+    ] {
+        let path = c.root.join("bad.toml");
+        std::fs::write(&path, format!("{base}{rules}")).unwrap();
+        let (code, text) = run_bin_within(&["run", "--config", path.to_str().unwrap()], DEADLINE)
+            .expect("exits at start-up");
+        assert_eq!(code, 2, "{rules}: {text}");
+        assert!(text.contains(needle), "{rules}: want {needle:?} in {text}");
     }
 }
