@@ -106,6 +106,21 @@ impl Addr {
         }
     }
 
+    /// [`Addr::connect`] with `SO_MARK` set to `mark` on a TCP socket before
+    /// it connects (`--mark`); `None`, or a Unix socket, is [`Addr::connect`].
+    pub async fn connect_marked(&self, timeout: Duration, mark: Option<u32>) -> io::Result<Stream> {
+        let (Some(mark), Addr::Tcp(a)) = (mark, self) else {
+            return self.connect(timeout).await;
+        };
+        match tokio::time::timeout(timeout, crate::transparent::connect_marked(a, mark)).await {
+            Ok(r) => r.map(Stream::Tcp),
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("connecting to {self} timed out after {timeout:?}"),
+            )),
+        }
+    }
+
     /// Binds a listener. A stale Unix socket file left by an earlier run is
     /// removed first; any other file at that path is an error.
     pub async fn bind(&self) -> io::Result<Listener> {

@@ -72,9 +72,10 @@ pub struct CommonArgs {
     /// Where to accept (TLS for server, plaintext for client): host:port or unix:/path.
     #[arg(long, value_name = "ADDR")]
     pub listen: String,
-    /// Where to connect (plaintext for server, TLS for client): host:port or unix:/path.
+    /// Where to connect (plaintext for server, TLS for client): host:port or unix:/path
+    /// [required, except for client --transparent].
     #[arg(long, value_name = "ADDR")]
-    pub target: String,
+    pub target: Option<String>,
     #[command(flatten)]
     pub credentials: CredentialArgs,
     /// Route name in logs and metric labels [default: server / client].
@@ -116,6 +117,10 @@ pub struct CommonArgs {
     /// Log line format (level from RUST_LOG, default info).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Set SO_MARK N on every outbound socket (decimal or 0x hex), so redirect rules can skip
+    /// the sidecar's own connections; needs CAP_NET_ADMIN.
+    #[arg(long, value_name = "N", value_parser = crate::transparent::parse_mark)]
+    pub mark: Option<u32>,
     /// How long a half-closed connection may stay quiet (tests only).
     #[arg(long, value_name = "DUR", hide = true)]
     pub half_close_linger: Option<String>,
@@ -161,6 +166,25 @@ pub struct ClientArgs {
     /// Pin the server's public key: base64 SHA-256 of its SubjectPublicKeyInfo (repeatable; in addition to CA and SAN).
     #[arg(long, value_name = "B64")]
     pub expect_spki_sha256: Vec<String>,
+    #[command(flatten)]
+    pub transparent: TransparentArgs,
+}
+
+/// `client --transparent`: one destination rule per `--destination`, all
+/// with the route's --expect-san, --server-name and --tls-port.
+#[derive(Debug, Clone, Args)]
+pub struct TransparentArgs {
+    /// Accept connections redirected by nftables/iptables and dial each one's original
+    /// destination (no --target; see --destination).
+    #[arg(long)]
+    pub transparent: bool,
+    /// Original destinations to serve, CIDR:PORT or [IPv6/PREFIX]:PORT (repeatable; first
+    /// match wins); others are refused (no_destination).
+    #[arg(long, value_name = "CIDR:PORT", requires = "transparent")]
+    pub destination: Vec<String>,
+    /// Port of the server sidecars at the original destinations [default: the destination's port].
+    #[arg(long, value_name = "PORT", requires = "transparent")]
+    pub tls_port: Option<u16>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -268,7 +292,7 @@ impl CommonArgs {
             name: self.name.clone(),
             mode: Some(mode),
             listen: Some(self.listen.clone()),
-            target: Some(self.target.clone()),
+            target: self.target.clone(),
             handshake_timeout: Some(self.handshake_timeout.clone()),
             connect_timeout: Some(self.connect_timeout.clone()),
             max_connections: Some(self.max_connections),
@@ -277,6 +301,7 @@ impl CommonArgs {
             tls_min_version: Some(self.tls_min_version.clone()),
             half_close_linger: self.half_close_linger.clone(),
             alpn: self.alpn.clone(),
+            mark: self.mark.map(u64::from),
             ..Default::default()
         }
     }
@@ -288,6 +313,7 @@ impl CommonArgs {
             trust_grace: Some(self.trust_grace.clone()),
             drain_timeout: Some(self.drain_timeout.clone()),
             worker_threads: self.worker_threads,
+            mark: None,
             credentials: self.credentials.spec(),
             routes: vec![route],
         }
@@ -319,7 +345,31 @@ impl ClientArgs {
             expect_spki_sha256: self.expect_spki_sha256.clone(),
             ..self.common.route_spec(Mode::Client)
         };
-        self.common.file_spec(route)
+        self.common.file_spec(self.transparent.apply(route))
+    }
+}
+
+impl TransparentArgs {
+    /// With `--transparent`, turns the route's --expect-san/--server-name
+    /// into one destination rule per `--destination`.
+    fn apply(&self, mut route: RouteSpec) -> RouteSpec {
+        if !self.transparent {
+            return route;
+        }
+        let expect_san = std::mem::take(&mut route.expect_san);
+        let server_name = route.server_name.take();
+        route.transparent = true;
+        route.destination = self
+            .destination
+            .iter()
+            .map(|m| crate::transparent::DestinationSpec {
+                matches: m.clone(),
+                tls_port: self.tls_port,
+                expect_san: expect_san.clone(),
+                server_name: server_name.clone(),
+            })
+            .collect();
+        route
     }
 }
 

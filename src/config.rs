@@ -126,6 +126,11 @@ pub struct RouteConfig {
     /// The credentials this route uses; routes naming the same source share
     /// one store.
     pub credentials: CredentialSource,
+    /// Client only: a transparent route's destination rules (it has no
+    /// target of its own; `target` then only labels it).
+    pub transparent: Option<std::sync::Arc<crate::transparent::Destinations>>,
+    /// `SO_MARK` on every outbound socket of the route (`--mark`).
+    pub mark: Option<u32>,
 }
 
 /// Process-wide settings plus the routes.
@@ -200,6 +205,14 @@ pub struct RouteSpec {
     #[serde(default)]
     pub expect_spki_sha256: Vec<String>,
     pub proxy_protocol: Option<String>,
+    /// Client only: accept redirected connections and dial their original
+    /// destinations by the `destination` rules.
+    #[serde(default)]
+    pub transparent: bool,
+    #[serde(default)]
+    pub destination: Vec<crate::transparent::DestinationSpec>,
+    /// `SO_MARK` for the route's outbound sockets (else the top-level one).
+    pub mark: Option<u64>,
     #[serde(flatten)]
     pub credentials: CredentialSpec,
 }
@@ -223,6 +236,8 @@ pub struct FileSpec {
     pub trust_grace: Option<String>,
     pub drain_timeout: Option<String>,
     pub worker_threads: Option<u64>,
+    /// `SO_MARK` for every route's outbound sockets (`--mark`).
+    pub mark: Option<u64>,
     #[serde(flatten)]
     pub credentials: CredentialSpec,
     #[serde(default, rename = "route")]
@@ -386,12 +401,21 @@ impl RouteSpec {
             .ok_or_else(|| invalid(p("--listen"), "required"))?
             .parse()
             .map_err(|e| invalid(p("--listen"), e))?;
-        let target: Addr = self
-            .target
-            .as_deref()
-            .ok_or_else(|| invalid(p("--target"), "required"))?
-            .parse()
-            .map_err(|e| invalid(p("--target"), e))?;
+        let transparent = self.transparent_rules(mode, &listen, &p)?;
+        let target: Addr = match (&transparent, self.target.as_deref()) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    p("--target"),
+                    "a transparent route has no target: each connection goes to its \
+                     original destination, by the destination rules",
+                ))
+            }
+            (Some(_), None) => Addr::Tcp(crate::transparent::TARGET_LABEL.to_string()),
+            (None, t) => t
+                .ok_or_else(|| invalid(p("--target"), "required"))?
+                .parse()
+                .map_err(|e| invalid(p("--target"), e))?,
+        };
         let credentials = match self.credentials.to_source(&p("--"))? {
             Some(c) => c,
             None => default_creds
@@ -439,42 +463,48 @@ impl RouteSpec {
                         "only valid for server routes",
                     ));
                 }
-                if !listen.is_local_only() && !self.unsafe_listen {
-                    return Err(invalid(
-                        p("--listen"),
-                        format!(
-                            "{listen} is reachable from other hosts and the client side is \
-                             plaintext; listen on loopback or unix:, or pass --unsafe-listen"
-                        ),
-                    ));
-                }
-                let sni = match &self.server_name {
-                    Some(n) => n.clone(),
-                    None => target
-                        .host()
-                        .ok_or_else(|| {
-                            invalid(
-                                p("--server-name"),
-                                "required when --target is a unix socket",
-                            )
-                        })?
-                        .to_string(),
-                };
-                rustls_pki_types::ServerName::try_from(sni.clone()).map_err(|_| {
-                    invalid(
-                        p("--server-name"),
-                        format!("{sni:?} is not a valid server name"),
-                    )
-                })?;
-                let expected = if self.expect_san.is_empty() {
-                    vec![sni
-                        .parse::<SanPattern>()
-                        .map_err(|e| invalid(p("--server-name"), e))?]
+                if let Some(rules) = &transparent {
+                    // Each rule carries its own; see transparent_rules.
+                    server_name = None;
+                    SanPolicy::OneOf(rules.all_sans())
                 } else {
-                    patterns(&p("--expect-san"), &self.expect_san)?
-                };
-                server_name = Some(sni);
-                SanPolicy::OneOf(expected)
+                    if !listen.is_local_only() && !self.unsafe_listen {
+                        return Err(invalid(
+                            p("--listen"),
+                            format!(
+                                "{listen} is reachable from other hosts and the client side is \
+                             plaintext; listen on loopback or unix:, or pass --unsafe-listen"
+                            ),
+                        ));
+                    }
+                    let sni = match &self.server_name {
+                        Some(n) => n.clone(),
+                        None => target
+                            .host()
+                            .ok_or_else(|| {
+                                invalid(
+                                    p("--server-name"),
+                                    "required when --target is a unix socket",
+                                )
+                            })?
+                            .to_string(),
+                    };
+                    rustls_pki_types::ServerName::try_from(sni.clone()).map_err(|_| {
+                        invalid(
+                            p("--server-name"),
+                            format!("{sni:?} is not a valid server name"),
+                        )
+                    })?;
+                    let expected = if self.expect_san.is_empty() {
+                        vec![sni
+                            .parse::<SanPattern>()
+                            .map_err(|e| invalid(p("--server-name"), e))?]
+                    } else {
+                        patterns(&p("--expect-san"), &self.expect_san)?
+                    };
+                    server_name = Some(sni);
+                    SanPolicy::OneOf(expected)
+                }
             }
         };
         let max_connections = bounded_count(
@@ -554,7 +584,63 @@ impl RouteSpec {
             spki_pins,
             proxy_protocol,
             credentials,
+            transparent,
+            mark: self.mark.map(|m| mark(&p("--mark"), m)).transpose()?,
         })
+    }
+
+    /// A transparent route's validated rules (`None` for other routes):
+    /// a client route, listening on TCP, whose SANs and SNI are set per rule.
+    fn transparent_rules(
+        &self,
+        mode: Mode,
+        listen: &Addr,
+        p: &dyn Fn(&str) -> String,
+    ) -> Result<Option<std::sync::Arc<crate::transparent::Destinations>>, ConfigError> {
+        if !self.transparent {
+            if !self.destination.is_empty() {
+                return Err(invalid(
+                    p("destination"),
+                    "destination rules are only for transparent routes (transparent = true)",
+                ));
+            }
+            return Ok(None);
+        }
+        if mode != Mode::Client {
+            return Err(invalid(
+                p("--transparent"),
+                "only valid for client routes (a server is made transparent by the \
+                 inbound redirect rules alone)",
+            ));
+        }
+        if matches!(listen, Addr::Unix(_)) {
+            return Err(invalid(
+                p("--listen"),
+                "a transparent route listens on TCP: redirected connections cannot \
+                 arrive on a unix socket",
+            ));
+        }
+        if !self.expect_san.is_empty() || self.server_name.is_some() {
+            return Err(invalid(
+                p("--expect-san/--server-name"),
+                "a transparent route sets expect_san and server_name in each \
+                 [[route.destination]] rule",
+            ));
+        }
+        let rules = crate::transparent::Destinations::validate(&p(""), &self.destination)
+            .map_err(|e| invalid(e.field, e.why))?;
+        Ok(Some(std::sync::Arc::new(rules)))
+    }
+}
+
+/// Checks a `--mark` value: 1 to 2^32-1.
+fn mark(field: &str, m: u64) -> Result<u32, ConfigError> {
+    match u32::try_from(m) {
+        Ok(m) if m > 0 => Ok(m),
+        _ => Err(invalid(
+            field,
+            format!("{m}: a mark is 1 to 4294967295 (0 cannot be told from unmarked traffic)"),
+        )),
     }
 }
 
@@ -571,7 +657,10 @@ impl FileSpec {
                 Some(m) if self.routes.len() == 1 => m.as_str().to_string(),
                 _ => format!("route-{i}"),
             };
-            let route = r.validate(&default_name, default_creds.as_ref())?;
+            let mut route = r.validate(&default_name, default_creds.as_ref())?;
+            if route.mark.is_none() {
+                route.mark = self.mark.map(|m| mark("--mark", m)).transpose()?;
+            }
             if routes.iter().any(|x: &RouteConfig| x.name == route.name) {
                 return Err(invalid(
                     format!("route {:?}", route.name),
@@ -748,6 +837,85 @@ mod tests {
             "{e}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn transparent_routes_are_client_routes_without_a_target() {
+        let text = r#"
+            tls_dir = "/etc/mtls"
+            mark = 0x6d74
+            [[route]]
+            name = "out"
+            mode = "client"
+            listen = "127.0.0.1:15001"
+            transparent = true
+            [[route.destination]]
+            match = "10.77.0.3:2100"
+            expect_san = ["other.svc"]
+            [[route.destination]]
+            match = "10.0.0.0/8:2100"
+            tls_port = 6877
+            expect_san = ["*.replica.env-1.svc"]
+            server_name = "replica.env-1.svc"
+            [[route]]
+            name = "in"
+            mode = "server"
+            listen = "0.0.0.0:6877"
+            target = "127.0.0.1:2100"
+            allow_san = ["controller.env-1.svc"]
+            mark = 7
+        "#;
+        let s = toml::from_str::<FileSpec>(text)
+            .unwrap()
+            .validate()
+            .unwrap();
+        let out = &s.routes[0];
+        let rules = out.transparent.as_ref().expect("transparent");
+        assert_eq!(rules.rules.len(), 2);
+        assert_eq!(rules.rules[1].tls_port, 6877);
+        assert_eq!(out.mark, Some(0x6d74), "the top-level mark");
+        assert_eq!(s.routes[1].mark, Some(7), "a route's own mark wins");
+        assert!(s.routes[1].transparent.is_none());
+
+        let bad = |from: &str, to: &str, needle: &str| {
+            let spec: FileSpec = toml::from_str(&text.replacen(from, to, 1)).unwrap();
+            let e = spec.validate().unwrap_err().to_string();
+            assert!(e.contains(needle), "{from} -> {to}: {e}");
+        };
+        bad(
+            "transparent = true",
+            "transparent = true\ntarget = \"h:1\"",
+            "no target",
+        );
+        bad(
+            "mode = \"client\"",
+            "mode = \"server\"",
+            "only valid for client",
+        );
+        bad(
+            "transparent = true",
+            "transparent = false",
+            "only for transparent",
+        );
+        bad(
+            "listen = \"127.0.0.1:15001\"",
+            "listen = \"unix:/x\"",
+            "TCP",
+        );
+        bad(
+            "transparent = true",
+            "transparent = true\nexpect_san = [\"a.svc\"]",
+            "each",
+        );
+        bad("\"10.77.0.3:2100\"", "\"10.0.0.0/8:2100\"", "never match");
+        bad(
+            "\"10.77.0.3:2100\"",
+            "\"10.77.0.3\"",
+            "destination[0].match",
+        );
+        bad("mark = 0x6d74", "mark = 0", "--mark");
+        bad("mark = 7", "mark = 4294967296", "--mark");
+        assert!(toml::from_str::<FileSpec>(&text.replace("tls_port", "tls_prot")).is_err());
     }
 
     #[test]

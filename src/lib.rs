@@ -37,6 +37,7 @@ pub mod route;
 pub mod shared;
 pub mod status;
 pub mod tls;
+pub mod transparent;
 
 /// The crypto provider every TLS config and verifier in the process uses:
 /// aws-lc-rs, key exchange preferring the post-quantum hybrid X25519MLKEM768,

@@ -73,6 +73,12 @@ fn with_runtime(workers: Option<usize>, f: impl FnOnce(&tokio::runtime::Runtime)
 fn serve(settings: Result<Settings, mtls_sidecar::config::ConfigError>) -> u8 {
     match settings {
         Ok(settings) => {
+            // --mark needs a capability: find out now, not on the first connection.
+            for mark in settings.routes.iter().filter_map(|r| r.mark) {
+                if let Err(e) = mtls_sidecar::transparent::probe_mark(mark) {
+                    return usage_error(&e);
+                }
+            }
             let workers = settings.worker_threads;
             with_runtime(workers, |rt| rt.block_on(run(settings)))
         }

@@ -137,11 +137,14 @@ pub enum CloseReason {
     Lifetime,
     /// Still open when the drain timeout ran out at shutdown.
     Drain,
+    /// Transparent routes: the original destination matches no rule, or
+    /// the connection was not redirected; never forwarded.
+    NoDestination,
 }
 
 impl CloseReason {
     /// Every value, for pre-registering metric series at zero.
-    pub const ALL: [CloseReason; 9] = [
+    pub const ALL: [CloseReason; 10] = [
         CloseReason::Completed,
         CloseReason::PeerError,
         CloseReason::TargetError,
@@ -151,6 +154,7 @@ impl CloseReason {
         CloseReason::Expired,
         CloseReason::Lifetime,
         CloseReason::Drain,
+        CloseReason::NoDestination,
     ];
 
     /// The label value.
@@ -165,6 +169,7 @@ impl CloseReason {
             CloseReason::Expired => "expired",
             CloseReason::Lifetime => "lifetime",
             CloseReason::Drain => "drain",
+            CloseReason::NoDestination => "no_destination",
         }
     }
 }

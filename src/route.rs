@@ -46,6 +46,8 @@ enum RouteTls {
         policy: Arc<ServerCertPolicy>,
         server_name: ServerName<'static>,
     },
+    /// A transparent client route: a client config per destination rule.
+    Transparent(crate::transparent::Transparent),
 }
 
 /// A configured route, shared by its accept loop and connection tasks.
@@ -120,6 +122,16 @@ impl Route {
                     acceptor: TlsAcceptor::from(config),
                     policy,
                 }
+            }
+            Mode::Client if cfg.transparent.is_some() => {
+                let rules = cfg.transparent.clone().unwrap_or_default();
+                RouteTls::Transparent(crate::transparent::Transparent::build(
+                    &cfg.name,
+                    rules,
+                    &store,
+                    cfg.tls_min_version,
+                    &peer,
+                )?)
             }
             Mode::Client => {
                 let (config, policy) = crate::tls::client_config(
@@ -228,10 +240,76 @@ impl Route {
                 server_name,
                 ..
             } => {
-                self.handle_client(connector, server_name, stream, peer_addr, ticket)
-                    .await
+                let connect = async {
+                    let s = self
+                        .cfg
+                        .target
+                        .connect_marked(self.cfg.connect_timeout, self.cfg.mark)
+                        .await?;
+                    Ok((s, ()))
+                };
+                let target = self.cfg.target.to_string();
+                self.handle_client(
+                    connector,
+                    server_name,
+                    connect,
+                    target,
+                    stream,
+                    peer_addr,
+                    ticket,
+                )
+                .await
             }
+            RouteTls::Transparent(t) => self.handle_transparent(t, stream, peer_addr, ticket).await,
         }
+    }
+
+    /// A connection diverted to a transparent route: where it was going
+    /// decides the rule, and so the server identity required there; one
+    /// that no rule covers, that was not redirected, or that is our own
+    /// connection looping back is closed (`no_destination`), never forwarded.
+    async fn handle_transparent(
+        &self,
+        t: &crate::transparent::Transparent,
+        stream: Stream,
+        peer_addr: String,
+        ticket: Ticket,
+    ) {
+        use crate::transparent::{dial, original_dst, resolve, NoDestination};
+        let decided = match &stream {
+            Stream::Tcp(tcp) => resolve(
+                &t.rules,
+                original_dst(tcp),
+                tcp.local_addr(),
+                tcp.peer_addr(),
+            ),
+            Stream::Unix(_) => Err(NoDestination::NotTcp),
+        };
+        let (rule, original, to) = match decided {
+            Ok(decided) => decided,
+            Err(why) => {
+                drop(ticket);
+                drop(stream);
+                self.metrics.closed(CloseReason::NoDestination);
+                t.log.refused(&peer_addr, &why);
+                return;
+            }
+        };
+        debug!(route = %self.cfg.name, peer = %peer_addr, original_dst = %original, rule, dial = %to, "transparent: dialing the original destination's sidecar");
+        let Some(tls) = t.tls.get(rule) else { return };
+        let server_name = t.server_name(rule, to);
+        let connect = dial(to, self.cfg.mark, self.cfg.connect_timeout);
+        let connect = async move { connect.await.map(|(s, guard)| (Stream::Tcp(s), guard)) };
+        self.handle_client(
+            &tls.connector,
+            &server_name,
+            connect,
+            to.to_string(),
+            stream,
+            peer_addr,
+            ticket,
+        )
+        .await
     }
 
     async fn handle_server(
@@ -262,7 +340,10 @@ impl Route {
         if let Some(old) = displaced {
             self.await_displaced(&old).await;
         }
-        let connect = self.cfg.target.connect(self.cfg.connect_timeout);
+        let connect = self
+            .cfg
+            .target
+            .connect_marked(self.cfg.connect_timeout, self.cfg.mark);
         let target = tokio::select! {
             r = connect => r,
             reason = reg.conn.signal.closed() => return self.closed_early(&reg, reason),
@@ -320,10 +401,16 @@ impl Route {
         })
     }
 
-    async fn handle_client(
+    /// `connect` dials the remote sidecar; what it returns beside the
+    /// stream is held for as long as the connection lasts. `target` names
+    /// the remote sidecar in logs.
+    #[allow(clippy::too_many_arguments)]
+    async fn handle_client<K>(
         &self,
         connector: &TlsConnector,
         server_name: &ServerName<'static>,
+        connect: impl std::future::Future<Output = std::io::Result<(Stream, K)>>,
+        target: String,
         local: Stream,
         local_addr: String,
         ticket: Ticket,
@@ -341,7 +428,6 @@ impl Route {
         let Some(_slot) = slot else { return };
         // Nothing is read from the local application before the remote
         // sidecar is verified: bytes wait in the socket until supervise.
-        let connect = self.cfg.target.connect(self.cfg.connect_timeout);
         let remote = tokio::select! {
             r = connect => r,
             reason = ticket.stopped() => {
@@ -349,12 +435,11 @@ impl Route {
                 return;
             }
         };
-        let remote = match remote {
+        let (remote, _keep) = match remote {
             Ok(r) => r,
-            Err(e) => return self.target_unreachable(&local_addr, &e),
+            Err(e) => return self.target_unreachable_at(&local_addr, &target, &e),
         };
         let handshake = Box::pin(connector.connect(server_name.clone(), Capped::new(remote)));
-        let target = self.cfg.target.to_string();
         if let Some((mut tls, reg, _)) = self.authenticate(target, handshake, &ticket).await {
             drop(ticket);
             tls.get_mut().0.lift();
@@ -505,13 +590,31 @@ impl Route {
         match &self.tls {
             RouteTls::Server { policy, .. } => policy.reverify(chain, now),
             RouteTls::Client { policy, .. } => policy.reverify(chain, now),
+            RouteTls::Transparent(t) => {
+                let peer = crate::identity::CertInfo::parse(
+                    chain
+                        .first()
+                        .ok_or(rustls::Error::NoCertificatesPresented)?,
+                )
+                .ok();
+                t.reverify(peer.as_ref(), chain, now)
+            }
         }
     }
 
     fn target_unreachable(&self, peer: &str, e: &std::io::Error) {
+        self.target_unreachable_at(peer, &self.cfg.target, e)
+    }
+
+    fn target_unreachable_at(
+        &self,
+        peer: &str,
+        target: &dyn std::fmt::Display,
+        e: &std::io::Error,
+    ) {
         self.metrics.target_connect_failures.increment(1);
         self.metrics.closed(CloseReason::TargetError);
-        warn!(route = %self.cfg.name, peer = %peer, target = %self.cfg.target, error = %e, "cannot connect to target");
+        warn!(route = %self.cfg.name, peer = %peer, target = %target, error = %e, "cannot connect to target");
     }
 
     fn refused(
