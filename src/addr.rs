@@ -109,8 +109,15 @@ impl Addr {
     /// Binds a listener. A stale Unix socket file left by an earlier run is
     /// removed first; any other file at that path is an error.
     pub async fn bind(&self) -> io::Result<Listener> {
-        match self {
-            Addr::Tcp(a) => Ok(Listener::Tcp(TcpListener::bind(a.as_str()).await?)),
+        self.bind_std()?.into_tokio()
+    }
+
+    /// Binds a non-blocking listener without a runtime, so that every
+    /// listener can exist before the sandbox is applied and the runtime
+    /// built (see [`crate::sandbox`]). Same rules as [`Addr::bind`].
+    pub fn bind_std(&self) -> io::Result<StdListener> {
+        let listener = match self {
+            Addr::Tcp(a) => StdListener::Tcp(std::net::TcpListener::bind(a.as_str())?),
             Addr::Unix(p) => {
                 use std::os::unix::fs::FileTypeExt;
                 if let Ok(meta) = std::fs::symlink_metadata(p) {
@@ -118,8 +125,55 @@ impl Addr {
                         std::fs::remove_file(p)?;
                     }
                 }
-                Ok(Listener::Unix(UnixListener::bind(p)?))
+                StdListener::Unix(std::os::unix::net::UnixListener::bind(p)?)
             }
+        };
+        listener.set_nonblocking()?;
+        Ok(listener)
+    }
+}
+
+/// A bound, non-blocking listener not yet registered with a runtime.
+#[derive(Debug)]
+pub enum StdListener {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener),
+}
+
+impl StdListener {
+    fn set_nonblocking(&self) -> io::Result<()> {
+        match self {
+            StdListener::Tcp(l) => l.set_nonblocking(true),
+            StdListener::Unix(l) => l.set_nonblocking(true),
+        }
+    }
+
+    /// The bound address, with the real port when the config said port 0.
+    pub fn local_addr(&self) -> io::Result<Addr> {
+        match self {
+            StdListener::Tcp(l) => Ok(Addr::Tcp(l.local_addr()?.to_string())),
+            StdListener::Unix(l) => {
+                let a = l.local_addr()?;
+                let p = a.as_pathname().map(PathBuf::from).unwrap_or_default();
+                Ok(Addr::Unix(p))
+            }
+        }
+    }
+
+    /// The bound TCP port (`None` for a Unix socket).
+    pub fn tcp_port(&self) -> Option<u16> {
+        match self {
+            StdListener::Tcp(l) => l.local_addr().ok().map(|a| a.port()),
+            StdListener::Unix(_) => None,
+        }
+    }
+
+    /// Registers the listener with the current tokio runtime (must be
+    /// called from inside one).
+    pub fn into_tokio(self) -> io::Result<Listener> {
+        match self {
+            StdListener::Tcp(l) => Ok(Listener::Tcp(TcpListener::from_std(l)?)),
+            StdListener::Unix(l) => Ok(Listener::Unix(UnixListener::from_std(l)?)),
         }
     }
 }

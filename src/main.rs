@@ -48,16 +48,22 @@ fn usage_error(e: &dyn std::fmt::Display) -> u8 {
     2
 }
 
-/// Builds the runtime (`workers` threads, or one per CPU the process may
-/// use, cgroup quota included) and runs `f` on it.
-fn with_runtime(workers: Option<usize>, f: impl FnOnce(&tokio::runtime::Runtime) -> u8) -> u8 {
-    let workers = workers.unwrap_or_else(|| {
+/// The runtime's worker threads: `configured`, or one per CPU the process
+/// may use (cgroup quota included). Decided before the sandbox, which would
+/// hide the cgroup files this reads.
+fn worker_count(configured: Option<usize>) -> usize {
+    configured.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1)
-    });
+    })
+}
+
+/// Builds the runtime (`workers` threads, or one per CPU the process may
+/// use) and runs `f` on it.
+fn with_runtime(workers: Option<usize>, f: impl FnOnce(&tokio::runtime::Runtime) -> u8) -> u8 {
     match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
+        .worker_threads(worker_count(workers))
         .enable_all()
         .build()
     {
@@ -69,17 +75,14 @@ fn with_runtime(workers: Option<usize>, f: impl FnOnce(&tokio::runtime::Runtime)
     }
 }
 
+/// Prepares everything on the main thread (credentials, TLS configs, bound
+/// listeners), then builds the runtime and serves.
 fn serve(settings: Result<Settings, mtls_sidecar::config::ConfigError>) -> u8 {
-    match settings {
-        Ok(settings) => {
-            let workers = settings.worker_threads;
-            with_runtime(workers, |rt| rt.block_on(run(settings)))
-        }
-        Err(e) => usage_error(&e),
-    }
-}
-
-async fn run(settings: Settings) -> u8 {
+    let settings = match settings {
+        Ok(s) => s,
+        Err(e) => return usage_error(&e),
+    };
+    let workers = worker_count(settings.worker_threads);
     raise_fd_limit(&settings);
     for r in &settings.routes {
         if r.peer_sans == SanPolicy::Any {
@@ -90,7 +93,18 @@ async fn run(settings: Settings) -> u8 {
     // of CPU, ~90 ms of wall time here): pay it before listening rather
     // than inside the first peer's handshake.
     let _ = aws_lc_rs::rand::fill(&mut [0u8; 16]);
-    let running = match app::start(settings).await {
+    let prepared = match app::prepare(settings) {
+        Ok(p) => p,
+        Err(e) => {
+            error!("{e}");
+            return e.exit_code();
+        }
+    };
+    with_runtime(Some(workers), |rt| rt.block_on(run(prepared)))
+}
+
+async fn run(prepared: app::Prepared) -> u8 {
+    let running = match prepared.start() {
         Ok(r) => r,
         Err(e) => {
             error!("{e}");

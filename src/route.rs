@@ -18,7 +18,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tracing::{debug, info, warn};
 
-use crate::addr::{Addr, Listener, Stream};
+use crate::addr::{Addr, Listener, StdListener, Stream};
 use crate::config::{Mode, RouteConfig};
 use crate::conn::{LiveConn, Registration, Registry};
 use crate::credentials::CredentialStore;
@@ -96,11 +96,14 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
 }
 
 impl Route {
-    /// Builds the route's TLS config and binds its listener.
-    pub async fn bind(
+    /// Builds the route's TLS config and binds its listener. Synchronous and
+    /// runtime-free: the listener is registered with the runtime only when
+    /// the route starts serving ([`StdListener::into_tokio`]), so every
+    /// listener exists before the sandbox is applied.
+    pub fn bind(
         cfg: RouteConfig,
         store: Arc<CredentialStore>,
-    ) -> Result<(Arc<Route>, Listener), RouteError> {
+    ) -> Result<(Arc<Route>, StdListener), RouteError> {
         let tls = match cfg.mode {
             Mode::Server => {
                 let (config, policy) =
@@ -123,7 +126,7 @@ impl Route {
                 }
             }
         };
-        let listener = cfg.listen.bind().await.map_err(|source| RouteError::Bind {
+        let listener = cfg.listen.bind_std().map_err(|source| RouteError::Bind {
             route: cfg.name.clone(),
             addr: cfg.listen.to_string(),
             source,
