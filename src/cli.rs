@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::{CredentialSpec, FileSpec, Mode, RouteSpec};
 use crate::logging::LogFormat;
 pub use crate::pki::Role;
+use crate::sandbox::SandboxMode;
 
 /// A transparent mutual-TLS sidecar proxy for plaintext controller/replica ports.
 #[derive(Debug, Parser)]
@@ -114,6 +115,9 @@ pub struct CommonArgs {
     /// Log line format (level from RUST_LOG, default info).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Landlock: restrict the process to its credentials, listen and target ports [default: best-effort].
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub sandbox: Option<SandboxMode>,
     /// How long a half-closed connection may stay quiet (tests only).
     #[arg(long, value_name = "DUR", hide = true)]
     pub half_close_linger: Option<String>,
@@ -157,6 +161,9 @@ pub struct RunArgs {
     /// Log line format (level from RUST_LOG, default info).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Landlock mode; overrides the file's `sandbox` key [default: best-effort].
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub sandbox: Option<SandboxMode>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -263,6 +270,7 @@ impl CommonArgs {
             trust_grace: Some(self.trust_grace.clone()),
             drain_timeout: Some(self.drain_timeout.clone()),
             worker_threads: self.worker_threads,
+            sandbox: self.sandbox,
             credentials: self.credentials.spec(),
             routes: vec![route],
         }

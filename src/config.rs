@@ -11,6 +11,7 @@ use serde::Deserialize;
 use crate::addr::Addr;
 use crate::credentials::CredentialSource;
 use crate::identity::{SanPattern, SanPolicy};
+use crate::sandbox::SandboxMode;
 
 /// How long a connection half-closed by one side may stay quiet before it
 /// is reaped (so it never lingers in CLOSE_WAIT).
@@ -130,6 +131,8 @@ pub struct Settings {
     pub drain_timeout: Duration,
     /// Runtime worker threads; `None`: the CPUs the process may use.
     pub worker_threads: Option<usize>,
+    /// `--sandbox` / `sandbox`: how Landlock restricts the process.
+    pub sandbox: SandboxMode,
 }
 
 /// A configuration problem; the message names the flag, file or field.
@@ -208,6 +211,8 @@ pub struct FileSpec {
     pub trust_grace: Option<String>,
     pub drain_timeout: Option<String>,
     pub worker_threads: Option<u64>,
+    /// `--sandbox` / `sandbox` (default `best-effort`).
+    pub sandbox: Option<SandboxMode>,
     #[serde(flatten)]
     pub credentials: CredentialSpec,
     #[serde(default, rename = "route")]
@@ -548,6 +553,7 @@ impl FileSpec {
                 bounds::DRAIN_TIMEOUT,
             )?,
             worker_threads,
+            sandbox: self.sandbox.unwrap_or_default(),
         })
     }
 

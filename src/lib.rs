@@ -30,6 +30,7 @@ pub mod preauth;
 pub mod reason;
 pub mod reload;
 pub mod route;
+pub mod sandbox;
 pub mod shared;
 pub mod status;
 pub mod tls;

@@ -1,3 +1,4 @@
+use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -8,6 +9,7 @@ use mtls_sidecar::cli::{Cli, Command};
 use mtls_sidecar::config::{FileSpec, Settings};
 use mtls_sidecar::identity::SanPolicy;
 use mtls_sidecar::logging::{self, LogFormat};
+use mtls_sidecar::sandbox;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -20,15 +22,21 @@ fn main() -> ExitCode {
     let code = match cli.command {
         Command::Server(args) => {
             logging::init(args.common.log_format);
-            serve(args.to_spec().validate())
+            serve(args.to_spec().validate(), None)
         }
         Command::Client(args) => {
             logging::init(args.common.log_format);
-            serve(args.to_spec().validate())
+            serve(args.to_spec().validate(), None)
         }
         Command::Run(args) => {
             logging::init(args.log_format);
-            serve(FileSpec::load(&args.config))
+            let settings = FileSpec::load(&args.config).map(|mut s| {
+                if let Some(mode) = args.sandbox {
+                    s.sandbox = mode;
+                }
+                s
+            });
+            serve(settings, Some(&args.config))
         }
         Command::Check(args) => mtls_sidecar::check::run(&args),
         Command::Certs(cmd) => mtls_sidecar::certs::run(&cmd),
@@ -76,8 +84,13 @@ fn with_runtime(workers: Option<usize>, f: impl FnOnce(&tokio::runtime::Runtime)
 }
 
 /// Prepares everything on the main thread (credentials, TLS configs, bound
-/// listeners), then builds the runtime and serves.
-fn serve(settings: Result<Settings, mtls_sidecar::config::ConfigError>) -> u8 {
+/// listeners), applies the sandbox to it, then builds the runtime, whose
+/// threads inherit the sandbox, and serves. `config_file` is the file the
+/// settings came from, if any.
+fn serve(
+    settings: Result<Settings, mtls_sidecar::config::ConfigError>,
+    config_file: Option<&Path>,
+) -> u8 {
     let settings = match settings {
         Ok(s) => s,
         Err(e) => return usage_error(&e),
@@ -93,6 +106,7 @@ fn serve(settings: Result<Settings, mtls_sidecar::config::ConfigError>) -> u8 {
     // of CPU, ~90 ms of wall time here): pay it before listening rather
     // than inside the first peer's handshake.
     let _ = aws_lc_rs::rand::fill(&mut [0u8; 16]);
+    let mode = settings.sandbox;
     let prepared = match app::prepare(settings) {
         Ok(p) => p,
         Err(e) => {
@@ -100,6 +114,12 @@ fn serve(settings: Result<Settings, mtls_sidecar::config::ConfigError>) -> u8 {
             return e.exit_code();
         }
     };
+    let plan = sandbox::Plan::for_prepared(&prepared, config_file);
+    sandbox::warm_up_resolver(&plan);
+    if let Err(e) = sandbox::apply(&plan, mode) {
+        error!("{e}");
+        return 1;
+    }
     with_runtime(Some(workers), |rt| rt.block_on(run(prepared)))
 }
 
