@@ -35,6 +35,9 @@ pub enum Command {
     Demo(DemoArgs),
     /// Probe a running sidecar's admin endpoint (for container HEALTHCHECKs).
     Health(HealthArgs),
+    /// Tests only: apply the sandbox a config file gets, then try accesses.
+    #[command(hide = true)]
+    SandboxProbe(SandboxProbeArgs),
 }
 
 /// Where credentials come from.
@@ -227,6 +230,23 @@ pub struct CertsIssueArgs {
     /// Overwrite an existing key.
     #[arg(long)]
     pub force: bool,
+}
+
+/// The hidden `sandbox-probe` (see [`crate::sandbox::probe`]).
+#[derive(Debug, Clone, Args)]
+pub struct SandboxProbeArgs {
+    /// The TOML config file whose sandbox is applied.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Overrides the file's `sandbox` key.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub sandbox: Option<SandboxMode>,
+    /// A file to try reading once the sandbox is in force (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub read: Vec<PathBuf>,
+    /// A TCP address to try connecting to once the sandbox is in force (repeatable).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub connect: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -44,6 +44,10 @@ fn main() -> ExitCode {
             logging::init_with_default(LogFormat::Text, "warn");
             with_runtime(None, |rt| rt.block_on(mtls_sidecar::demo::run(&args)))
         }
+        Command::SandboxProbe(args) => {
+            logging::init(LogFormat::Text);
+            sandbox::probe::run(&args)
+        }
         Command::Health(args) => {
             with_runtime(None, |rt| rt.block_on(mtls_sidecar::health::run(&args)))
         }

@@ -26,6 +26,8 @@
 //! socket connects) would deny what the sidecar needs (DNS over UDP, the
 //! `NOTIFY_SOCKET`) without a rule written for them.
 
+pub mod probe;
+
 use std::collections::BTreeSet;
 use std::io;
 use std::net::ToSocketAddrs;
