@@ -1,5 +1,6 @@
-//! Addresses (`host:port` or `unix:/path`) and the plain streams and
-//! listeners behind them, so every route can listen or connect on either.
+//! Addresses (`host:port`, `unix:/path`, or, to listen, `systemd:NAME`) and
+//! the plain streams and listeners behind them, so every route can listen
+//! or connect on either kind of socket.
 
 use std::io;
 use std::net::IpAddr;
@@ -19,11 +20,15 @@ pub enum Addr {
     Tcp(String),
     /// `unix:/path/to/socket`.
     Unix(PathBuf),
+    /// `systemd:NAME`: a listening socket passed by systemd socket
+    /// activation (`FileDescriptorName=`); `systemd:` alone is the first
+    /// one passed. Listen only.
+    Systemd(String),
 }
 
 /// Why an address string was refused.
 #[derive(Debug, thiserror::Error)]
-#[error("invalid address {input:?}: {why} (expected host:port or unix:/path)")]
+#[error("invalid address {input:?}: {why} (expected host:port, unix:/path or systemd:NAME)")]
 pub struct AddrError {
     input: String,
     why: &'static str,
@@ -43,6 +48,13 @@ impl FromStr for Addr {
             }
             return Ok(Addr::Unix(PathBuf::from(path)));
         }
+        if let Some(name) = s.strip_prefix("systemd:") {
+            // systemd's own rules for FileDescriptorName=.
+            if name.len() > 255 || name.chars().any(|c| c == ':' || c.is_control()) {
+                return Err(err("bad systemd socket name"));
+            }
+            return Ok(Addr::Systemd(name.to_string()));
+        }
         let (host, port) = s.rsplit_once(':').ok_or_else(|| err("missing port"))?;
         if host.is_empty() {
             return Err(err("missing host"));
@@ -57,24 +69,30 @@ impl std::fmt::Display for Addr {
         match self {
             Addr::Tcp(a) => f.write_str(a),
             Addr::Unix(p) => write!(f, "unix:{}", p.display()),
+            Addr::Systemd(n) => write!(f, "systemd:{n}"),
         }
     }
 }
 
 impl Addr {
-    /// The host part of a TCP address without brackets (`None` for Unix sockets).
+    /// The host part of a TCP address without brackets (`None` for Unix
+    /// and systemd sockets).
     pub fn host(&self) -> Option<&str> {
         match self {
             Addr::Tcp(a) => a
                 .rsplit_once(':')
                 .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']')),
-            Addr::Unix(_) => None,
+            Addr::Unix(_) | Addr::Systemd(_) => None,
         }
     }
 
     /// True when only this machine can reach the address: a Unix socket, a
-    /// loopback IP, or `localhost`.
+    /// loopback IP, or `localhost`. A systemd socket's address is the
+    /// socket unit's business, unknown here: not local-only.
     pub fn is_local_only(&self) -> bool {
+        if matches!(self, Addr::Systemd(_)) {
+            return false;
+        }
         match self.host() {
             None => true,
             Some("localhost") => true,
@@ -95,6 +113,10 @@ impl Addr {
                     Ok(Stream::Tcp(s))
                 }
                 Addr::Unix(p) => Ok(Stream::Unix(UnixStream::connect(p).await?)),
+                Addr::Systemd(_) => Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a systemd: socket can only be listened on",
+                )),
             }
         };
         match tokio::time::timeout(timeout, fut).await {
@@ -126,6 +148,13 @@ impl Addr {
                     }
                 }
                 StdListener::Unix(std::os::unix::net::UnixListener::bind(p)?)
+            }
+            Addr::Systemd(name) => {
+                let fd = crate::systemd::take(name).map_err(io::Error::other)?;
+                match crate::systemd::kind(name, &fd).map_err(io::Error::other)? {
+                    crate::systemd::Kind::Tcp => StdListener::Tcp(fd.into()),
+                    crate::systemd::Kind::Unix => StdListener::Unix(fd.into()),
+                }
             }
         };
         listener.set_nonblocking()?;
@@ -292,5 +321,12 @@ mod tests {
         assert!("nohost".parse::<Addr>().is_err());
         assert!("h:99999".parse::<Addr>().is_err());
         assert!("unix:".parse::<Addr>().is_err());
+        assert_eq!(
+            "systemd:tls".parse::<Addr>().unwrap(),
+            Addr::Systemd("tls".into())
+        );
+        assert_eq!("systemd:".parse::<Addr>().unwrap().to_string(), "systemd:");
+        assert!(!"systemd:tls".parse::<Addr>().unwrap().is_local_only());
+        assert!("systemd:a:b".parse::<Addr>().is_err());
     }
 }

@@ -26,6 +26,7 @@ use crate::credentials::{CredError, CredentialStore};
 use crate::reason::{CloseReason, FailureReason};
 use crate::route::{Route, RouteError};
 use crate::shared::Shared;
+use crate::systemd::SystemdError;
 
 /// Why the process could not start.
 #[derive(Debug, thiserror::Error)]
@@ -42,9 +43,16 @@ pub enum StartError {
 }
 
 impl StartError {
-    /// 2 for configuration problems, 1 for run-time ones (a port in use).
+    /// 2 for configuration problems (a `systemd:` socket that was not
+    /// passed included), 1 for run-time ones (a port in use).
     pub fn exit_code(&self) -> u8 {
         match self {
+            StartError::Route(RouteError::Bind { source, .. })
+            | StartError::AdminBind { source, .. }
+                if SystemdError::is_in(source) =>
+            {
+                2
+            }
             StartError::Credentials(_)
             | StartError::Route(RouteError::Tls(_) | RouteError::ServerName(_)) => 2,
             StartError::Route(RouteError::Bind { .. }) | StartError::AdminBind { .. } => 1,
@@ -81,6 +89,8 @@ pub struct Prepared {
     stores: Vec<Arc<CredentialStore>>,
     routes: Vec<(Arc<Route>, StdListener)>,
     admin: Option<StdListener>,
+    /// The admin address as configured.
+    admin_addr: Option<Addr>,
     metrics: PrometheusHandle,
     reload_interval: Duration,
     drain_timeout: Duration,
@@ -119,10 +129,15 @@ pub fn prepare(settings: Settings) -> Result<Prepared, StartError> {
         })?),
         None => None,
     };
+    let unused = crate::systemd::unused();
+    if !unused.is_empty() {
+        warn!(sockets = ?unused, "systemd passed sockets that no --listen systemd:NAME uses");
+    }
     Ok(Prepared {
         stores,
         routes: bound,
         admin,
+        admin_addr: settings.admin,
         metrics,
         reload_interval: settings.reload_interval,
         drain_timeout: settings.drain_timeout,
@@ -152,6 +167,15 @@ impl Prepared {
         self.routes.iter().map(|(_, l)| l).chain(self.admin.iter())
     }
 
+    /// Every listen address as configured: the routes' and the admin
+    /// endpoint's.
+    pub fn listen_addrs(&self) -> impl Iterator<Item = &Addr> {
+        self.routes
+            .iter()
+            .map(|(r, _)| &r.cfg.listen)
+            .chain(self.admin_addr.iter())
+    }
+
     /// Registers the listeners with the current runtime and starts serving
     /// (must be called from inside a tokio runtime).
     pub fn start(self) -> Result<Running, StartError> {
@@ -159,6 +183,7 @@ impl Prepared {
             stores,
             routes: bound,
             admin,
+            admin_addr: _,
             metrics,
             reload_interval,
             drain_timeout,

@@ -71,7 +71,7 @@ impl CredentialArgs {
 /// Flags shared by `server` and `client`.
 #[derive(Debug, Clone, Args)]
 pub struct CommonArgs {
-    /// Where to accept (TLS for server, plaintext for client): host:port or unix:/path.
+    /// Where to accept (TLS for server, plaintext for client): host:port, unix:/path, or systemd:NAME (socket activation).
     #[arg(long, value_name = "ADDR")]
     pub listen: String,
     /// Where to connect (plaintext for server, TLS for client): host:port or unix:/path.
@@ -82,7 +82,7 @@ pub struct CommonArgs {
     /// Route name in logs and metric labels [default: server / client].
     #[arg(long)]
     pub name: Option<String>,
-    /// Admin HTTP listener for /metrics, /livez, /readyz, /status (host:port or unix:/path).
+    /// Admin HTTP listener for /metrics, /livez, /readyz, /status (host:port, unix:/path or systemd:NAME).
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<String>,
     /// Bound on one TLS handshake.

@@ -346,6 +346,12 @@ impl RouteSpec {
             .ok_or_else(|| invalid(p("--target"), "required"))?
             .parse()
             .map_err(|e| invalid(p("--target"), e))?;
+        if let Addr::Systemd(_) = target {
+            return Err(invalid(
+                p("--target"),
+                "a systemd: socket can only be listened on",
+            ));
+        }
         let credentials = match self.credentials.to_source(&p("--"))? {
             Some(c) => c,
             None => default_creds

@@ -33,6 +33,7 @@ pub mod route;
 pub mod sandbox;
 pub mod shared;
 pub mod status;
+pub mod systemd;
 pub mod tls;
 
 /// The crypto provider every TLS config and verifier in the process uses:

@@ -136,6 +136,9 @@ async fn run(prepared: app::Prepared) -> u8 {
         }
     };
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+    if let Some(every) = mtls_sidecar::systemd::watchdog_interval() {
+        tokio::spawn(mtls_sidecar::systemd::watchdog(every));
+    }
     let code = tokio::select! {
         r = wait_for_shutdown(&running) => match r {
             Ok(()) => 0,

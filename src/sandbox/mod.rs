@@ -146,8 +146,11 @@ impl Plan {
             if let Some(port) = l.tcp_port() {
                 plan.bind_ports.insert(port);
             }
-            if let Ok(Addr::Unix(p)) = l.local_addr() {
-                plan.socket_dirs.insert(parent_dir(&p));
+        }
+        // Only sockets the process creates itself: not one systemd passed.
+        for a in prepared.listen_addrs() {
+            if let Addr::Unix(p) = a {
+                plan.socket_dirs.insert(parent_dir(p));
             }
         }
         for route in prepared.routes() {
