@@ -104,14 +104,19 @@ impl Setup {
         self.outside.local_addr().unwrap().to_string()
     }
 
-    /// Probes reads of [credential, config, outside file] and connects to
-    /// [target, outside port].
+    /// Probes reads of [credential, config, outside file, /proc/self/status]
+    /// and connects to [target, outside port].
     fn run(&self, top: &str, extra: &[&str]) -> Value {
         let config = write_config(self.tmp.path(), &self.tls_dir, &self.target(), top);
         probe(
             &config,
             extra,
-            &[&self.tls_dir.join("tls.key"), &config, &self.outside_file],
+            &[
+                &self.tls_dir.join("tls.key"),
+                &config,
+                &self.outside_file,
+                Path::new("/proc/self/status"),
+            ],
             &[self.target(), self.outside()],
         )
     }
@@ -130,6 +135,8 @@ fn the_sandbox_refuses_reads_and_connects_outside_its_allow_list() {
     assert_eq!(r, "allowed", "reading the credential directory: {a}");
     let (r, a) = outcome(&report, "read", 1);
     assert_eq!(r, "allowed", "reading the config file: {a}");
+    let (r, a) = outcome(&report, "read", 3);
+    assert_eq!(r, "allowed", "reading /proc/self (process metrics): {a}");
     let (r, a) = outcome(&report, "connect", 0);
     assert_eq!(r, "allowed", "connecting to the target port: {a}");
     // The point: outside the allow-list, both refused by the sandbox.
@@ -164,6 +171,98 @@ fn with_the_sandbox_off_the_outside_accesses_are_allowed() {
     // The command line overrides the file.
     let report = s.run("sandbox = \"off\"", &["--sandbox", "best-effort"]);
     assert_eq!(outcome(&report, "read", 2).0, "refused");
+}
+
+/// Makes `cmd` run as on a kernel without Landlock: a seccomp filter fails
+/// the three landlock system calls (444-446 on x86_64 and aarch64) with
+/// ENOSYS, as a kernel built without Landlock does.
+fn without_landlock(cmd: &mut Command) {
+    use libc::{sock_filter, sock_fprog, BPF_JUMP, BPF_STMT};
+    use std::os::unix::process::CommandExt;
+    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+    const JGT_K: u16 = 0x25; // BPF_JMP | BPF_JGT | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+                             // SAFETY: between fork and exec only prctl, on a filter on the stack.
+    unsafe {
+        cmd.pre_exec(|| {
+            let filter: [sock_filter; 5] = [
+                BPF_STMT(LD_W_ABS, 0), // seccomp_data.nr
+                BPF_JUMP(JGE_K, 444, 0, 2),
+                BPF_JUMP(JGT_K, 446, 1, 0),
+                BPF_STMT(RET_K, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+                BPF_STMT(RET_K, libc::SECCOMP_RET_ALLOW),
+            ];
+            let prog = sock_fprog {
+                len: filter.len() as u16,
+                filter: filter.as_ptr() as *mut sock_filter,
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Runs `cmd` to completion, or kills it and returns `None` if it has not
+/// exited within [`DEADLINE`] (a server that should have refused to start).
+fn output_within(mut cmd: Command) -> Option<std::process::Output> {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while child.try_wait().expect("try_wait").is_none() {
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Some(child.wait_with_output().expect("output"))
+}
+
+/// Where the kernel offers no Landlock, best effort says so and runs
+/// unsandboxed (the outside read goes through: nothing is pretended), and
+/// `require` refuses to start, in the probe and in the real server alike.
+#[test]
+fn without_landlock_best_effort_says_so_and_require_exits_1() {
+    let s = Setup::new();
+    let config = write_config(s.tmp.path(), &s.tls_dir, &s.target(), "");
+    let mut cmd = Command::new(bin());
+    cmd.arg("sandbox-probe")
+        .arg("--config")
+        .arg(&config)
+        .arg("--read")
+        .arg(&s.outside_file);
+    without_landlock(&mut cmd);
+    let out = cmd.output().expect("run probe");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["sandbox"]["filesystem"], "not_enforced", "{report}");
+    assert_eq!(report["sandbox"]["network"], "not_enforced", "{report}");
+    assert_eq!(outcome(&report, "read", 0).0, "allowed");
+    assert!(stderr.contains("offers no Landlock"), "{stderr}");
+
+    let d = s.tls_dir.to_str().unwrap();
+    let target = s.target();
+    let mut cmd = Command::new(bin());
+    cmd.args(["server", "--listen", "127.0.0.1:0", "--target", &target])
+        .args(["--tls-dir", d, "--allow-san", CONTROLLER])
+        .args(["--sandbox", "require"])
+        .stdin(Stdio::null());
+    without_landlock(&mut cmd);
+    let out = output_within(cmd).expect("--sandbox require must refuse to start");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--sandbox require"), "{stderr}");
+    assert!(!stderr.contains(" listening "), "{stderr}");
 }
 
 async fn status(admin: &str) -> Value {
