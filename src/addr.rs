@@ -1,5 +1,6 @@
-//! Addresses (`host:port` or `unix:/path`) and the plain streams and
-//! listeners behind them, so every route can listen or connect on either.
+//! Addresses (`host:port`, `unix:/path`, or, to listen, `systemd:NAME`) and
+//! the plain streams and listeners behind them, so every route can listen
+//! or connect on either kind of socket.
 
 use std::io;
 use std::net::IpAddr;
@@ -19,11 +20,15 @@ pub enum Addr {
     Tcp(String),
     /// `unix:/path/to/socket`.
     Unix(PathBuf),
+    /// `systemd:NAME`: a listening socket passed by systemd socket
+    /// activation (`FileDescriptorName=`); `systemd:` alone is the first
+    /// one passed. Listen only.
+    Systemd(String),
 }
 
 /// Why an address string was refused.
 #[derive(Debug, thiserror::Error)]
-#[error("invalid address {input:?}: {why} (expected host:port or unix:/path)")]
+#[error("invalid address {input:?}: {why} (expected host:port, unix:/path or systemd:NAME)")]
 pub struct AddrError {
     input: String,
     why: &'static str,
@@ -43,6 +48,13 @@ impl FromStr for Addr {
             }
             return Ok(Addr::Unix(PathBuf::from(path)));
         }
+        if let Some(name) = s.strip_prefix("systemd:") {
+            // systemd's own rules for FileDescriptorName=.
+            if name.len() > 255 || name.chars().any(|c| c == ':' || c.is_control()) {
+                return Err(err("bad systemd socket name"));
+            }
+            return Ok(Addr::Systemd(name.to_string()));
+        }
         let (host, port) = s.rsplit_once(':').ok_or_else(|| err("missing port"))?;
         if host.is_empty() {
             return Err(err("missing host"));
@@ -57,24 +69,30 @@ impl std::fmt::Display for Addr {
         match self {
             Addr::Tcp(a) => f.write_str(a),
             Addr::Unix(p) => write!(f, "unix:{}", p.display()),
+            Addr::Systemd(n) => write!(f, "systemd:{n}"),
         }
     }
 }
 
 impl Addr {
-    /// The host part of a TCP address without brackets (`None` for Unix sockets).
+    /// The host part of a TCP address without brackets (`None` for Unix
+    /// and systemd sockets).
     pub fn host(&self) -> Option<&str> {
         match self {
             Addr::Tcp(a) => a
                 .rsplit_once(':')
                 .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']')),
-            Addr::Unix(_) => None,
+            Addr::Unix(_) | Addr::Systemd(_) => None,
         }
     }
 
     /// True when only this machine can reach the address: a Unix socket, a
-    /// loopback IP, or `localhost`.
+    /// loopback IP, or `localhost`. A systemd socket's address is the
+    /// socket unit's business, unknown here: not local-only.
     pub fn is_local_only(&self) -> bool {
+        if matches!(self, Addr::Systemd(_)) {
+            return false;
+        }
         match self.host() {
             None => true,
             Some("localhost") => true,
@@ -95,6 +113,10 @@ impl Addr {
                     Ok(Stream::Tcp(s))
                 }
                 Addr::Unix(p) => Ok(Stream::Unix(UnixStream::connect(p).await?)),
+                Addr::Systemd(_) => Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a systemd: socket can only be listened on",
+                )),
             }
         };
         match tokio::time::timeout(timeout, fut).await {
@@ -124,8 +146,15 @@ impl Addr {
     /// Binds a listener. A stale Unix socket file left by an earlier run is
     /// removed first; any other file at that path is an error.
     pub async fn bind(&self) -> io::Result<Listener> {
-        match self {
-            Addr::Tcp(a) => Ok(Listener::Tcp(TcpListener::bind(a.as_str()).await?)),
+        self.bind_std()?.into_tokio()
+    }
+
+    /// Binds a non-blocking listener without a runtime, so that every
+    /// listener can exist before the sandbox is applied and the runtime
+    /// built (see [`crate::sandbox`]). Same rules as [`Addr::bind`].
+    pub fn bind_std(&self) -> io::Result<StdListener> {
+        let listener = match self {
+            Addr::Tcp(a) => StdListener::Tcp(std::net::TcpListener::bind(a.as_str())?),
             Addr::Unix(p) => {
                 use std::os::unix::fs::FileTypeExt;
                 if let Ok(meta) = std::fs::symlink_metadata(p) {
@@ -133,8 +162,62 @@ impl Addr {
                         std::fs::remove_file(p)?;
                     }
                 }
-                Ok(Listener::Unix(UnixListener::bind(p)?))
+                StdListener::Unix(std::os::unix::net::UnixListener::bind(p)?)
             }
+            Addr::Systemd(name) => {
+                let fd = crate::systemd::take(name).map_err(io::Error::other)?;
+                match crate::systemd::kind(name, &fd).map_err(io::Error::other)? {
+                    crate::systemd::Kind::Tcp => StdListener::Tcp(fd.into()),
+                    crate::systemd::Kind::Unix => StdListener::Unix(fd.into()),
+                }
+            }
+        };
+        listener.set_nonblocking()?;
+        Ok(listener)
+    }
+}
+
+/// A bound, non-blocking listener not yet registered with a runtime.
+#[derive(Debug)]
+pub enum StdListener {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener),
+}
+
+impl StdListener {
+    fn set_nonblocking(&self) -> io::Result<()> {
+        match self {
+            StdListener::Tcp(l) => l.set_nonblocking(true),
+            StdListener::Unix(l) => l.set_nonblocking(true),
+        }
+    }
+
+    /// The bound address, with the real port when the config said port 0.
+    pub fn local_addr(&self) -> io::Result<Addr> {
+        match self {
+            StdListener::Tcp(l) => Ok(Addr::Tcp(l.local_addr()?.to_string())),
+            StdListener::Unix(l) => {
+                let a = l.local_addr()?;
+                let p = a.as_pathname().map(PathBuf::from).unwrap_or_default();
+                Ok(Addr::Unix(p))
+            }
+        }
+    }
+
+    /// The bound TCP port (`None` for a Unix socket).
+    pub fn tcp_port(&self) -> Option<u16> {
+        match self {
+            StdListener::Tcp(l) => l.local_addr().ok().map(|a| a.port()),
+            StdListener::Unix(_) => None,
+        }
+    }
+
+    /// Registers the listener with the current tokio runtime (must be
+    /// called from inside one).
+    pub fn into_tokio(self) -> io::Result<Listener> {
+        match self {
+            StdListener::Tcp(l) => Ok(Listener::Tcp(TcpListener::from_std(l)?)),
+            StdListener::Unix(l) => Ok(Listener::Unix(UnixListener::from_std(l)?)),
         }
     }
 }
@@ -253,5 +336,12 @@ mod tests {
         assert!("nohost".parse::<Addr>().is_err());
         assert!("h:99999".parse::<Addr>().is_err());
         assert!("unix:".parse::<Addr>().is_err());
+        assert_eq!(
+            "systemd:tls".parse::<Addr>().unwrap(),
+            Addr::Systemd("tls".into())
+        );
+        assert_eq!("systemd:".parse::<Addr>().unwrap().to_string(), "systemd:");
+        assert!(!"systemd:tls".parse::<Addr>().unwrap().is_local_only());
+        assert!("systemd:a:b".parse::<Addr>().is_err());
     }
 }

@@ -1,22 +1,32 @@
 //! A running sidecar process: credential stores (one per distinct source,
 //! shared by its routes), their pollers, the routes, and the admin endpoint;
 //! plus the orderly drain on shutdown.
+//!
+//! Start-up is two steps so that the sandbox can sit between them:
+//! [`prepare`] (no runtime: load, build, bind) and [`Prepared::start`]
+//! (inside the runtime: serve). Landlock restricts only the thread that
+//! applies it and the threads it creates afterwards, so the binary applies
+//! it on the main thread after `prepare` and before building the runtime
+//! whose workers then inherit it. [`start`] does both steps, unsandboxed,
+//! for in-process callers (the demo, tests).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::addr::Addr;
+use crate::addr::{Addr, StdListener};
 use crate::config::{Mode, Settings};
 use crate::credentials::{CredError, CredentialStore};
 use crate::reason::{CloseReason, FailureReason};
 use crate::route::{Route, RouteError};
 use crate::shared::Shared;
+use crate::systemd::SystemdError;
 
 /// Why the process could not start.
 #[derive(Debug, thiserror::Error)]
@@ -33,9 +43,16 @@ pub enum StartError {
 }
 
 impl StartError {
-    /// 2 for configuration problems, 1 for run-time ones (a port in use).
+    /// 2 for configuration problems (a `systemd:` socket that was not
+    /// passed included), 1 for run-time ones (a port in use).
     pub fn exit_code(&self) -> u8 {
         match self {
+            StartError::Route(RouteError::Bind { source, .. })
+            | StartError::AdminBind { source, .. }
+                if SystemdError::is_in(source) =>
+            {
+                2
+            }
             StartError::Credentials(_)
             | StartError::Route(RouteError::Tls(_) | RouteError::ServerName(_)) => 2,
             StartError::Route(RouteError::Bind { .. }) | StartError::AdminBind { .. } => 1,
@@ -62,9 +79,26 @@ pub struct Running {
     drain_timeout: Duration,
 }
 
-/// Loads credentials, binds every route and the admin endpoint, and starts
-/// serving. Nothing is served unless everything started.
-pub async fn start(settings: Settings) -> Result<Running, StartError> {
+/// Everything a sidecar needs before it serves, made without a runtime:
+/// credential stores loaded, route TLS configs built, every listener bound
+/// (non-blocking, not yet registered with a runtime). What the process will
+/// ever read, bind or connect to is known from here on, which is when
+/// [`crate::sandbox`] restricts it; [`Prepared::start`] then serves.
+#[derive(Debug)]
+pub struct Prepared {
+    stores: Vec<Arc<CredentialStore>>,
+    routes: Vec<(Arc<Route>, StdListener)>,
+    admin: Option<StdListener>,
+    /// The admin address as configured.
+    admin_addr: Option<Addr>,
+    metrics: PrometheusHandle,
+    reload_interval: Duration,
+    drain_timeout: Duration,
+}
+
+/// Loads credentials and binds every route and the admin endpoint, without
+/// a runtime and without serving. Fails before anything is served.
+pub fn prepare(settings: Settings) -> Result<Prepared, StartError> {
     let provider = crate::crypto_provider();
     let metrics = crate::metrics::install();
     let mut stores: Vec<Arc<CredentialStore>> = Vec::new();
@@ -86,84 +120,168 @@ pub async fn start(settings: Settings) -> Result<Running, StartError> {
         let (server, client) = (cfg.mode == Mode::Server, cfg.mode == Mode::Client);
         let (had_server, had_client) = roles_of(&bound, &store);
         store.require_roles(server || had_server, client || had_client)?;
-        bound.push(Route::bind(cfg, store).await?);
+        bound.push(Route::bind(cfg, store)?);
     }
-    let admin_listener = match &settings.admin {
-        Some(addr) => Some(addr.bind().await.map_err(|source| StartError::AdminBind {
+    let admin = match &settings.admin {
+        Some(addr) => Some(addr.bind_std().map_err(|source| StartError::AdminBind {
             addr: addr.to_string(),
             source,
         })?),
         None => None,
     };
-    let (stop, _) = watch::channel(false);
-    let (halt, _) = watch::channel(false);
-    let (admin_stop, _) = watch::channel(false);
-    let (failed_tx, failed) = watch::channel(None);
-    let shared = Arc::new(Shared {
-        routes: bound.iter().map(|(r, _)| r.clone()).collect(),
-        stores: stores.clone(),
-        draining: AtomicBool::new(false),
-        metrics,
-    });
-    let mut tasks = Vec::new();
-    let mut wakes = Vec::new();
-    let all: Arc<[Arc<CredentialStore>]> = stores.clone().into();
-    crate::reload::publish_expiry(&all);
-    for store in &stores {
-        let wake = Arc::new(Notify::new());
-        wakes.push(wake.clone());
-        tasks.push(tokio::spawn(crate::reload::run(
-            store.clone(),
-            all.clone(),
-            settings.reload_interval,
-            wake,
-            halt.subscribe(),
-        )));
+    let unused = crate::systemd::unused();
+    if !unused.is_empty() {
+        warn!(sockets = ?unused, "systemd passed sockets that no --listen systemd:NAME uses");
     }
-    for (route, listener) in bound {
-        tasks.push(tokio::spawn(route.clone().watch_trust(halt.subscribe())));
-        let name = route.cfg.name.clone();
-        let serving = tokio::spawn(route.serve(listener, stop.subscribe()));
-        tasks.push(tokio::spawn(supervise_route(
-            name,
-            serving,
-            stop.subscribe(),
-            failed_tx.clone(),
-        )));
-    }
-    let routes = shared.routes.clone();
-    tasks.push(tokio::spawn(crate::memtrim::run(move || {
-        routes
-            .iter()
-            .map(|r| r.pending.len().saturating_add(r.registry.len()))
-            .fold(0, usize::saturating_add)
-    })));
-    let admin = match admin_listener {
-        Some(l) => {
-            let addr = l.local_addr().ok();
-            if let Some(a) = &addr {
-                info!(admin = %a, "admin endpoint listening");
-            }
-            tasks.push(tokio::spawn(crate::admin::serve(
-                l,
-                shared.clone(),
-                admin_stop.subscribe(),
-            )));
-            addr
-        }
-        None => None,
-    };
-    Ok(Running {
-        shared,
+    Ok(Prepared {
+        stores,
+        routes: bound,
         admin,
-        stop,
-        halt,
-        admin_stop,
-        failed,
-        wakes,
-        tasks,
+        admin_addr: settings.admin,
+        metrics,
+        reload_interval: settings.reload_interval,
         drain_timeout: settings.drain_timeout,
     })
+}
+
+/// Loads credentials, binds every route and the admin endpoint, and starts
+/// serving. Nothing is served unless everything started. No sandbox: the
+/// binary's `main` uses [`prepare`], the sandbox, then [`Prepared::start`].
+pub async fn start(settings: Settings) -> Result<Running, StartError> {
+    prepare(settings)?.start()
+}
+
+impl Prepared {
+    /// The routes, in configuration order.
+    pub fn routes(&self) -> impl Iterator<Item = &Arc<Route>> {
+        self.routes.iter().map(|(r, _)| r)
+    }
+
+    /// The credential stores (one per distinct source).
+    pub fn stores(&self) -> &[Arc<CredentialStore>] {
+        &self.stores
+    }
+
+    /// Every bound listener: the routes' and the admin endpoint's.
+    pub fn listeners(&self) -> impl Iterator<Item = &StdListener> {
+        self.routes.iter().map(|(_, l)| l).chain(self.admin.iter())
+    }
+
+    /// Every listen address as configured: the routes' and the admin
+    /// endpoint's.
+    pub fn listen_addrs(&self) -> impl Iterator<Item = &Addr> {
+        self.routes
+            .iter()
+            .map(|(r, _)| &r.cfg.listen)
+            .chain(self.admin_addr.iter())
+    }
+
+    /// Registers the listeners with the current runtime and starts serving
+    /// (must be called from inside a tokio runtime).
+    pub fn start(self) -> Result<Running, StartError> {
+        let Prepared {
+            stores,
+            routes: bound,
+            admin,
+            admin_addr: _,
+            metrics,
+            reload_interval,
+            drain_timeout,
+        } = self;
+        let mut listening = Vec::with_capacity(bound.len());
+        for (route, listener) in bound {
+            let listener = listener.into_tokio().map_err(|source| {
+                StartError::Route(RouteError::Bind {
+                    route: route.cfg.name.clone(),
+                    addr: route.bound.to_string(),
+                    source,
+                })
+            })?;
+            listening.push((route, listener));
+        }
+        let admin_listener = match admin {
+            Some(l) => {
+                let addr = l
+                    .local_addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or_else(|_| "admin".into());
+                Some(
+                    l.into_tokio()
+                        .map_err(|source| StartError::AdminBind { addr, source })?,
+                )
+            }
+            None => None,
+        };
+        let (stop, _) = watch::channel(false);
+        let (halt, _) = watch::channel(false);
+        let (admin_stop, _) = watch::channel(false);
+        let (failed_tx, failed) = watch::channel(None);
+        let shared = Arc::new(Shared {
+            routes: listening.iter().map(|(r, _)| r.clone()).collect(),
+            stores: stores.clone(),
+            draining: AtomicBool::new(false),
+            metrics,
+        });
+        let mut tasks = Vec::new();
+        let mut wakes = Vec::new();
+        let all: Arc<[Arc<CredentialStore>]> = stores.clone().into();
+        crate::reload::publish_expiry(&all);
+        for store in &stores {
+            let wake = Arc::new(Notify::new());
+            wakes.push(wake.clone());
+            tasks.push(tokio::spawn(crate::reload::run(
+                store.clone(),
+                all.clone(),
+                reload_interval,
+                wake,
+                halt.subscribe(),
+            )));
+        }
+        for (route, listener) in listening {
+            tasks.push(tokio::spawn(route.clone().watch_trust(halt.subscribe())));
+            let name = route.cfg.name.clone();
+            let serving = tokio::spawn(route.serve(listener, stop.subscribe()));
+            tasks.push(tokio::spawn(supervise_route(
+                name,
+                serving,
+                stop.subscribe(),
+                failed_tx.clone(),
+            )));
+        }
+        let routes = shared.routes.clone();
+        tasks.push(tokio::spawn(crate::memtrim::run(move || {
+            routes
+                .iter()
+                .map(|r| r.pending.len().saturating_add(r.registry.len()))
+                .fold(0, usize::saturating_add)
+        })));
+        let admin = match admin_listener {
+            Some(l) => {
+                let addr = l.local_addr().ok();
+                if let Some(a) = &addr {
+                    info!(admin = %a, "admin endpoint listening");
+                }
+                tasks.push(tokio::spawn(crate::admin::serve(
+                    l,
+                    shared.clone(),
+                    admin_stop.subscribe(),
+                )));
+                addr
+            }
+            None => None,
+        };
+        Ok(Running {
+            shared,
+            admin,
+            stop,
+            halt,
+            admin_stop,
+            failed,
+            wakes,
+            tasks,
+            drain_timeout,
+        })
+    }
 }
 
 /// Waits on a route's accept loop; if it ends while nobody asked it to (a
@@ -196,10 +314,7 @@ async fn supervise_route(
 }
 
 /// The roles the already-bound routes of `store` play: (server, client).
-fn roles_of(
-    bound: &[(Arc<Route>, crate::addr::Listener)],
-    store: &Arc<CredentialStore>,
-) -> (bool, bool) {
+fn roles_of(bound: &[(Arc<Route>, StdListener)], store: &Arc<CredentialStore>) -> (bool, bool) {
     bound
         .iter()
         .filter(|(r, _)| Arc::ptr_eq(&r.store, store))

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::{CredentialSpec, FileSpec, Mode, RouteSpec};
 use crate::logging::LogFormat;
 pub use crate::pki::Role;
+use crate::sandbox::SandboxMode;
 
 /// A transparent mutual-TLS sidecar proxy for plaintext controller/replica ports.
 #[derive(Debug, Parser)]
@@ -36,6 +37,9 @@ pub enum Command {
     Health(HealthArgs),
     /// Write files as a new revision of a directory, kubelet-style (atomic ..data swap).
     Publish(PublishArgs),
+    /// Tests only: apply the sandbox a config file gets, then try accesses.
+    #[command(hide = true)]
+    SandboxProbe(SandboxProbeArgs),
 }
 
 /// Where credentials come from.
@@ -69,7 +73,7 @@ impl CredentialArgs {
 /// Flags shared by `server` and `client`.
 #[derive(Debug, Clone, Args)]
 pub struct CommonArgs {
-    /// Where to accept (TLS for server, plaintext for client): host:port or unix:/path.
+    /// Where to accept (TLS for server, plaintext for client): host:port, unix:/path, or systemd:NAME (socket activation).
     #[arg(long, value_name = "ADDR")]
     pub listen: String,
     /// Where to connect (plaintext for server, TLS for client): host:port or unix:/path
@@ -81,7 +85,7 @@ pub struct CommonArgs {
     /// Route name in logs and metric labels [default: server / client].
     #[arg(long)]
     pub name: Option<String>,
-    /// Admin HTTP listener for /metrics, /livez, /readyz, /status (host:port or unix:/path).
+    /// Admin HTTP listener for /metrics, /livez, /readyz, /status (host:port, unix:/path or systemd:NAME).
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<String>,
     /// Bound on one TLS handshake.
@@ -121,6 +125,9 @@ pub struct CommonArgs {
     /// the sidecar's own connections; needs CAP_NET_ADMIN.
     #[arg(long, value_name = "N", value_parser = crate::transparent::parse_mark)]
     pub mark: Option<u32>,
+    /// Landlock: restrict the process to its credentials, listen and target ports [default: best-effort].
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub sandbox: Option<SandboxMode>,
     /// How long a half-closed connection may stay quiet (tests only).
     #[arg(long, value_name = "DUR", hide = true)]
     pub half_close_linger: Option<String>,
@@ -195,6 +202,9 @@ pub struct RunArgs {
     /// Log line format (level from RUST_LOG, default info).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Landlock mode; overrides the file's `sandbox` key [default: best-effort].
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub sandbox: Option<SandboxMode>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -270,6 +280,23 @@ pub struct CertsIssueArgs {
     pub force: bool,
 }
 
+/// The hidden `sandbox-probe` (see [`crate::sandbox::probe`]).
+#[derive(Debug, Clone, Args)]
+pub struct SandboxProbeArgs {
+    /// The TOML config file whose sandbox is applied.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Overrides the file's `sandbox` key.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub sandbox: Option<SandboxMode>,
+    /// A file to try reading once the sandbox is in force (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub read: Vec<PathBuf>,
+    /// A TCP address to try connecting to once the sandbox is in force (repeatable).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub connect: Vec<String>,
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {}
 
@@ -314,6 +341,7 @@ impl CommonArgs {
             drain_timeout: Some(self.drain_timeout.clone()),
             worker_threads: self.worker_threads,
             mark: None,
+            sandbox: self.sandbox,
             credentials: self.credentials.spec(),
             routes: vec![route],
         }

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use crate::addr::Addr;
 use crate::credentials::CredentialSource;
 use crate::identity::{SanPattern, SanPolicy};
+use crate::sandbox::SandboxMode;
 
 /// How long a connection half-closed by one side may stay quiet before it
 /// is reaped (so it never lingers in CLOSE_WAIT).
@@ -143,6 +144,8 @@ pub struct Settings {
     pub drain_timeout: Duration,
     /// Runtime worker threads; `None`: the CPUs the process may use.
     pub worker_threads: Option<usize>,
+    /// `--sandbox` / `sandbox`: how Landlock restricts the process.
+    pub sandbox: SandboxMode,
 }
 
 /// A configuration problem; the message names the flag, file or field.
@@ -238,6 +241,8 @@ pub struct FileSpec {
     pub worker_threads: Option<u64>,
     /// `SO_MARK` for every route's outbound sockets (`--mark`).
     pub mark: Option<u64>,
+    /// `--sandbox` / `sandbox` (default `best-effort`).
+    pub sandbox: Option<SandboxMode>,
     #[serde(flatten)]
     pub credentials: CredentialSpec,
     #[serde(default, rename = "route")]
@@ -416,6 +421,12 @@ impl RouteSpec {
                 .parse()
                 .map_err(|e| invalid(p("--target"), e))?,
         };
+        if let Addr::Systemd(_) = target {
+            return Err(invalid(
+                p("--target"),
+                "a systemd: socket can only be listened on",
+            ));
+        }
         let credentials = match self.credentials.to_source(&p("--"))? {
             Some(c) => c,
             None => default_creds
@@ -715,6 +726,7 @@ impl FileSpec {
                 bounds::DRAIN_TIMEOUT,
             )?,
             worker_threads,
+            sandbox: self.sandbox.unwrap_or_default(),
         })
     }
 

@@ -112,7 +112,7 @@ async fn exchange(addr: &Addr, path: &str, timeout: Duration) -> Result<Answer, 
         })?;
     let host = match addr {
         Addr::Tcp(a) => a.as_str(),
-        Addr::Unix(_) => "localhost",
+        Addr::Unix(_) | Addr::Systemd(_) => "localhost",
     };
     let request = format!(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: mtls-sidecar-health\r\nConnection: close\r\n\r\n"

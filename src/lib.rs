@@ -34,8 +34,10 @@ pub mod publish;
 pub mod reason;
 pub mod reload;
 pub mod route;
+pub mod sandbox;
 pub mod shared;
 pub mod status;
+pub mod systemd;
 pub mod tls;
 pub mod transparent;
 

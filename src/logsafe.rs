@@ -399,12 +399,18 @@ pub struct RefusalLog {
 impl RefusalLog {
     /// The limiter of route `route`, with its flush task spawned on the
     /// current tokio runtime (the task ends once the log is dropped).
-    pub fn start(route: &str) -> Arc<RefusalLog> {
-        let log = Arc::new(RefusalLog {
+    pub fn new(route: &str) -> Arc<RefusalLog> {
+        Arc::new(RefusalLog {
             route: route.to_string(),
             limiter: RateLimiter::new(FailureReason::ALL, REFUSAL_BURST, REFUSAL_WINDOW),
-        });
-        let weak: Weak<RefusalLog> = Arc::downgrade(&log);
+        })
+    }
+
+    /// Starts the task that writes due summaries even when no further
+    /// refusal arrives (needs a runtime; the route starts it when it starts
+    /// serving). It ends when the log is dropped.
+    pub fn spawn_flusher(self: &Arc<Self>) {
+        let weak: Weak<RefusalLog> = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(FLUSH_EVERY);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -414,7 +420,6 @@ impl RefusalLog {
                 log.flush(Instant::now());
             }
         });
-        log
     }
 
     /// Whether a refusal with `reason` is logged now; writes the summary of

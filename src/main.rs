@@ -1,3 +1,4 @@
+use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -8,6 +9,7 @@ use mtls_sidecar::cli::{Cli, Command};
 use mtls_sidecar::config::{FileSpec, Settings};
 use mtls_sidecar::identity::SanPolicy;
 use mtls_sidecar::logging::{self, LogFormat};
+use mtls_sidecar::sandbox;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -20,21 +22,31 @@ fn main() -> ExitCode {
     let code = match cli.command {
         Command::Server(args) => {
             logging::init(args.common.log_format);
-            serve(args.to_spec().validate())
+            serve(args.to_spec().validate(), None)
         }
         Command::Client(args) => {
             logging::init(args.common.log_format);
-            serve(args.to_spec().validate())
+            serve(args.to_spec().validate(), None)
         }
         Command::Run(args) => {
             logging::init(args.log_format);
-            serve(FileSpec::load(&args.config))
+            let settings = FileSpec::load(&args.config).map(|mut s| {
+                if let Some(mode) = args.sandbox {
+                    s.sandbox = mode;
+                }
+                s
+            });
+            serve(settings, Some(&args.config))
         }
         Command::Check(args) => mtls_sidecar::check::run(&args),
         Command::Certs(cmd) => mtls_sidecar::certs::run(&cmd),
         Command::Demo(args) => {
             logging::init_with_default(LogFormat::Text, "warn");
             with_runtime(None, |rt| rt.block_on(mtls_sidecar::demo::run(&args)))
+        }
+        Command::SandboxProbe(args) => {
+            logging::init(LogFormat::Text);
+            sandbox::probe::run(&args)
         }
         Command::Health(args) => {
             with_runtime(None, |rt| rt.block_on(mtls_sidecar::health::run(&args)))
@@ -49,16 +61,22 @@ fn usage_error(e: &dyn std::fmt::Display) -> u8 {
     2
 }
 
-/// Builds the runtime (`workers` threads, or one per CPU the process may
-/// use, cgroup quota included) and runs `f` on it.
-fn with_runtime(workers: Option<usize>, f: impl FnOnce(&tokio::runtime::Runtime) -> u8) -> u8 {
-    let workers = workers.unwrap_or_else(|| {
+/// The runtime's worker threads: `configured`, or one per CPU the process
+/// may use (cgroup quota included). Decided before the sandbox, which would
+/// hide the cgroup files this reads.
+fn worker_count(configured: Option<usize>) -> usize {
+    configured.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1)
-    });
+    })
+}
+
+/// Builds the runtime (`workers` threads, or one per CPU the process may
+/// use) and runs `f` on it.
+fn with_runtime(workers: Option<usize>, f: impl FnOnce(&tokio::runtime::Runtime) -> u8) -> u8 {
     match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
+        .worker_threads(worker_count(workers))
         .enable_all()
         .build()
     {
@@ -70,23 +88,25 @@ fn with_runtime(workers: Option<usize>, f: impl FnOnce(&tokio::runtime::Runtime)
     }
 }
 
-fn serve(settings: Result<Settings, mtls_sidecar::config::ConfigError>) -> u8 {
-    match settings {
-        Ok(settings) => {
-            // --mark needs a capability: find out now, not on the first connection.
-            for mark in settings.routes.iter().filter_map(|r| r.mark) {
-                if let Err(e) = mtls_sidecar::transparent::probe_mark(mark) {
-                    return usage_error(&e);
-                }
-            }
-            let workers = settings.worker_threads;
-            with_runtime(workers, |rt| rt.block_on(run(settings)))
+/// Prepares everything on the main thread (credentials, TLS configs, bound
+/// listeners), applies the sandbox to it, then builds the runtime, whose
+/// threads inherit the sandbox, and serves. `config_file` is the file the
+/// settings came from, if any.
+fn serve(
+    settings: Result<Settings, mtls_sidecar::config::ConfigError>,
+    config_file: Option<&Path>,
+) -> u8 {
+    let settings = match settings {
+        Ok(s) => s,
+        Err(e) => return usage_error(&e),
+    };
+    // --mark needs a capability: find out now, not on the first connection.
+    for mark in settings.routes.iter().filter_map(|r| r.mark) {
+        if let Err(e) = mtls_sidecar::transparent::probe_mark(mark) {
+            return usage_error(&e);
         }
-        Err(e) => usage_error(&e),
     }
-}
-
-async fn run(settings: Settings) -> u8 {
+    let workers = worker_count(settings.worker_threads);
     raise_fd_limit(&settings);
     for r in &settings.routes {
         if r.peer_sans == SanPolicy::Any {
@@ -97,7 +117,25 @@ async fn run(settings: Settings) -> u8 {
     // of CPU, ~90 ms of wall time here): pay it before listening rather
     // than inside the first peer's handshake.
     let _ = aws_lc_rs::rand::fill(&mut [0u8; 16]);
-    let running = match app::start(settings).await {
+    let mode = settings.sandbox;
+    let prepared = match app::prepare(settings) {
+        Ok(p) => p,
+        Err(e) => {
+            error!("{e}");
+            return e.exit_code();
+        }
+    };
+    let plan = sandbox::Plan::for_prepared(&prepared, config_file);
+    sandbox::warm_up_resolver(&plan);
+    if let Err(e) = sandbox::apply(&plan, mode) {
+        error!("{e}");
+        return 1;
+    }
+    with_runtime(Some(workers), |rt| rt.block_on(run(prepared)))
+}
+
+async fn run(prepared: app::Prepared) -> u8 {
+    let running = match prepared.start() {
         Ok(r) => r,
         Err(e) => {
             error!("{e}");
@@ -105,6 +143,9 @@ async fn run(settings: Settings) -> u8 {
         }
     };
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+    if let Some(every) = mtls_sidecar::systemd::watchdog_interval() {
+        tokio::spawn(mtls_sidecar::systemd::watchdog(every));
+    }
     let code = tokio::select! {
         r = wait_for_shutdown(&running) => match r {
             Ok(()) => 0,

@@ -19,7 +19,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tracing::{debug, info, warn};
 
-use crate::addr::{Addr, Listener, Stream};
+use crate::addr::{Addr, Listener, StdListener, Stream};
 use crate::config::{Mode, RouteConfig};
 use crate::conn::{LiveConn, Registration, Registry};
 use crate::credentials::CredentialStore;
@@ -101,11 +101,14 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
 }
 
 impl Route {
-    /// Builds the route's TLS config and binds its listener.
-    pub async fn bind(
+    /// Builds the route's TLS config and binds its listener. Synchronous and
+    /// runtime-free: the listener is registered with the runtime only when
+    /// the route starts serving ([`StdListener::into_tokio`]), so every
+    /// listener exists before the sandbox is applied.
+    pub fn bind(
         cfg: RouteConfig,
         store: Arc<CredentialStore>,
-    ) -> Result<(Arc<Route>, Listener), RouteError> {
+    ) -> Result<(Arc<Route>, StdListener), RouteError> {
         let peer = crate::tls::PeerOptions {
             alpn: cfg.alpn.clone(),
             spki_pins: cfg.spki_pins.clone(),
@@ -150,7 +153,7 @@ impl Route {
                 }
             }
         };
-        let listener = cfg.listen.bind().await.map_err(|source| RouteError::Bind {
+        let listener = cfg.listen.bind_std().map_err(|source| RouteError::Bind {
             route: cfg.name.clone(),
             addr: cfg.listen.to_string(),
             source,
@@ -158,7 +161,7 @@ impl Route {
         let bound = listener.local_addr().unwrap_or_else(|_| cfg.listen.clone());
         let route = Route {
             metrics: RouteMetrics::new(&cfg.name),
-            refusal_log: crate::logsafe::RefusalLog::start(&cfg.name),
+            refusal_log: crate::logsafe::RefusalLog::new(&cfg.name),
             registry: Arc::new(Registry::default()),
             pending: Pending::new(cfg.max_handshakes),
             slots: Arc::new(Semaphore::new(cfg.max_connections)),
@@ -182,6 +185,7 @@ impl Route {
     /// oldest when full); accept errors (EMFILE…) back off and recover.
     pub async fn serve(self: Arc<Self>, listener: Listener, mut stop: watch::Receiver<bool>) {
         let _accepting = Accepting(&self.accepting);
+        self.refusal_log.spawn_flusher();
         let mut backoff = Duration::from_millis(5);
         info!(
             route = %self.cfg.name, mode = self.cfg.mode.as_str(), listen = %self.bound,

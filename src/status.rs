@@ -143,6 +143,8 @@ pub struct Status {
     pub draining: bool,
     pub routes: Vec<RouteStatus>,
     pub credentials: Vec<StoreStatus>,
+    /// What the Landlock sandbox enforces (`--sandbox`).
+    pub sandbox: crate::sandbox::SandboxStatus,
 }
 
 /// One route.
@@ -280,6 +282,7 @@ pub fn status(shared: &Shared, now: SystemTime) -> Status {
             })
             .collect(),
         credentials: shared.stores.iter().map(|s| store_status(s, now)).collect(),
+        sandbox: crate::sandbox::current(),
     }
 }
 

@@ -1,0 +1,583 @@
+//! Least privilege with Landlock (`--sandbox best-effort|require|off`).
+//!
+//! A TLS terminator parses hostile input all day. Should a parser bug ever
+//! be exploited, the process should be unable to read anything but its
+//! credentials, write anything, or connect anywhere but its targets. Once
+//! every listener is bound and every file known ([`crate::app::prepare`]),
+//! [`apply`] restricts the process to:
+//!
+//! * reading its credential directories (whole, so `..data` swaps keep
+//!   working), the directories explicit `--cert/--key/--ca` files live in
+//!   (and those their symlinks point into), the config file, `/proc/self`,
+//!   and, when a target is a host name, the resolver's files;
+//! * creating and removing files nowhere but unix sockets in the directories
+//!   its unix listeners live in; executing nothing;
+//! * where the kernel's Landlock ABI has network rules (≥ 4): binding only
+//!   its listen ports and connecting only to its target ports (plus TCP 53
+//!   when a target is a host name).
+//!
+//! Landlock restricts the calling thread and the threads it creates later
+//! (there is no way to reach sibling threads before ABI 8), so the binary
+//! applies it on the main thread before it builds the runtime; [`apply`]
+//! refuses to pretend when other threads already exist.
+//!
+//! The rule set handles the filesystem rights of ABI 5 and TCP bind/connect
+//! (ABI 4), nothing newer: rights a later kernel adds (say, UDP or unix
+//! socket connects) would deny what the sidecar needs (DNS over UDP, the
+//! `NOTIFY_SOCKET`) without a rule written for them.
+
+pub mod probe;
+
+use std::collections::BTreeSet;
+use std::io;
+use std::net::ToSocketAddrs;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use landlock::{
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus, NetPort,
+    PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, ABI,
+};
+use serde::{Deserialize, Serialize};
+use tracing::{debug, info, warn};
+
+use crate::addr::Addr;
+use crate::app::Prepared;
+use crate::credentials::CredentialSource;
+
+/// The filesystem rights the rule set handles (denies unless a rule grants
+/// them): every right up to ABI 5.
+const FS_ABI: ABI = ABI::V5;
+
+/// The files glibc's `files` and `dns` host lookups read (checked with
+/// strace); any that is missing is skipped.
+pub const RESOLVER_FILES: &[&str] = &[
+    "/etc/hosts",
+    "/etc/resolv.conf",
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/gai.conf",
+];
+
+/// The files a credential directory may hold (their symlink targets'
+/// directories are readable too).
+const CREDENTIAL_NAMES: &[&str] = &["tls.crt", "tls.key", "ca.crt", "ca.crl"];
+
+/// How the sandbox is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxMode {
+    /// Enforce what the kernel supports and log what that was.
+    #[default]
+    BestEffort,
+    /// Exit 1 unless the whole rule set is enforced.
+    Require,
+    /// No sandbox.
+    Off,
+}
+
+impl SandboxMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::BestEffort => "best-effort",
+            SandboxMode::Require => "require",
+            SandboxMode::Off => "off",
+        }
+    }
+}
+
+/// How much of one half (filesystem or network) of the rule set is in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Enforcement {
+    /// Every rule of this half is enforced.
+    Enforced,
+    /// Enforced with fewer rights handled than the rule set asks for (an
+    /// older Landlock ABI): what it cannot express stays allowed.
+    Partial,
+    /// The kernel cannot enforce it (no Landlock, or an ABI without it).
+    NotEnforced,
+    /// `--sandbox off`, or no sandbox was applied to this process.
+    Off,
+}
+
+impl Enforcement {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Enforcement::Enforced => "enforced",
+            Enforcement::Partial => "partial",
+            Enforcement::NotEnforced => "not_enforced",
+            Enforcement::Off => "off",
+        }
+    }
+}
+
+/// What the sandbox allows: the process's whole allow-list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Directories whose files (at any depth) may be read and listed.
+    pub read_dirs: BTreeSet<PathBuf>,
+    /// Single files that may be read.
+    pub read_files: BTreeSet<PathBuf>,
+    /// Directories where unix sockets may be created and removed.
+    pub socket_dirs: BTreeSet<PathBuf>,
+    /// TCP ports that may be bound.
+    pub bind_ports: BTreeSet<u16>,
+    /// TCP ports that may be connected to.
+    pub connect_ports: BTreeSet<u16>,
+    /// Targets (`host:port`) named by host name, resolved once before the
+    /// sandbox so the resolver has loaded what it needs.
+    pub hostname_targets: Vec<String>,
+}
+
+impl Plan {
+    /// The allow-list of a prepared sidecar; `config_file` is the file it
+    /// was configured from, if any.
+    pub fn for_prepared(prepared: &Prepared, config_file: Option<&Path>) -> Plan {
+        let mut plan = Plan::default();
+        for store in prepared.stores() {
+            plan.allow_credentials(store.source());
+        }
+        if let Some(f) = config_file {
+            plan.read_files.insert(f.to_path_buf());
+        }
+        plan.read_dirs.insert(PathBuf::from("/proc/self"));
+        for l in prepared.listeners() {
+            if let Some(port) = l.tcp_port() {
+                plan.bind_ports.insert(port);
+            }
+        }
+        // Only sockets the process creates itself: not one systemd passed.
+        for a in prepared.listen_addrs() {
+            if let Addr::Unix(p) = a {
+                plan.socket_dirs.insert(parent_dir(p));
+            }
+        }
+        for route in prepared.routes() {
+            plan.allow_target(&route.cfg.target);
+        }
+        if !plan.hostname_targets.is_empty() {
+            // DNS answers too big for UDP are retried over TCP.
+            plan.connect_ports.insert(53);
+            for f in RESOLVER_FILES {
+                plan.allow_resolver_file(Path::new(f));
+            }
+        }
+        plan
+    }
+
+    fn allow_credentials(&mut self, source: &CredentialSource) {
+        match source {
+            CredentialSource::Dir(dir) => {
+                self.read_dirs.insert(dir.clone());
+                // A directory that is itself a symlink may be swapped to a
+                // sibling of its target: the target's parent stays readable.
+                if is_symlink(dir) {
+                    if let Some(p) = canonical_parent(dir) {
+                        self.read_dirs.insert(p);
+                    }
+                }
+                let root = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
+                for name in CREDENTIAL_NAMES {
+                    if let Some(p) = canonical_parent(&dir.join(name)) {
+                        if !p.starts_with(&root) {
+                            self.read_dirs.insert(p);
+                        }
+                    }
+                }
+            }
+            CredentialSource::Files { cert, key, ca } => {
+                for f in [cert, key, ca] {
+                    self.read_dirs.insert(parent_dir(f));
+                    if let Some(p) = canonical_parent(f) {
+                        self.read_dirs.insert(p);
+                    }
+                }
+            }
+        }
+    }
+
+    fn allow_target(&mut self, target: &Addr) {
+        let Addr::Tcp(a) = target else { return };
+        if let Some(port) = a.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()) {
+            self.connect_ports.insert(port);
+        }
+        let is_ip = target
+            .host()
+            .is_some_and(|h| h.parse::<std::net::IpAddr>().is_ok());
+        if !is_ip && !self.hostname_targets.contains(a) {
+            self.hostname_targets.push(a.clone());
+        }
+    }
+
+    fn allow_resolver_file(&mut self, f: &Path) {
+        if !f.exists() {
+            return;
+        }
+        self.read_files.insert(f.to_path_buf());
+        // /etc/resolv.conf is often a symlink to a file its owner replaces
+        // by rename (systemd-resolved): keep the directory it lives in.
+        if is_symlink(f) {
+            if let Some(p) = canonical_parent(f) {
+                self.read_dirs.insert(p);
+            }
+        }
+    }
+}
+
+fn is_symlink(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink())
+}
+
+/// The directory a path names its file in (`.` for a bare file name).
+fn parent_dir(p: &Path) -> PathBuf {
+    match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// The directory the fully resolved path lives in, when it resolves.
+fn canonical_parent(p: &Path) -> Option<PathBuf> {
+    std::fs::canonicalize(p)
+        .ok()
+        .and_then(|c| c.parent().map(Path::to_path_buf))
+}
+
+/// Resolves every host-name target once, before the sandbox: the resolver
+/// loads its configuration (and any NSS module) on first use, which it
+/// could not do afterwards. A name that does not resolve yet is fine: the
+/// point is the loading, and connects resolve again anyway.
+pub fn warm_up_resolver(plan: &Plan) {
+    for t in &plan.hostname_targets {
+        match t.as_str().to_socket_addrs() {
+            Ok(addrs) => debug!(target = %t, resolved = addrs.count(), "resolver warmed up"),
+            Err(e) => {
+                debug!(target = %t, error = %e, "resolver warmed up (the name does not resolve yet)")
+            }
+        }
+    }
+}
+
+/// What is in force, for the log line and `/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SandboxStatus {
+    pub mode: SandboxMode,
+    /// The kernel's Landlock ABI (`null` when it has none or nothing was
+    /// applied).
+    pub landlock_abi: Option<i32>,
+    pub filesystem: Enforcement,
+    pub network: Enforcement,
+    /// Readable paths (directories: everything beneath).
+    pub read_only: Vec<String>,
+    /// Directories where unix sockets may be created.
+    pub unix_socket_dirs: Vec<String>,
+    pub bind_ports: Vec<u16>,
+    pub connect_ports: Vec<u16>,
+    /// Allow-list entries that could not be opened when the sandbox was
+    /// applied (best effort only), so are not readable.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl SandboxStatus {
+    fn unsandboxed(mode: SandboxMode, note: &str) -> SandboxStatus {
+        SandboxStatus {
+            mode,
+            landlock_abi: None,
+            filesystem: Enforcement::Off,
+            network: Enforcement::Off,
+            read_only: Vec::new(),
+            unix_socket_dirs: Vec::new(),
+            bind_ports: Vec::new(),
+            connect_ports: Vec::new(),
+            skipped: Vec::new(),
+            note: Some(note.to_string()),
+        }
+    }
+
+    /// True when every half of the rule set is enforced.
+    pub fn fully_enforced(&self) -> bool {
+        self.filesystem == Enforcement::Enforced && self.network == Enforcement::Enforced
+    }
+}
+
+static STATE: OnceLock<SandboxStatus> = OnceLock::new();
+
+/// The sandbox in force in this process (none when [`apply`] never ran, as
+/// for the in-process [`crate::app::start`]).
+pub fn current() -> SandboxStatus {
+    STATE.get().cloned().unwrap_or_else(|| {
+        SandboxStatus::unsandboxed(SandboxMode::Off, "no sandbox was applied to this process")
+    })
+}
+
+/// Why the sandbox could not be applied as asked.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("--sandbox require: Landlock cannot enforce the rule set on this kernel: {0}")]
+    Landlock(#[from] landlock::RulesetError),
+    #[error("--sandbox require: cannot open {path} for a sandbox rule: {source}")]
+    Path { path: PathBuf, source: io::Error },
+    #[error(
+        "--sandbox require: {0} other threads already run and Landlock (before ABI 8) \
+         would not restrict them"
+    )]
+    Threads(usize),
+    #[error("--sandbox require: the kernel does not enforce the whole rule set: {0}")]
+    NotEnforced(String),
+    #[error("--sandbox {mode}: cannot apply the sandbox: {source}")]
+    Failed {
+        mode: &'static str,
+        source: landlock::RulesetError,
+    },
+}
+
+/// Threads of this process other than the caller, from `/proc/self/task`
+/// (0 when it cannot be read).
+fn other_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| d.count().saturating_sub(1))
+        .unwrap_or(0)
+}
+
+/// Restricts the calling thread, and every thread it creates afterwards,
+/// to `plan`. Best effort enforces what the kernel supports; `require`
+/// fails unless everything is. Logs what is in force at INFO and records it
+/// for `/status`.
+pub fn apply(plan: &Plan, mode: SandboxMode) -> Result<SandboxStatus, SandboxError> {
+    let status = match mode {
+        SandboxMode::Off => {
+            SandboxStatus::unsandboxed(SandboxMode::Off, "turned off with --sandbox off")
+        }
+        SandboxMode::BestEffort | SandboxMode::Require => restrict(plan, mode)?,
+    };
+    log(&status);
+    let _ = STATE.set(status.clone());
+    Ok(status)
+}
+
+fn restrict(plan: &Plan, mode: SandboxMode) -> Result<SandboxStatus, SandboxError> {
+    let require = mode == SandboxMode::Require;
+    let threads = other_threads();
+    if threads > 0 && require {
+        return Err(SandboxError::Threads(threads));
+    }
+    let compat = if require {
+        CompatLevel::HardRequirement
+    } else {
+        CompatLevel::BestEffort
+    };
+    let wrap = |source: landlock::RulesetError| {
+        if require {
+            SandboxError::Landlock(source)
+        } else {
+            SandboxError::Failed {
+                mode: mode.as_str(),
+                source,
+            }
+        }
+    };
+    let net: BitFlags<AccessNet> = AccessNet::BindTcp | AccessNet::ConnectTcp;
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(compat)
+        .handle_access(AccessFs::from_all(FS_ABI))
+        .and_then(|r| r.handle_access(net))
+        .and_then(|r| r.create())
+        .map_err(wrap)?;
+    let read_dir = AccessFs::ReadFile | AccessFs::ReadDir;
+    let read_file: BitFlags<AccessFs> = AccessFs::ReadFile.into();
+    let sockets = AccessFs::MakeSock | AccessFs::RemoveFile;
+    let mut skipped = Vec::new();
+    let mut read_only = Vec::new();
+    let fs_rules = plan
+        .read_dirs
+        .iter()
+        .chain(&plan.read_files)
+        .map(|p| (p, true))
+        .chain(plan.socket_dirs.iter().map(|p| (p, false)));
+    for (path, read) in fs_rules {
+        let fd = match PathFd::new(path) {
+            Ok(fd) => fd,
+            Err(e) => {
+                let source = io::Error::other(e.to_string());
+                if require {
+                    return Err(SandboxError::Path {
+                        path: path.clone(),
+                        source,
+                    });
+                }
+                warn!(path = %path.display(), error = %source, "sandbox: cannot open an allow-list entry; it stays unreadable");
+                skipped.push(path.display().to_string());
+                continue;
+            }
+        };
+        let access = match (read, path.is_dir()) {
+            (false, _) => sockets,
+            (true, true) => read_dir,
+            (true, false) => read_file,
+        };
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(wrap)?;
+        if read {
+            read_only.push(path.display().to_string());
+        }
+    }
+    for port in &plan.bind_ports {
+        ruleset = ruleset
+            .add_rule(NetPort::new(*port, AccessNet::BindTcp))
+            .map_err(wrap)?;
+    }
+    for port in &plan.connect_ports {
+        ruleset = ruleset
+            .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
+            .map_err(wrap)?;
+    }
+    let restricted = ruleset.restrict_self().map_err(wrap)?;
+    let abi = match restricted.landlock {
+        LandlockStatus::Available {
+            effective_abi,
+            kernel_abi,
+        } => Some(kernel_abi.unwrap_or(effective_abi as i32)),
+        _ => None,
+    };
+    let in_force = restricted.ruleset != RulesetStatus::NotEnforced;
+    let level = abi.unwrap_or(0);
+    let filesystem = match (in_force, level) {
+        (false, _) | (_, ..=0) => Enforcement::NotEnforced,
+        (true, l) if l >= FS_ABI as i32 => Enforcement::Enforced,
+        _ => Enforcement::Partial,
+    };
+    let network = if in_force && level >= ABI::V4 as i32 {
+        Enforcement::Enforced
+    } else {
+        Enforcement::NotEnforced
+    };
+    let note = (threads > 0).then(|| {
+        format!("{threads} threads started before the sandbox and are not restricted by it")
+    });
+    let status = SandboxStatus {
+        mode,
+        landlock_abi: abi,
+        filesystem,
+        network,
+        read_only,
+        unix_socket_dirs: plan
+            .socket_dirs
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect(),
+        bind_ports: plan.bind_ports.iter().copied().collect(),
+        connect_ports: plan.connect_ports.iter().copied().collect(),
+        skipped,
+        note,
+    };
+    if require && !status.fully_enforced() {
+        return Err(SandboxError::NotEnforced(format!(
+            "filesystem {}, network {} (Landlock ABI {})",
+            status.filesystem.as_str(),
+            status.network.as_str(),
+            abi.map_or_else(|| "none".to_string(), |a| a.to_string())
+        )));
+    }
+    Ok(status)
+}
+
+fn log(s: &SandboxStatus) {
+    if s.mode == SandboxMode::Off {
+        info!("sandbox off (--sandbox off): the process keeps all of its user's access");
+        return;
+    }
+    let abi = s
+        .landlock_abi
+        .map_or_else(|| "none".to_string(), |a| a.to_string());
+    info!(
+        mode = s.mode.as_str(),
+        landlock_abi = %abi,
+        filesystem = s.filesystem.as_str(),
+        network = s.network.as_str(),
+        read_only = ?s.read_only,
+        unix_socket_dirs = ?s.unix_socket_dirs,
+        bind_ports = ?s.bind_ports,
+        connect_ports = ?s.connect_ports,
+        "sandbox applied (Landlock)"
+    );
+    if let Some(n) = &s.note {
+        warn!("sandbox: {n}");
+    }
+    if s.filesystem == Enforcement::NotEnforced {
+        warn!("sandbox: this kernel offers no Landlock; the process is not sandboxed (--sandbox require would refuse to start)");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_give_connect_ports_and_host_names() {
+        let mut plan = Plan::default();
+        plan.allow_target(&"127.0.0.1:2100".parse().unwrap());
+        plan.allow_target(&"[::1]:2101".parse().unwrap());
+        plan.allow_target(&"replica.svc:6877".parse().unwrap());
+        plan.allow_target(&"unix:/run/app.sock".parse().unwrap());
+        assert_eq!(
+            plan.connect_ports.iter().copied().collect::<Vec<_>>(),
+            [2100, 2101, 6877]
+        );
+        assert_eq!(plan.hostname_targets, ["replica.svc:6877"]);
+    }
+
+    #[test]
+    fn explicit_files_allow_their_directories() {
+        let tmp = tempfile::tempdir().unwrap();
+        let real = tmp.path().join("real");
+        let links = tmp.path().join("links");
+        std::fs::create_dir_all(&real).unwrap();
+        std::fs::create_dir_all(&links).unwrap();
+        std::fs::write(real.join("c.pem"), "x").unwrap();
+        std::os::unix::fs::symlink(real.join("c.pem"), links.join("c.pem")).unwrap();
+        let mut plan = Plan::default();
+        plan.allow_credentials(&CredentialSource::Files {
+            cert: links.join("c.pem"),
+            key: PathBuf::from("k.pem"),
+            ca: links.join("c.pem"),
+        });
+        assert!(plan.read_dirs.contains(&links));
+        assert!(plan
+            .read_dirs
+            .contains(&std::fs::canonicalize(&real).unwrap()));
+        assert!(plan.read_dirs.contains(Path::new(".")));
+    }
+
+    #[test]
+    fn a_directory_of_symlinks_allows_where_they_point() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tmp.path().join("store");
+        let links = tmp.path().join("links");
+        std::fs::create_dir_all(&store).unwrap();
+        std::fs::create_dir_all(&links).unwrap();
+        for f in ["tls.crt", "tls.key", "ca.crt"] {
+            std::fs::write(store.join(f), "x").unwrap();
+            std::os::unix::fs::symlink(store.join(f), links.join(f)).unwrap();
+        }
+        let mut plan = Plan::default();
+        plan.allow_credentials(&CredentialSource::Dir(links.clone()));
+        let want: BTreeSet<PathBuf> = [links, std::fs::canonicalize(&store).unwrap()].into();
+        assert_eq!(plan.read_dirs, want);
+    }
+
+    #[test]
+    fn modes_parse_from_the_config_file() {
+        #[derive(Deserialize)]
+        struct F {
+            sandbox: SandboxMode,
+        }
+        let f: F = toml::from_str("sandbox = \"best-effort\"").unwrap();
+        assert_eq!(f.sandbox, SandboxMode::BestEffort);
+        assert!(toml::from_str::<F>("sandbox = \"maybe\"").is_err());
+    }
+}
