@@ -186,6 +186,9 @@ impl Route {
     pub async fn serve(self: Arc<Self>, listener: Listener, mut stop: watch::Receiver<bool>) {
         let _accepting = Accepting(&self.accepting);
         self.refusal_log.spawn_flusher();
+        if let RouteTls::Transparent(t) = &self.tls {
+            t.log.spawn_flusher();
+        }
         let mut backoff = Duration::from_millis(5);
         info!(
             route = %self.cfg.name, mode = self.cfg.mode.as_str(), listen = %self.bound,

@@ -591,7 +591,7 @@ impl Transparent {
         Ok(Transparent {
             rules,
             tls,
-            log: NoDestinationLog::start(route),
+            log: NoDestinationLog::new(route),
         })
     }
 
@@ -641,13 +641,18 @@ pub struct NoDestinationLog {
 const KEY: &str = "no_destination";
 
 impl NoDestinationLog {
-    /// The log of route `route`, with its flush task on the current runtime.
-    pub fn start(route: &str) -> Arc<NoDestinationLog> {
-        let log = Arc::new(NoDestinationLog {
+    /// The log of route `route` (its flush task starts with the route's
+    /// serving, [`NoDestinationLog::spawn_flusher`]: binding has no runtime).
+    pub fn new(route: &str) -> Arc<NoDestinationLog> {
+        Arc::new(NoDestinationLog {
             route: route.to_string(),
             limiter: RateLimiter::new([KEY], REFUSAL_BURST, REFUSAL_WINDOW),
-        });
-        let weak: Weak<NoDestinationLog> = Arc::downgrade(&log);
+        })
+    }
+
+    /// Starts the task that writes due summaries; ends when the log is dropped.
+    pub fn spawn_flusher(self: &Arc<Self>) {
+        let weak: Weak<NoDestinationLog> = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -659,7 +664,6 @@ impl NoDestinationLog {
                 }
             }
         });
-        log
     }
 
     /// Logs one refusal, unless the window's burst is spent.

@@ -154,7 +154,18 @@ impl Plan {
             }
         }
         for route in prepared.routes() {
-            plan.allow_target(&route.cfg.target);
+            match &route.cfg.transparent {
+                // A transparent route dials each rule's TLS port, from a
+                // local port it binds first (ephemeral: Landlock's port 0)
+                // so that a connection looping back can be recognised.
+                Some(rules) => {
+                    for r in &rules.rules {
+                        plan.connect_ports.insert(r.tls_port);
+                    }
+                    plan.bind_ports.insert(0);
+                }
+                None => plan.allow_target(&route.cfg.target),
+            }
         }
         if !plan.hostname_targets.is_empty() {
             // DNS answers too big for UDP are retried over TCP.
