@@ -858,9 +858,10 @@ impl Backlogged {
     pub fn fill(&mut self) {
         let deadline = Instant::now() + DEADLINE;
         loop {
-            // Loopback answers a SYN within the connect call; half a second
-            // without an answer is the kernel dropping it.
-            match std::net::TcpStream::connect_timeout(&self.addr, Duration::from_millis(500)) {
+            // Loopback answers a SYN within the connect call; a second
+            // without an answer, even on a busy machine, is the kernel
+            // dropping it.
+            match std::net::TcpStream::connect_timeout(&self.addr, Duration::from_secs(1)) {
                 Ok(s) => self.parked.push(s),
                 Err(e)
                     if e.kind() == io::ErrorKind::TimedOut
