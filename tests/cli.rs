@@ -1,5 +1,6 @@
-//! Bad input on the command line: exit 2 with a message naming the file or
-//! flag; a port already in use: exit 1. Every case runs the real binary.
+//! Bad input on the command line or in a config file's `[[route]]`: exit 2
+//! with a message naming the file, flag or key; a port already in use:
+//! exit 1. Every case runs the real binary.
 
 mod common;
 
@@ -162,4 +163,112 @@ fn a_client_only_certificate_on_a_server_route_exits_2_naming_the_usage() {
         2,
         &["tls.crt", "serverAuth", "server route"],
     );
+}
+
+/// A config file with one server route, plus `extra` lines inside it.
+fn route_config(dir: &Path, extra: &str) -> PathBuf {
+    let path = dir.join("sidecar.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "tls_dir = \"{}\"\n\n[[route]]\nname = \"replica\"\nmode = \"server\"\n\
+             listen = \"127.0.0.1:0\"\ntarget = \"127.0.0.1:1\"\nallow_san = [\"{CONTROLLER}\"]\n{extra}",
+            dir.join("replica").display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_good_route_config_starts() {
+    // The control for the bad keys below: each adds one line to this.
+    let (tmp, _pki, _dir) = good_dir();
+    let config = route_config(tmp.path(), "");
+    let sc = Sidecar::start(&["run", "--config", config.to_str().unwrap()], 1).await;
+    sc.addr("replica");
+}
+
+#[test]
+fn unknown_and_conflicting_keys_in_a_route_exit_2_naming_them() {
+    let cases: [(&str, &[&str]); 8] = [
+        ("bogus_key = 1", &["unknown field `bogus_key`"]),
+        // A misspelt key is not silently ignored.
+        ("allow_sans = [\"x.svc\"]", &["unknown field `allow_sans`"]),
+        // A test-only hidden flag is not a file key.
+        (
+            "half_close_linger = \"1s\"",
+            &["unknown field `half_close_linger`"],
+        ),
+        ("listen = \"127.0.0.1:1\"", &["duplicate key", "listen"]),
+        (
+            "allow_any_san = true",
+            &[
+                "route \"replica\"",
+                "allow_any_san",
+                "conflicts with allow_san",
+            ],
+        ),
+        (
+            "cert = \"c\"\nkey = \"k\"\nca = \"a\"\ntls_dir = \"d\"",
+            &["route \"replica\"", "tls_dir", "not both"],
+        ),
+        (
+            "server_name = \"replica.svc\"",
+            &[
+                "route \"replica\"",
+                "server_name",
+                "only valid for client routes",
+            ],
+        ),
+        ("mode = \"client\"", &["duplicate key", "mode"]),
+    ];
+    for (extra, needles) in cases {
+        let (tmp, _pki, _dir) = good_dir();
+        let config = route_config(tmp.path(), extra);
+        let args = ["run", "--config", config.to_str().unwrap()].map(String::from);
+        let text = expect_exit(&args, 2, needles);
+        assert!(
+            text.contains(config.to_str().unwrap()),
+            "{extra}: names no file:\n{text}"
+        );
+        if !text.contains("TOML parse error") {
+            assert!(
+                !text.contains("--"),
+                "{extra}: names a flag, not the key:\n{text}"
+            );
+        }
+    }
+}
+
+#[test]
+fn server_only_keys_in_a_client_route_exit_2_naming_them() {
+    let (tmp, _pki, _dir) = good_dir();
+    let path = tmp.path().join("client.toml");
+    for (extra, key) in [
+        ("exclusive = true", "exclusive"),
+        ("allow_san = [\"x.svc\"]", "allow_san"),
+        ("allow_any_san = true", "allow_any_san"),
+    ] {
+        std::fs::write(
+            &path,
+            format!(
+                "tls_dir = \"{}\"\n[[route]]\nname = \"agent\"\nmode = \"client\"\n\
+                 listen = \"127.0.0.1:0\"\ntarget = \"{REPLICA}:6877\"\n{extra}\n",
+                tmp.path().join("replica").display()
+            ),
+        )
+        .unwrap();
+        let args = ["run", "--config", path.to_str().unwrap()].map(String::from);
+        expect_exit(
+            &args,
+            2,
+            &[
+                path.to_str().unwrap(),
+                "route \"agent\"",
+                key,
+                "only valid for server routes",
+            ],
+        );
+    }
 }

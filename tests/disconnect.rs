@@ -1,23 +1,17 @@
 //! How connections end: a plaintext EOF becomes a TLS close_notify, and a
-//! TLS peer that vanishes without close_notify is an ordinary disconnect.
+//! TLS peer that vanishes without close_notify is an ordinary disconnect
+//! (logged and counted as one).
 
 mod common;
 
 use common::*;
-use mtls_sidecar::pki::Role;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-/// A server sidecar in front of a target that answers one line then closes.
-async fn setup() -> (
-    tempfile::TempDir,
-    Pki,
-    Sidecar,
-    tokio::task::JoinHandle<Vec<u8>>,
-) {
-    let tmp = tempfile::tempdir().unwrap();
-    let pki = Pki::new("CA");
-    let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+/// A server sidecar (with an admin endpoint) in front of a target that
+/// answers one line then closes.
+async fn setup() -> (Creds, Sidecar, tokio::task::JoinHandle<Vec<u8>>) {
+    let creds = Creds::new();
     let target = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let taddr = target.local_addr().unwrap().to_string();
     let seen = tokio::spawn(async move {
@@ -28,14 +22,14 @@ async fn setup() -> (
         s.write_all(b"bye\n").await.unwrap();
         got
     });
-    let sc = start_server(&dir, &taddr, &[]).await;
-    (tmp, pki, sc, seen)
+    let sc = start_server(&creds.server_dir, &taddr, &["--admin", "127.0.0.1:0"]).await;
+    (creds, sc, seen)
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn target_eof_reaches_the_tls_peer_as_close_notify() {
-    let (_tmp, pki, sc, seen) = setup().await;
-    let cfg = client_config(Some(&pki.leaf(CONTROLLER, Role::Client)), &pki.ca.cert_pem);
+    let (creds, sc, seen) = setup().await;
+    let cfg = client_config(Some(&creds.controller), &creds.pki.ca.cert_pem);
     let mut tls = tls_connect(&sc.addr("server"), REPLICA, cfg).await.unwrap();
     tls.write_all(b"request").await.unwrap();
     tls.shutdown().await.unwrap(); // our close_notify → the target's EOF
@@ -54,8 +48,8 @@ async fn target_eof_reaches_the_tls_peer_as_close_notify() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_peer_vanishing_without_close_notify_is_a_normal_disconnect() {
-    let (_tmp, pki, sc, seen) = setup().await;
-    let cfg = client_config(Some(&pki.leaf(CONTROLLER, Role::Client)), &pki.ca.cert_pem);
+    let (creds, sc, seen) = setup().await;
+    let cfg = client_config(Some(&creds.controller), &creds.pki.ca.cert_pem);
     let mut tls = tls_connect(&sc.addr("server"), REPLICA, cfg).await.unwrap();
     tls.write_all(b"request").await.unwrap();
     tls.flush().await.unwrap();
@@ -72,6 +66,14 @@ async fn a_peer_vanishing_without_close_notify_is_a_normal_disconnect() {
         .await
         .unwrap();
     let line = sc.wait_log(&["connection closed"]).await;
-    assert!(!line.contains("peer_error"), "not an error: {line}");
+    // An ordinary end carries no close reason in the log, and is counted
+    // as `completed`, not as a failure.
+    assert!(!line.contains("reason="), "not an ordinary end: {line}");
+    let m = sc.wait_closed("server", "completed", 1.0).await;
+    assert_eq!(
+        m.get(CLOSED, &[("route", "server"), ("reason", "peer_error")]),
+        0.0
+    );
     assert_eq!(sc.log_count("ERROR"), 0);
+    assert!(sc.warn_lines(&[]).is_empty(), "{:#?}", sc.logs());
 }

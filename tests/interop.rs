@@ -1,5 +1,6 @@
 //! Interop with TLS stacks we did not write: `openssl s_client` and Python's
-//! `ssl` module against `server`, and `client` against `openssl s_server`.
+//! `ssl` module against `server`, and `client` against `openssl s_server`
+//! (TLS 1.3, and TLS 1.2 only when `--tls-min-version 1.2` allows it).
 
 mod common;
 
@@ -184,45 +185,9 @@ async fn openssl_s_client_without_a_certificate_is_refused() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn client_sidecar_talks_to_openssl_s_server() {
-    let tmp = tempfile::tempdir().unwrap();
-    let pki = Pki::new("test CA");
-    let sd = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
-    let cd = pki.dir(
-        tmp.path(),
-        "controller",
-        &pki.leaf(CONTROLLER, Role::Client),
-    );
-    // `-accept 127.0.0.1:0` binds an ephemeral port and prints it on an
-    // "ACCEPT host:port" line, so there is no port to race for.
-    let mut server = Proc::spawn(
-        "openssl",
-        &[
-            "s_server",
-            "-accept",
-            "127.0.0.1:0",
-            "-naccept",
-            "1",
-            "-tls1_3",
-            "-Verify",
-            "1",
-            "-verify_return_error",
-            "-cert",
-            &path(&sd, "tls.crt"),
-            "-key",
-            &path(&sd, "tls.key"),
-            "-CAfile",
-            &path(&sd, "ca.crt"),
-        ],
-    );
-    let out = server.wait_stdout("ACCEPT ").await;
-    let target = out
-        .lines()
-        .find_map(|l| l.strip_prefix("ACCEPT "))
-        .filter(|a| a.starts_with("127.0.0.1:"))
-        .unwrap_or_else(|| panic!("no ACCEPT line in {out}"))
-        .trim()
-        .to_string();
-    let client = start_client(&cd, &target, &[]).await;
+    let creds = Creds::new();
+    let (mut server, target) = s_server(&creds.server_dir, "-tls1_3").await;
+    let client = start_client(&creds.client_dir, &target, &[]).await;
     let mut app = TcpStream::connect(client.addr("client")).await.unwrap();
     app.write_all(b"controller says hi\n").await.unwrap();
     server.wait_stdout("controller says hi\n").await;
@@ -234,6 +199,88 @@ async fn client_sidecar_talks_to_openssl_s_server() {
         .unwrap();
     assert_eq!(buf, b"replica says hi\n");
     assert!(client.warn_lines(&["handshake refused"]).is_empty());
+}
+
+/// `openssl s_server` on an ephemeral port, accepting one connection with
+/// `version` (e.g. `-tls1_2`) and requiring a client certificate from the
+/// CA in `dir`; returns it with the address it printed.
+async fn s_server(dir: &std::path::Path, version: &str) -> (Proc, String) {
+    // `-accept 127.0.0.1:0` binds an ephemeral port and prints it on an
+    // "ACCEPT host:port" line, so there is no port to race for.
+    let server = Proc::spawn(
+        "openssl",
+        &[
+            "s_server",
+            "-accept",
+            "127.0.0.1:0",
+            "-naccept",
+            "1",
+            version,
+            "-Verify",
+            "1",
+            "-verify_return_error",
+            "-cert",
+            &path(dir, "tls.crt"),
+            "-key",
+            &path(dir, "tls.key"),
+            "-CAfile",
+            &path(dir, "ca.crt"),
+        ],
+    );
+    let out = server.wait_stdout("ACCEPT ").await;
+    let target = out
+        .lines()
+        .find_map(|l| l.strip_prefix("ACCEPT "))
+        .filter(|a| a.starts_with("127.0.0.1:"))
+        .unwrap_or_else(|| panic!("no ACCEPT line in {out}"))
+        .trim()
+        .to_string();
+    (server, target)
+}
+
+/// The client sidecar offers TLS 1.3 only unless told otherwise: a
+/// TLS 1.2-only OpenSSL server refuses it (counted and logged as
+/// `protocol`), and `--tls-min-version 1.2` makes the same server work.
+#[tokio::test(flavor = "multi_thread")]
+async fn client_sidecar_speaks_tls12_to_openssl_only_when_allowed() {
+    let creds = Creds::new();
+    let hello = b"controller over 1.2\n";
+
+    let (strict_server, target) = s_server(&creds.server_dir, "-tls1_2").await;
+    let strict = start_client(&creds.client_dir, &target, &["--admin", "127.0.0.1:0"]).await;
+    let mut app = TcpStream::connect(strict.addr("client")).await.unwrap();
+    app.write_all(hello).await.unwrap();
+    assert!(read_until_closed(&mut app).await.is_empty());
+    let line = strict
+        .wait_field("handshake refused", "reason", "protocol")
+        .await;
+    assert!(line.contains(" WARN "), "{line}");
+    let m = scrape_until(&strict.admin(), "the protocol refusal", |m| {
+        m.value(
+            "mtls_sidecar_tls_handshake_failures_total",
+            &[("route", "client"), ("reason", "protocol")],
+        ) == Some(1.0)
+    })
+    .await;
+    assert_eq!(
+        m.get("mtls_sidecar_tls_handshakes_total", &[("route", "client")]),
+        0.0
+    );
+    assert!(!strict_server.stdout().contains("controller"));
+
+    let (mut server, target) = s_server(&creds.server_dir, "-tls1_2").await;
+    let relaxed = start_client(&creds.client_dir, &target, &["--tls-min-version", "1.2"]).await;
+    let mut app = TcpStream::connect(relaxed.addr("client")).await.unwrap();
+    app.write_all(hello).await.unwrap();
+    server.wait_stdout("controller over 1.2\n").await;
+    server.send(b"replica over 1.2\n").await;
+    let mut buf = vec![0u8; b"replica over 1.2\n".len()];
+    tokio::time::timeout(DEADLINE, app.read_exact(&mut buf))
+        .await
+        .expect("reply from s_server in time")
+        .unwrap();
+    assert_eq!(buf, b"replica over 1.2\n");
+    assert!(relaxed.warn_lines(&["handshake refused"]).is_empty());
 }
 
 const PY_CLIENT: &str = r#"

@@ -6,19 +6,15 @@
 //! revoking and finishes the handshakes in flight.
 
 mod common;
-#[allow(dead_code)]
-#[path = "admin/expo.rs"]
-mod expo;
-#[allow(dead_code)]
-#[path = "admin/http.rs"]
-mod http;
+
+use common::http;
 
 use std::io::Read;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::expo::Exposition;
 use common::*;
-use expo::Exposition;
 use mtls_sidecar::atomic_writer::AtomicDir;
 use mtls_sidecar::pki::Role;
 use tokio::io::AsyncWriteExt;

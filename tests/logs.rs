@@ -6,8 +6,8 @@
 //! `sans` as a real array.
 
 mod common;
-#[path = "admin/http.rs"]
-mod http;
+
+use common::http;
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,7 @@
 //! Process-level behaviour: several routes from one config file sharing one
-//! credential store, TLS policy, JSON logs, drain on SIGTERM, and limits
-//! (max connections, running out of file descriptors).
+//! credential store, TLS policy, JSON logs, drain on SIGTERM and SIGINT
+//! (server and client sidecars), and limits (max connections, running out
+//! of file descriptors).
 
 mod common;
 
@@ -41,12 +42,9 @@ async fn run_config_routes_share_one_store_and_one_rotation_covers_them() {
     };
     publish(&both(&pki));
     let echo = echo_target().await;
-    // The server route must be known to the client route: reserve a port.
-    let server_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // The client route must know the server route's address before either
+    // starts: a socket path, not a TCP port reserved and released.
+    let sock = tmp.path().join("replica.sock");
     let config = tmp.path().join("sidecar.toml");
     std::fs::write(
         &config,
@@ -54,11 +52,12 @@ async fn run_config_routes_share_one_store_and_one_rotation_covers_them() {
             r#"
 tls_dir = "{dir}"
 reload_interval = "100ms"
+admin = "127.0.0.1:0"
 
 [[route]]
 name = "replica"
 mode = "server"
-listen = "127.0.0.1:{server_port}"
+listen = "unix:{sock}"
 target = "{echo}"
 allow_san = ["{CONTROLLER}"]
 
@@ -66,31 +65,40 @@ allow_san = ["{CONTROLLER}"]
 name = "controller"
 mode = "client"
 listen = "127.0.0.1:0"
-target = "127.0.0.1:{server_port}"
+target = "unix:{sock}"
 server_name = "{REPLICA}"
 "#,
             dir = dir.path().display(),
+            sock = sock.display(),
             echo = echo.addr,
         ),
     )
     .unwrap();
     let sc = Sidecar::start(&["run", "--config", config.to_str().unwrap()], 2).await;
+    sc.wait_log(&["admin endpoint listening"]).await;
     let mut s = TcpStream::connect(sc.addr("controller")).await.unwrap();
     assert_eq!(
         roundtrip(&mut s, b"through both routes").await,
         b"through both routes"
     );
+    let st = status(&sc.admin()).await;
+    let source = dir.path().to_str().unwrap();
+    assert_eq!(st["credentials"].as_array().unwrap().len(), 1, "{st}");
+    for route in st["routes"].as_array().unwrap() {
+        assert_eq!(route["credentials"], source, "{route}");
+    }
 
     let next = both(&pki);
     publish(&next);
     sc.wait_log(&["applied credential revision"]).await;
-    // One store: one apply, and both routes present the new identity.
-    assert_eq!(sc.log_count("applied credential revision"), 1);
     let mut s2 = TcpStream::connect(sc.addr("controller")).await.unwrap();
     assert_eq!(
         roundtrip(&mut s2, b"after rotation").await,
         b"after rotation"
     );
+    // Each route presents the new identity to the other: the server route
+    // logs the client route's certificate and the client route the server
+    // route's.
     let new_serial = CertInfo::parse(&next.cert_der).unwrap().serial;
     sc.wait_log(&[
         "handshake complete",
@@ -104,6 +112,14 @@ server_name = "{REPLICA}"
         &format!("serial={new_serial}"),
     ])
     .await;
+    // Had each route a store of its own, both would have applied the new
+    // revision by now: there was one apply, so one store.
+    assert_eq!(
+        sc.log_count("applied credential revision"),
+        1,
+        "{}",
+        sc.logs().join("\n")
+    );
     assert_eq!(
         roundtrip(&mut s, b"old connection").await,
         b"old connection"
@@ -180,19 +196,20 @@ async fn tls13_only_by_default_and_post_quantum_key_exchange_preferred() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn json_logs_are_one_object_per_line() {
-    let tmp = tempfile::tempdir().unwrap();
-    let pki = Pki::new("CA");
-    let dir = pki.dir(tmp.path(), "r", &pki.leaf(REPLICA, Role::Server));
+    let creds = Creds::new();
+    let echo = echo_target().await;
     let sc = Sidecar::spawn(&[
         "server",
         "--listen",
         "127.0.0.1:0",
         "--target",
-        "127.0.0.1:9",
+        &echo.addr.to_string(),
         "--tls-dir",
-        dir.to_str().unwrap(),
+        creds.server_dir.to_str().unwrap(),
         "--allow-san",
         CONTROLLER,
+        "--reload-interval",
+        "100ms",
         "--log-format",
         "json",
     ]);
@@ -205,7 +222,7 @@ async fn json_logs_are_one_object_per_line() {
     );
     assert_eq!(v["level"], "INFO");
     let addr = v["listen"].as_str().unwrap().to_string();
-    // A refused handshake is a WARN object with the reason.
+    // Every kind of event: a refused handshake (WARN)...
     let mut s = TcpStream::connect(&addr).await.unwrap();
     use tokio::io::AsyncWriteExt;
     s.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
@@ -213,61 +230,241 @@ async fn json_logs_are_one_object_per_line() {
     let v: serde_json::Value = serde_json::from_str(&line).unwrap();
     assert_eq!(v["level"], "WARN");
     assert_eq!(v["reason"], "not_tls");
+    // ...a forwarded connection (DEBUG), a rejected revision (ERROR)...
+    let cfg = client_config(Some(&creds.controller), &creds.pki.ca.cert_pem);
+    let mut tls = tls_connect(&addr, REPLICA, cfg).await.unwrap();
+    assert_eq!(roundtrip(&mut tls, b"json").await, b"json");
+    drop(tls);
+    sc.wait_log(&["connection closed"]).await;
+    std::fs::write(creds.server_dir.join("tls.crt"), "not a certificate\n").unwrap();
+    sc.wait_log(&["rejected credential revision"]).await;
+    // ...and the drain and exit (INFO).
+    sc.signal(libc::SIGTERM);
+    let (code, logs) = sc.wait_exit().await;
+    assert_eq!(code, Some(0), "{}", logs.join("\n"));
+    let mut levels = std::collections::BTreeSet::new();
+    for line in &logs {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+        let obj = v
+            .as_object()
+            .unwrap_or_else(|| panic!("not an object: {line}"));
+        for key in ["timestamp", "level", "message"] {
+            assert!(obj.contains_key(key), "no {key}: {line}");
+        }
+        levels.insert(obj["level"].as_str().unwrap().to_string());
+    }
+    assert_eq!(
+        levels.into_iter().collect::<Vec<_>>(),
+        ["DEBUG", "ERROR", "INFO", "WARN"],
+        "{logs:#?}"
+    );
+    let drained = logs.iter().any(|l| l.contains("\"drained\""));
+    assert!(drained, "{logs:#?}");
+}
+
+/// Polls until connecting to `addr` is refused: the listener is closed.
+async fn until_not_accepting(addr: &str) {
+    let deadline = Instant::now() + DEADLINE;
+    while TcpStream::connect(addr).await.is_ok() {
+        assert!(Instant::now() < deadline, "{addr} still accepting");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_drains_live_connections_then_exits_zero() {
-    let pair = Pair::start(&["--drain-timeout", "1s"], &[]).await;
-    let mut s = pair.connect().await;
-    assert_eq!(roundtrip(&mut s, b"before").await, b"before");
-    let Pair { server, client, .. } = pair;
-    server.signal(libc::SIGTERM);
-    server.wait_log(&["draining"]).await;
+    // A drain timeout far beyond the test: the live connection is never
+    // cut short, and the process exits as soon as it ends by itself.
+    let pair = Pair::start(&["--admin", "127.0.0.1:0", "--drain-timeout", "1h"], &[]).await;
+    let admin = pair.server.admin();
+    let ready = get(&admin, "/readyz").await;
+    assert_eq!((ready.code, ready.body.as_str()), (200, "ready\n"));
+    let (code, out) = health(&["--admin", &admin]).await;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("HTTP/1.1 200 OK"), "{out}");
+
+    let mut live = pair.connect().await;
+    assert_eq!(roundtrip(&mut live, b"before").await, b"before");
+    pair.server.signal(libc::SIGTERM);
+    pair.server.wait_log(&["SIGTERM received"]).await;
+    let draining = get_until(&admin, "/readyz", 503).await;
+    assert!(draining.body.starts_with("draining"), "{}", draining.body);
+    assert_eq!(draining.body.lines().count(), 1, "{}", draining.body);
     // New connections are no longer accepted...
-    let addr = server.addr("server");
-    let deadline = Instant::now() + DEADLINE;
-    while TcpStream::connect(&addr).await.is_ok() {
-        assert!(Instant::now() < deadline, "still accepting after SIGTERM");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    // ...the live one keeps working until the drain timeout closes it.
-    assert_eq!(roundtrip(&mut s, b"during drain").await, b"during drain");
-    let mut buf = [0u8; 4];
-    let n = tokio::time::timeout(DEADLINE, s.read(&mut buf))
-        .await
-        .expect("closed by drain");
-    assert!(matches!(n, Ok(0) | Err(_)));
+    until_not_accepting(&pair.server.addr("server")).await;
+    // ...the live one keeps working...
+    assert_eq!(roundtrip(&mut live, b"during drain").await, b"during drain");
+    assert_eq!(get(&admin, "/livez").await.code, 200);
+    assert_eq!(status(&admin).await["draining"], true);
+    let (code, out) = health(&["--admin", &admin, "--path", "/readyz"]).await;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("503") && out.contains("draining"), "{out}");
+
+    // ...and once it ends, the process exits 0 without cutting anything.
+    drop(live);
+    let Pair { server, client, .. } = pair;
     let (code, logs) = server.wait_exit().await;
     assert_eq!(code, Some(0), "{}", logs.join("\n"));
+    assert!(logs.iter().any(|l| l.contains("drained")), "{logs:#?}");
     assert!(
-        logs.iter().any(|l| l.contains("reason=\"drain\"")),
-        "{}",
-        logs.join("\n")
+        !logs.iter().any(|l| l.contains("drain timeout reached")),
+        "{logs:#?}"
     );
     drop(client);
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn sigint_drains_and_the_drain_timeout_closes_what_is_left() {
+    let creds = Creds::new();
+    // The target echoes the first connection, then stops accepting with
+    // a full backlog: a second one hangs connecting to it.
+    let mut target = Backlogged::new(1);
+    let server = start_server(
+        &creds.server_dir,
+        &target.addr.to_string(),
+        &[
+            "--admin",
+            "127.0.0.1:0",
+            "--drain-timeout",
+            "1s",
+            "--connect-timeout",
+            "1h",
+        ],
+    )
+    .await;
+    let addr = server.addr("server");
+    let admin = server.admin();
+    let cfg = client_config(Some(&creds.controller), &creds.pki.ca.cert_pem);
+    let mut live = tls_connect(&addr, REPLICA, cfg.clone()).await.unwrap();
+    let echo = target.accepted().await;
+    tokio::spawn(async move {
+        let (mut r, mut w) = tokio::io::split(echo);
+        let _ = tokio::io::copy(&mut r, &mut w).await;
+    });
+    assert_eq!(roundtrip(&mut live, b"before").await, b"before");
+    // A second authenticated connection, stuck connecting to the target,
+    // which the drain cannot close: after the timeout the sidecar waits on
+    // it a little longer, and the admin endpoint stays up meanwhile, so the
+    // counters can be read rather than raced against the exit.
+    target.fill();
+    let _stuck = tls_connect(&addr, REPLICA, cfg).await.unwrap();
+    let deadline = Instant::now() + DEADLINE;
+    while status(&admin).await["routes"][0]["live_connections"] != 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the second connection never registered"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    server.signal(libc::SIGINT);
+    server.wait_log(&["SIGINT received"]).await;
+    let draining = server.wait_log(&["draining", "live=2"]).await;
+    until_not_accepting(&addr).await;
+    // The drain timeout closes the live connection, as `drain`...
+    assert!(read_until_closed(&mut live).await.is_empty());
+    let closed = server
+        .wait_field("connection closed", "reason", "drain")
+        .await;
+    let waited = log_time(&closed)
+        .duration_since(log_time(&draining))
+        .unwrap_or_default();
+    assert!(
+        waited >= Duration::from_secs(1),
+        "closed {waited:?} into the drain"
+    );
+    // ...counted on /metrics...
+    let m = server.wait_closed("server", "drain", 1.0).await;
+    assert_eq!(
+        m.get(CLOSED, &[("route", "server"), ("reason", "completed")]),
+        0.0
+    );
+    // ...and the process still exits 0.
+    let (code, logs) = server.wait_exit().await;
+    assert_eq!(code, Some(0), "{}", logs.join("\n"));
+    assert!(
+        logs.iter().any(|l| l.contains("drain timeout reached")),
+        "{logs:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_sidecar_drains_too() {
+    let pair = Pair::start(&[], &["--admin", "127.0.0.1:0", "--drain-timeout", "1h"]).await;
+    let admin = pair.client.admin();
+    let mut live = pair.connect().await;
+    assert_eq!(roundtrip(&mut live, b"before").await, b"before");
+    pair.client.signal(libc::SIGTERM);
+    let draining = get_until(&admin, "/readyz", 503).await;
+    assert!(draining.body.starts_with("draining"), "{}", draining.body);
+    until_not_accepting(&pair.client.addr("client")).await;
+    assert_eq!(roundtrip(&mut live, b"during drain").await, b"during drain");
+    drop(live);
+    let Pair { server, client, .. } = pair;
+    let (code, logs) = client.wait_exit().await;
+    assert_eq!(code, Some(0), "{}", logs.join("\n"));
+    assert!(logs.iter().any(|l| l.contains("drained")), "{logs:#?}");
+    // The server sidecar saw an ordinary end, not a failure.
+    server
+        .wait_log(&["connection closed", "route=server"])
+        .await;
+    assert!(server.warn_lines(&[]).is_empty(), "{:#?}", server.logs());
+}
+
+/// Sends `msg` on a fresh connection through `pair` and returns it, with
+/// the reply still to be read.
+async fn send_on_new(pair: &Pair, msg: &[u8]) -> TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut s = pair.connect().await;
+    s.write_all(msg).await.unwrap();
+    s
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn max_connections_queues_the_excess() {
+    // Control: with room for two, a second connection is forwarded while
+    // the first is open, and how long that takes here is the yardstick.
+    let roomy = Pair::start(&["--max-connections", "2"], &[]).await;
+    let mut first = roomy.connect().await;
+    assert_eq!(roundtrip(&mut first, b"one").await, b"one");
+    let started = Instant::now();
+    let mut second = send_on_new(&roomy, b"two").await;
+    let mut buf = [0u8; 3];
+    tokio::time::timeout(DEADLINE, second.read_exact(&mut buf))
+        .await
+        .expect("the control's second connection is served")
+        .unwrap();
+    let control = started.elapsed();
+    assert_eq!(roomy.echo.accepted(), 2);
+    drop((first, second, roomy));
+
+    // With room for one, the second connection is held: for many times
+    // what the control took, the target sees only the first and nothing
+    // comes back...
     let pair = Pair::start(&["--max-connections", "1"], &[]).await;
     let mut first = pair.connect().await;
     assert_eq!(roundtrip(&mut first, b"one").await, b"one");
-    let mut second = pair.connect().await;
-    use tokio::io::AsyncWriteExt;
-    second.write_all(b"two").await.unwrap();
-    let mut buf = [0u8; 3];
-    // The server sidecar holds the second connection in its backlog.
-    assert!(
-        tokio::time::timeout(Duration::from_millis(500), second.read_exact(&mut buf))
-            .await
-            .is_err()
-    );
+    let mut second = send_on_new(&pair, b"two").await;
+    let hold = (control * 20).max(Duration::from_secs(2));
+    let until = Instant::now() + hold;
+    while Instant::now() < until {
+        assert_eq!(pair.echo.accepted(), 1, "forwarded past the limit");
+        let early = tokio::time::timeout(Duration::from_millis(50), second.read(&mut buf)).await;
+        assert!(
+            early.is_err(),
+            "the second connection was answered: {early:?}"
+        );
+    }
+    // ...until the first one closes; then it is served.
     drop(first);
     tokio::time::timeout(DEADLINE, second.read_exact(&mut buf))
         .await
         .expect("served once a slot frees")
         .unwrap();
     assert_eq!(&buf, b"two");
+    assert_eq!(pair.echo.accepted(), 2);
+    eprintln!("control {control:?}, held {hold:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

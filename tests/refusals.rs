@@ -22,6 +22,12 @@ fn expired_leaf(pki: &Pki, name: &str, role: Role) -> Issued {
     pki.issue(&LeafSpec::dns(name, role, 30).valid(now - 10 * DAY, now - DAY))
 }
 
+/// Valid from tomorrow: issued ahead of a clock, or by a skewed issuer.
+fn future_leaf(pki: &Pki, name: &str, role: Role) -> Issued {
+    let now = SystemTime::now();
+    pki.issue(&LeafSpec::dns(name, role, 30).valid(now + DAY, now + 10 * DAY))
+}
+
 /// After a refusal with `reason`: exactly one refusal was logged, at WARN,
 /// with that reason (and, when `names` is given, the peer's subject and
 /// SANs); the target never saw a connection, while a good client still gets
@@ -93,6 +99,14 @@ async fn server_refuses_an_expired_client_certificate() {
     let srv = ServerSide::start(&[]).await;
     let expired = expired_leaf(&srv.pki, CONTROLLER, Role::Client);
     expect_refused(&srv, Some(&expired), &srv.pki.ca.cert_pem).await;
+    assert_refused_once(&srv, "expired", Some(CONTROLLER)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn server_refuses_a_client_certificate_not_yet_valid() {
+    let srv = ServerSide::start(&[]).await;
+    let early = future_leaf(&srv.pki, CONTROLLER, Role::Client);
+    expect_refused(&srv, Some(&early), &srv.pki.ca.cert_pem).await;
     assert_refused_once(&srv, "expired", Some(CONTROLLER)).await;
 }
 
@@ -273,6 +287,13 @@ async fn client_refuses_an_expired_server_certificate() {
     assert_client_refuses(expired, &pki, "expired", REPLICA).await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn client_refuses_a_server_certificate_not_yet_valid() {
+    let pki = Pki::new("test CA");
+    let early = future_leaf(&pki, REPLICA, Role::Server);
+    assert_client_refuses(early, &pki, "expired", REPLICA).await;
+}
+
 /// The incumbent still echoes.
 async fn still_serving(s: &mut ClientTls, what: &str) {
     let msg = format!("incumbent after {what}");
@@ -285,7 +306,7 @@ async fn still_serving(s: &mut ClientTls, what: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn exclusive_authenticated_newcomer_displaces_the_incumbent() {
-    let srv = ServerSide::start(&["--exclusive"]).await;
+    let srv = ServerSide::start(&["--exclusive", "--admin", "127.0.0.1:0"]).await;
     let mut incumbent = srv.connect_good().await;
     assert_eq!(roundtrip(&mut incumbent, b"first").await, b"first");
     let mut newcomer = srv.connect_good().await;
@@ -300,12 +321,15 @@ async fn exclusive_authenticated_newcomer_displaces_the_incumbent() {
     srv.sidecar
         .wait_field("connection closed", "reason", "displaced")
         .await;
+    srv.sidecar.wait_closed("server", "displaced", 1.0).await;
     assert_eq!(srv.echo.accepted(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn exclusive_unauthenticated_peers_do_not_disturb_the_incumbent() {
-    let srv = ServerSide::start(&["--exclusive", "--handshake-timeout", "1s"]).await;
+    // Long enough that no refusal below, however slow a loaded machine
+    // makes it, turns into a timeout; short enough to wait out once.
+    let srv = ServerSide::start(&["--exclusive", "--handshake-timeout", "5s"]).await;
     let mut incumbent = srv.connect_good().await;
     assert_eq!(roundtrip(&mut incumbent, b"first").await, b"first");
 

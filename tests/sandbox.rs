@@ -6,8 +6,8 @@
 //! both the filesystem and the network halves are expected in force.
 
 mod common;
-#[path = "admin/http.rs"]
-mod http;
+
+use common::http;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

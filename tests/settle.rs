@@ -6,19 +6,15 @@
 //! gauges say all of it on `/metrics`.
 
 mod common;
-#[allow(dead_code)]
-#[path = "admin/expo.rs"]
-mod expo;
-#[allow(dead_code)]
-#[path = "admin/http.rs"]
-mod http;
+
+use common::http;
 
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
+use common::expo::Exposition;
 use common::*;
-use expo::Exposition;
 use mtls_sidecar::atomic_writer::AtomicDir;
 use mtls_sidecar::credentials::{content_hash, SETTLE_WINDOW};
 use mtls_sidecar::identity::{epoch_to_time, CertInfo};

@@ -160,20 +160,3 @@ fn parse_labels(mut s: &str) -> Result<(BTreeMap<String, String>, &str), String>
         s = &after[end + 1..];
     }
 }
-
-#[test]
-fn parses_the_exposition_format() {
-    let page = "# HELP a_total Things.\n# TYPE a_total counter\n\
-                a_total{route=\"x\",reason=\"q\\\"uote\"} 3\n\
-                # TYPE h histogram\nh_bucket{le=\"+Inf\"} 2\nh_sum 0.5\nh_count 2 1700000000\n";
-    let e = Exposition::parse(page).expect("parse");
-    assert_eq!(
-        e.get("a_total", &[("route", "x"), ("reason", "q\"uote")]),
-        3.0
-    );
-    assert_eq!(e.value("a_total", &[("route", "x")]), None);
-    assert_eq!(e.get("h_bucket", &[("le", "+Inf")]), 2.0);
-    assert_eq!(e.family_type("h_count"), Some("histogram"));
-    assert!(Exposition::parse("orphan 1\n").is_err());
-    assert!(Exposition::parse("# TYPE a counter\na{x=\"1\" 1\n").is_err());
-}

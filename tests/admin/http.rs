@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
-use crate::common::DEADLINE;
+use super::DEADLINE;
 
 /// One parsed answer.
 #[derive(Debug)]
@@ -26,33 +26,43 @@ impl Answer {
     }
 }
 
-/// Sends `method path` to `addr` (`host:port` or `unix:/path`).
+/// Sends `method path` to `addr` (`host:port` or `unix:/path`); panics
+/// unless a well-formed answer comes back within [`DEADLINE`].
 pub async fn request(addr: &str, method: &str, path: &str) -> Answer {
+    try_request(addr, method, path)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Like [`request`], but an endpoint that is gone (or answers nonsense) is
+/// an error, not a panic.
+pub async fn try_request(addr: &str, method: &str, path: &str) -> Result<Answer, String> {
     let req = format!(
         "{method} {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
     );
     let exchange = async {
         match addr.strip_prefix("unix:") {
-            Some(p) => send(UnixStream::connect(p).await.expect("connect unix"), &req).await,
-            None => send(TcpStream::connect(addr).await.expect("connect tcp"), &req).await,
+            Some(p) => send(UnixStream::connect(p).await?, &req).await,
+            None => send(TcpStream::connect(addr).await?, &req).await,
         }
     };
     let raw = tokio::time::timeout(DEADLINE, exchange)
         .await
-        .unwrap_or_else(|_| panic!("{method} {path}: no answer from {addr}"));
-    parse(&raw, method == "HEAD").unwrap_or_else(|e| {
-        panic!(
+        .map_err(|_| format!("{method} {path}: no answer from {addr}"))?
+        .map_err(|e| format!("{method} {path} to {addr}: {e}"))?;
+    parse(&raw, method == "HEAD").map_err(|e| {
+        format!(
             "{method} {path}: bad answer ({e}):\n{}",
             String::from_utf8_lossy(&raw)
         )
     })
 }
 
-async fn send<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, req: &str) -> Vec<u8> {
-    s.write_all(req.as_bytes()).await.expect("send request");
+async fn send<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, req: &str) -> std::io::Result<Vec<u8>> {
+    s.write_all(req.as_bytes()).await?;
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).await.expect("read answer");
-    raw
+    s.read_to_end(&mut raw).await?;
+    Ok(raw)
 }
 
 fn parse(raw: &[u8], head_request: bool) -> Result<Answer, String> {

@@ -16,6 +16,13 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+/// A parser for the `/metrics` page (also used by `tests/admin.rs`).
+#[path = "../admin/expo.rs"]
+pub mod expo;
+/// An independent HTTP/1.1 client for the admin endpoint.
+#[path = "../admin/http.rs"]
+pub mod http;
+
 pub const CONTROLLER: &str = "controller.env-1.svc";
 pub const REPLICA: &str = "replica-0.env-1.svc";
 
@@ -57,6 +64,8 @@ impl Pki {
 pub struct Sidecar {
     child: Child,
     logs: Arc<Mutex<Vec<String>>>,
+    /// The thread copying stderr into `logs`; it ends at the pipe's EOF.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 /// The binary under test: the one cargo built for these tests, or the one
@@ -69,6 +78,18 @@ pub fn bin() -> String {
 impl Sidecar {
     /// Starts the binary and waits until `routes` routes are listening.
     pub async fn start(args: &[&str], routes: usize) -> Sidecar {
+        match Sidecar::try_start(args, routes).await {
+            Ok(sc) => sc,
+            Err((code, logs)) => panic!("sidecar exited early ({code:?}):\n{}", logs.join("\n")),
+        }
+    }
+
+    /// Like [`start`](Self::start), but a binary that exits before it
+    /// listens is no failure: its exit code and logs are returned.
+    pub async fn try_start(
+        args: &[&str],
+        routes: usize,
+    ) -> Result<Sidecar, (Option<i32>, Vec<String>)> {
         let sc = Sidecar::spawn(args);
         let deadline = Instant::now() + DEADLINE;
         loop {
@@ -80,10 +101,10 @@ impl Sidecar {
                 .count();
             if n >= routes && (sc.has_admin_flag(args) <= sc.log_count("admin endpoint listening"))
             {
-                return sc;
+                return Ok(sc);
             }
-            if let Some(status) = sc.exited() {
-                panic!("sidecar exited early ({status}):\n{}", sc.logs().join("\n"));
+            if sc.exited().is_some() {
+                return Err(sc.wait_exit().await);
             }
             assert!(
                 Instant::now() < deadline,
@@ -117,13 +138,22 @@ impl Sidecar {
         let stderr = child.stderr.take().expect("stderr");
         let logs = Arc::new(Mutex::new(Vec::new()));
         let sink = logs.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             use std::io::BufRead;
             for line in io::BufReader::new(stderr).lines().map_while(Result::ok) {
                 sink.lock().unwrap().push(line);
             }
         });
-        Sidecar { child, logs }
+        Sidecar {
+            child,
+            logs,
+            reader: Some(reader),
+        }
+    }
+
+    /// The process id (to look at its sockets through `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn logs(&self) -> Vec<String> {
@@ -196,8 +226,14 @@ impl Sidecar {
         let deadline = Instant::now() + DEADLINE + DEADLINE;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
-                // Let the log thread drain.
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                // Every line is in once the log thread has read stderr to
+                // its end (the pipe closes when the process exits).
+                let reader = self.reader.take().expect("log thread");
+                while !reader.is_finished() {
+                    assert!(Instant::now() < deadline, "stderr never closed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                reader.join().expect("log thread panicked");
                 return (status.code(), self.logs());
             }
             assert!(
@@ -362,48 +398,102 @@ pub async fn roundtrip<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     buf
 }
 
-/// A server sidecar + client sidecar pair in front of an echo target.
-pub struct Pair {
+/// The PKI every two-sided fixture stands on: one CA, the replica (server
+/// role) and controller (client role) identities, each written as a
+/// Secret-style directory. [`Pair`], [`PairTo`] and [`ServerSide`] all
+/// mint through this, and deref to it.
+pub struct Creds {
     pub tmp: tempfile::TempDir,
     pub pki: Pki,
-    pub echo: Echo,
-    pub server: Sidecar,
-    pub client: Sidecar,
+    /// The server sidecar's identity (SAN [`REPLICA`]).
+    pub replica: Issued,
+    /// The client sidecar's identity (SAN [`CONTROLLER`]), which the server
+    /// sidecar admits.
+    pub controller: Issued,
+    /// `replica` with the CA (tls.crt, tls.key, ca.crt).
     pub server_dir: PathBuf,
+    /// `controller` with the CA.
     pub client_dir: PathBuf,
 }
 
-impl Pair {
-    pub async fn start(extra_server: &[&str], extra_client: &[&str]) -> Pair {
+impl Creds {
+    pub fn new() -> Creds {
         let tmp = tempfile::tempdir().unwrap();
         let pki = Pki::new("test CA");
-        let server_dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
-        let client_dir = pki.dir(
-            tmp.path(),
-            "controller",
-            &pki.leaf(CONTROLLER, Role::Client),
-        );
-        let echo = echo_target().await;
-        let server = start_server(&server_dir, &echo.addr.to_string(), extra_server).await;
-        let client = start_client(&client_dir, &server.addr("server"), extra_client).await;
-        Pair {
+        let replica = pki.leaf(REPLICA, Role::Server);
+        let controller = pki.leaf(CONTROLLER, Role::Client);
+        let server_dir = pki.dir(tmp.path(), "replica", &replica);
+        let client_dir = pki.dir(tmp.path(), "controller", &controller);
+        Creds {
             tmp,
             pki,
-            echo,
-            server,
-            client,
+            replica,
+            controller,
             server_dir,
             client_dir,
         }
     }
 
+    /// A server sidecar in front of `target` and a client sidecar in front
+    /// of it, on these credentials.
+    pub async fn pair(
+        &self,
+        target: &str,
+        extra_server: &[&str],
+        extra_client: &[&str],
+    ) -> (Sidecar, Sidecar) {
+        let server = start_server(&self.server_dir, target, extra_server).await;
+        let client = start_client(&self.client_dir, &server.addr("server"), extra_client).await;
+        (server, client)
+    }
+}
+
+impl Default for Creds {
+    fn default() -> Self {
+        Creds::new()
+    }
+}
+
+/// A plaintext connection into a client sidecar's route `client`.
+pub async fn connect_plain(client: &Sidecar) -> TcpStream {
+    let s = TcpStream::connect(client.addr("client")).await.unwrap();
+    s.set_nodelay(true).unwrap();
+    s
+}
+
+/// A server sidecar + client sidecar pair in front of an echo target.
+pub struct Pair {
+    pub creds: Creds,
+    pub echo: Echo,
+    pub server: Sidecar,
+    pub client: Sidecar,
+}
+
+impl std::ops::Deref for Pair {
+    type Target = Creds;
+    fn deref(&self) -> &Creds {
+        &self.creds
+    }
+}
+
+impl Pair {
+    pub async fn start(extra_server: &[&str], extra_client: &[&str]) -> Pair {
+        let creds = Creds::new();
+        let echo = echo_target().await;
+        let (server, client) = creds
+            .pair(&echo.addr.to_string(), extra_server, extra_client)
+            .await;
+        Pair {
+            creds,
+            echo,
+            server,
+            client,
+        }
+    }
+
     /// A plaintext connection into the client sidecar.
     pub async fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(self.client.addr("client"))
-            .await
-            .unwrap();
-        s.set_nodelay(true).unwrap();
-        s
+        connect_plain(&self.client).await
     }
 }
 
@@ -412,37 +502,34 @@ impl Pair {
 /// A lone `server` sidecar (identity REPLICA, allowing CONTROLLER) in front
 /// of an echo target, with a controller identity it accepts.
 pub struct ServerSide {
-    pub tmp: tempfile::TempDir,
-    pub pki: Pki,
+    pub creds: Creds,
     pub echo: Echo,
     pub sidecar: Sidecar,
     /// The TLS listener's bound address.
     pub addr: String,
-    /// The server's credential directory (tls.crt, tls.key, ca.crt).
-    pub server_dir: PathBuf,
-    /// A controller (client-role) identity the server accepts, and its directory.
-    pub controller: Issued,
+    /// The controller identity's directory (the same as `client_dir`).
     pub controller_dir: PathBuf,
+}
+
+impl std::ops::Deref for ServerSide {
+    type Target = Creds;
+    fn deref(&self) -> &Creds {
+        &self.creds
+    }
 }
 
 impl ServerSide {
     pub async fn start(extra: &[&str]) -> ServerSide {
-        let tmp = tempfile::tempdir().unwrap();
-        let pki = Pki::new("test CA");
-        let server_dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
-        let controller = pki.leaf(CONTROLLER, Role::Client);
-        let controller_dir = pki.dir(tmp.path(), "controller", &controller);
+        let creds = Creds::new();
         let echo = echo_target().await;
-        let sidecar = start_server(&server_dir, &echo.addr.to_string(), extra).await;
+        let sidecar = start_server(&creds.server_dir, &echo.addr.to_string(), extra).await;
         let addr = sidecar.addr("server");
+        let controller_dir = creds.client_dir.clone();
         ServerSide {
-            tmp,
-            pki,
+            creds,
             echo,
             sidecar,
             addr,
-            server_dir,
-            controller,
             controller_dir,
         }
     }
@@ -568,27 +655,24 @@ pub fn run_bin_within(args: &[&str], limit: Duration) -> Option<(i32, String)> {
 
 /// A client sidecar → server sidecar pair in front of any plaintext target.
 pub struct PairTo {
-    pub tmp: tempfile::TempDir,
-    pub pki: Pki,
+    pub creds: Creds,
     pub server: Sidecar,
     pub client: Sidecar,
 }
 
+impl std::ops::Deref for PairTo {
+    type Target = Creds;
+    fn deref(&self) -> &Creds {
+        &self.creds
+    }
+}
+
 impl PairTo {
     pub async fn start(target: &str, extra_server: &[&str], extra_client: &[&str]) -> PairTo {
-        let tmp = tempfile::tempdir().unwrap();
-        let pki = Pki::new("test CA");
-        let sd = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
-        let cd = pki.dir(
-            tmp.path(),
-            "controller",
-            &pki.leaf(CONTROLLER, Role::Client),
-        );
-        let server = start_server(&sd, target, extra_server).await;
-        let client = start_client(&cd, &server.addr("server"), extra_client).await;
+        let creds = Creds::new();
+        let (server, client) = creds.pair(target, extra_server, extra_client).await;
         PairTo {
-            tmp,
-            pki,
+            creds,
             server,
             client,
         }
@@ -596,11 +680,7 @@ impl PairTo {
 
     /// A plaintext connection into the client sidecar.
     pub async fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(self.client.addr("client"))
-            .await
-            .unwrap();
-        s.set_nodelay(true).unwrap();
-        s
+        connect_plain(&self.client).await
     }
 }
 
@@ -640,4 +720,205 @@ pub async fn start_client(tls_dir: &Path, server_addr: &str, extra: &[&str]) -> 
     ];
     args.extend_from_slice(extra);
     Sidecar::start(&args, 1).await
+}
+
+// ---- The admin endpoint, logs and sockets, as tests observe them. ----
+
+/// `mtls_sidecar_connections_closed_total`.
+pub const CLOSED: &str = "mtls_sidecar_connections_closed_total";
+
+/// One scrape of `/metrics` at `admin` (`host:port` or `unix:/path`),
+/// parsed; the page must be Prometheus text.
+pub async fn scrape(admin: &str) -> expo::Exposition {
+    let a = http::request(admin, "GET", "/metrics").await;
+    assert_eq!(a.code, 200, "{}", a.body);
+    assert!(
+        a.header("content-type")
+            .is_some_and(|t| t.starts_with("text/plain")),
+        "{:?}",
+        a.headers
+    );
+    expo::Exposition::parse(&a.body).unwrap_or_else(|e| panic!("{e}\n{}", a.body))
+}
+
+/// Scrapes `admin` until `done` holds; panics after [`DEADLINE`] naming
+/// `what` and showing the last page's samples.
+pub async fn scrape_until(
+    admin: &str,
+    what: &str,
+    done: impl Fn(&expo::Exposition) -> bool,
+) -> expo::Exposition {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let m = scrape(admin).await;
+        if done(&m) {
+            return m;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never saw {what}; last scrape:\n{:#?}",
+            m.samples
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+impl Sidecar {
+    /// Waits until `mtls_sidecar_connections_closed_total{route, reason}`
+    /// reads `n` on this sidecar's admin endpoint (it runs with `--admin`);
+    /// returns that page.
+    pub async fn wait_closed(&self, route: &str, reason: &str, n: f64) -> expo::Exposition {
+        let labels = [("route", route), ("reason", reason)];
+        scrape_until(
+            &self.admin(),
+            &format!("{CLOSED}{{route={route},reason={reason}}} = {n}"),
+            |m| m.value(CLOSED, &labels) == Some(n),
+        )
+        .await
+    }
+}
+
+/// When a text-format log line was written: its leading RFC 3339 stamp.
+pub fn log_time(line: &str) -> std::time::SystemTime {
+    let stamp = line
+        .split_whitespace()
+        .next()
+        .unwrap_or_else(|| panic!("empty log line"));
+    humantime::parse_rfc3339(stamp).unwrap_or_else(|e| panic!("{stamp:?}: {e} in {line}"))
+}
+
+/// A TCP listener on loopback that accepts `accept` connections (handing
+/// each to the returned channel) and then stops accepting, with a backlog
+/// too short to queue anyone else: once [`Backlogged::fill`] has parked a
+/// connection in it, a new connect hangs (the kernel drops the SYN) until
+/// the connecting side gives up. An unreachable target that needs no
+/// unroutable address.
+pub struct Backlogged {
+    pub addr: SocketAddr,
+    accepted: tokio::sync::mpsc::UnboundedReceiver<std::net::TcpStream>,
+    /// Connections parked in the backlog, kept open.
+    parked: Vec<std::net::TcpStream>,
+    listener: Arc<std::net::TcpListener>,
+}
+
+impl Backlogged {
+    pub fn new(accept: usize) -> Backlogged {
+        use std::os::fd::FromRawFd;
+        // std and tokio listen with a long backlog; this one needs 0.
+        let listener = unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            assert!(fd >= 0, "socket: {}", io::Error::last_os_error());
+            let sa = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: 0,
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            let rc = libc::bind(fd, (&sa as *const libc::sockaddr_in).cast(), len);
+            assert_eq!(rc, 0, "bind: {}", io::Error::last_os_error());
+            assert_eq!(libc::listen(fd, 0), 0, "{}", io::Error::last_os_error());
+            std::net::TcpListener::from_raw_fd(fd)
+        };
+        let addr = listener.local_addr().unwrap();
+        let listener = Arc::new(listener);
+        let (tx, accepted) = tokio::sync::mpsc::unbounded_channel();
+        let l = listener.clone();
+        std::thread::spawn(move || {
+            for _ in 0..accept {
+                let Ok((s, _)) = l.accept() else { return };
+                if tx.send(s).is_err() {
+                    return;
+                }
+            }
+        });
+        Backlogged {
+            addr,
+            accepted,
+            parked: Vec::new(),
+            listener,
+        }
+    }
+
+    /// The next connection accepted (one of the first `accept`).
+    pub async fn accepted(&mut self) -> TcpStream {
+        let s = tokio::time::timeout(DEADLINE, self.accepted.recv())
+            .await
+            .expect("the target accepted a connection")
+            .expect("the accept thread ended");
+        s.set_nonblocking(true).unwrap();
+        TcpStream::from_std(s).unwrap()
+    }
+
+    /// Parks connections in the backlog until one more cannot get in: from
+    /// then on a connect to `addr` hangs. Call once the `accept` expected
+    /// connections were accepted.
+    pub fn fill(&mut self) {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            // Loopback answers a SYN within the connect call; a second
+            // without an answer, even on a busy machine, is the kernel
+            // dropping it.
+            match std::net::TcpStream::connect_timeout(&self.addr, Duration::from_secs(1)) {
+                Ok(s) => self.parked.push(s),
+                Err(e)
+                    if e.kind() == io::ErrorKind::TimedOut
+                        || e.kind() == io::ErrorKind::WouldBlock =>
+                {
+                    return
+                }
+                Err(e) => panic!("filling the backlog: {e}"),
+            }
+            assert!(Instant::now() < deadline, "the backlog never filled");
+        }
+    }
+}
+
+/// `GET path` on an admin endpoint.
+pub async fn get(admin: &str, path: &str) -> http::Answer {
+    http::request(admin, "GET", path).await
+}
+
+/// GETs `path` until it answers `code`; returns that answer.
+pub async fn get_until(admin: &str, path: &str, code: u16) -> http::Answer {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let a = get(admin, path).await;
+        if a.code == code {
+            return a;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} never answered {code}; last {}: {}",
+            a.code,
+            a.body
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Runs `mtls-sidecar health ARGS`: its exit code and output.
+pub async fn health(args: &[&str]) -> (Option<i32>, String) {
+    let run = tokio::process::Command::new(bin())
+        .arg("health")
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(DEADLINE, run)
+        .await
+        .unwrap_or_else(|_| panic!("health {args:?} still running after {DEADLINE:?}"))
+        .expect("run health");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text)
+}
+
+/// The `/status` document of an admin endpoint.
+pub async fn status(admin: &str) -> serde_json::Value {
+    let a = get(admin, "/status").await;
+    assert_eq!(a.code, 200, "{}", a.body);
+    assert_eq!(a.header("content-type"), Some("application/json"));
+    serde_json::from_str(&a.body).unwrap_or_else(|e| panic!("{e}\n{}", a.body))
 }

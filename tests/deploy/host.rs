@@ -11,6 +11,11 @@ use clap::Parser;
 use mtls_sidecar::cli::{Cli, Command};
 use mtls_sidecar::config::{FileSpec, Mode};
 
+/// The shared fixtures, for `common::bin()`: the binary under test, which
+/// CI points at the shipped build with `MTLS_SIDECAR_BIN`.
+#[path = "../common/mod.rs"]
+mod common;
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -175,18 +180,15 @@ fn the_binary_tells_systemd_it_is_ready_once_listening() {
     mtls_sidecar::pki::write_secret_dir(&tls, &leaf, &ca.cert_pem).unwrap();
     let sock_path = tmp.path().join("notify.sock");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
-    sock.set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let listen = format!("127.0.0.1:{port}");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mtls-sidecar"))
+    sock.set_read_timeout(Some(common::DEADLINE)).unwrap();
+    // A socket path known before the start, rather than a TCP port bound,
+    // released and hoped to be still free.
+    let listen = tmp.path().join("listen.sock");
+    let mut child = std::process::Command::new(common::bin())
         .args([
             "server",
             "--listen",
-            &listen,
+            &format!("unix:{}", listen.display()),
             "--target",
             "127.0.0.1:9",
             "--allow-san",
@@ -201,7 +203,7 @@ fn the_binary_tells_systemd_it_is_ready_once_listening() {
         .unwrap();
     let mut buf = [0u8; 256];
     let got = sock.recv(&mut buf);
-    let connect = std::net::TcpStream::connect(&listen);
+    let connect = std::os::unix::net::UnixStream::connect(&listen);
     let _ = child.kill();
     let _ = child.wait();
     let n = got.expect("a notification within 20s");
