@@ -9,6 +9,11 @@ use serde::Serialize;
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
+mod dns;
+mod uri;
+
+pub use uri::{Uri, UriPattern};
+
 /// The facts about one certificate that logs, metrics, status and the SAN
 /// checks need, parsed once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -100,13 +105,16 @@ pub fn time_to_epoch(t: SystemTime) -> i64 {
 }
 
 /// One allowed identity: an exact DNS name, `*.suffix` (exactly one leftmost
-/// label), or an exact URI such as a SPIFFE ID.
+/// label), or a URI such as a SPIFFE ID, exact or with `*` (one path
+/// segment) and a final `/**` (one or more). Every form is validated when
+/// parsed, so a pattern that could never match is refused at start-up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SanPattern {
+    /// Lowercase.
     Dns(String),
     /// Holds the suffix with its leading dot: `*.env-1.svc` → `.env-1.svc`.
     WildcardDns(String),
-    Uri(String),
+    Uri(UriPattern),
 }
 
 /// Why a SAN pattern was refused.
@@ -114,38 +122,53 @@ pub enum SanPattern {
 #[error("invalid SAN pattern {input:?}: {why}")]
 pub struct SanPatternError {
     input: String,
-    why: &'static str,
+    why: String,
 }
 
 impl std::str::FromStr for SanPattern {
     type Err = SanPatternError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = |why| SanPatternError {
+        let err = |why: String| SanPatternError {
             input: s.to_string(),
             why,
         };
         if s.contains("://") {
-            return Ok(SanPattern::Uri(s.to_string()));
+            return UriPattern::parse(s).map(SanPattern::Uri).map_err(err);
+        }
+        if s.contains([':', '/']) {
+            return Err(err(
+                "neither a DNS name nor a URI with an authority (scheme://authority/path)".into(),
+            ));
         }
         let (wild, name) = match s.strip_prefix("*.") {
             Some(rest) => (true, rest),
             None => (false, s),
         };
         if name.contains('*') {
-            return Err(err("'*' is only allowed as the whole leftmost label"));
+            return Err(err(
+                "'*' is only allowed as the whole leftmost label (*.suffix)".into(),
+            ));
         }
-        rustls_pki_types::DnsName::try_from(name.to_string())
-            .map_err(|_| err("not a valid DNS name"))?;
-        if wild && !name.contains('.') {
-            return Err(err("a wildcard needs at least two labels after '*.'"));
-        }
-        let name = name.to_ascii_lowercase();
-        Ok(if wild {
-            SanPattern::WildcardDns(format!(".{name}"))
+        dns::check_name(name).map_err(err)?;
+        if wild {
+            // The label the '*' stands for counts towards the length bound.
+            if s.len() > dns::MAX_NAME {
+                return Err(err(format!(
+                    "longer than {} characters with the label '*' stands for",
+                    dns::MAX_NAME
+                )));
+            }
+            if !name.contains('.') {
+                return Err(err("a wildcard needs at least two labels after '*.'".into()));
+            }
+            Ok(SanPattern::WildcardDns(format!(
+                ".{}",
+                name.to_ascii_lowercase()
+            )))
         } else {
-            SanPattern::Dns(name)
-        })
+            Ok(SanPattern::Dns(name.to_ascii_lowercase()))
+        }
     }
 }
 
@@ -154,7 +177,7 @@ impl std::fmt::Display for SanPattern {
         match self {
             SanPattern::Dns(d) => f.write_str(d),
             SanPattern::WildcardDns(s) => write!(f, "*{s}"),
-            SanPattern::Uri(u) => f.write_str(u),
+            SanPattern::Uri(u) => u.fmt(f),
         }
     }
 }
@@ -165,25 +188,41 @@ impl Serialize for SanPattern {
     }
 }
 
+/// A certificate's names as the patterns read them: its DNS SANs, and those
+/// of its URI SANs that parse (one that does not never matches).
+struct Names<'a> {
+    dns: &'a [String],
+    uris: Vec<Uri>,
+}
+
+impl<'a> Names<'a> {
+    fn of(cert: &'a CertInfo) -> Names<'a> {
+        Names {
+            dns: &cert.dns_sans,
+            uris: cert
+                .uri_sans
+                .iter()
+                .filter_map(|u| Uri::parse(u).ok())
+                .collect(),
+        }
+    }
+}
+
 impl SanPattern {
     /// True when one of the certificate's SANs matches. Certificate SANs that
     /// themselves hold a wildcard never match: a wildcard is not an identity.
     pub fn matches(&self, cert: &CertInfo) -> bool {
+        self.matches_names(&Names::of(cert))
+    }
+
+    fn matches_names(&self, names: &Names<'_>) -> bool {
         match self {
-            SanPattern::Dns(want) => cert
-                .dns_sans
-                .iter()
-                .any(|d| !d.contains('*') && d.eq_ignore_ascii_case(want)),
-            SanPattern::WildcardDns(suffix) => cert.dns_sans.iter().any(|d| {
-                let d = d.to_ascii_lowercase();
-                match d.strip_suffix(suffix.as_str()) {
-                    Some(label) => {
-                        !label.is_empty() && !label.contains('.') && !label.contains('*')
-                    }
-                    None => false,
-                }
-            }),
-            SanPattern::Uri(want) => cert.uri_sans.iter().any(|u| u == want),
+            // The pattern is a valid name, so no SAN holding a '*' equals it.
+            SanPattern::Dns(want) => names.dns.iter().any(|d| d.eq_ignore_ascii_case(want)),
+            SanPattern::WildcardDns(suffix) => {
+                names.dns.iter().any(|d| dns::wildcard_matches(suffix, d))
+            }
+            SanPattern::Uri(want) => names.uris.iter().any(|u| want.matches(u)),
         }
     }
 }
@@ -202,7 +241,10 @@ impl SanPolicy {
     pub fn allows(&self, cert: &CertInfo) -> bool {
         match self {
             SanPolicy::Any => true,
-            SanPolicy::OneOf(p) => p.iter().any(|p| p.matches(cert)),
+            SanPolicy::OneOf(p) => {
+                let names = Names::of(cert);
+                p.iter().any(|p| p.matches_names(&names))
+            }
         }
     }
 
@@ -263,10 +305,111 @@ mod tests {
         assert!(!p.matches(&cert(&["spiffe://td/ns/a/sa/b"], &[])));
     }
 
+    fn refusal(s: &str) -> String {
+        s.parse::<SanPattern>().expect_err(s).to_string()
+    }
+
     #[test]
-    fn bad_patterns_are_refused() {
-        assert!("a*.b.c".parse::<SanPattern>().is_err());
-        assert!("*.single".parse::<SanPattern>().is_err());
-        assert!("bad name".parse::<SanPattern>().is_err());
+    fn bad_patterns_are_refused_naming_the_pattern_and_the_reason() {
+        for (input, why) in [
+            ("x.svc.", "trailing '.'"),
+            ("name.", "trailing '.'"),
+            ("*.svc.", "trailing '.'"),
+            ("*.env-1.svc.", "trailing '.'"),
+            ("a*.b.c", "whole leftmost label"),
+            ("a.*.c", "whole leftmost label"),
+            ("*", "whole leftmost label"),
+            ("**.b.c", "whole leftmost label"),
+            ("*.*.c", "whole leftmost label"),
+            ("*.single", "at least two labels"),
+            ("*.", "empty name"),
+            ("*..b", "empty label"),
+            ("bad name", "a-z, 0-9 and '-'"),
+            ("a_b.svc", "a-z, 0-9 and '-'"),
+            ("", "empty name"),
+            ("host.svc:6877", "neither a DNS name nor a URI"),
+            ("urn:spiffe:td", "neither a DNS name nor a URI"),
+            ("td/ns/a", "neither a DNS name nor a URI"),
+            ("spiffe:/td/a", "neither a DNS name nor a URI"),
+            ("spiffe://td/a/", "empty path segment"),
+            ("https://", "authority"),
+            ("spiffe://td:80/a", "trust domain"),
+        ] {
+            let msg = refusal(input);
+            assert!(
+                msg.contains(&format!("{input:?}")) && msg.contains(why),
+                "{input}: {msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn wildcard_length_counts_the_label_it_stands_for() {
+        // "x." + 251 characters is the longest name the wildcard can match.
+        let l63 = "a".repeat(63);
+        let suffix = format!("{l63}.{l63}.{l63}.{}", "b".repeat(59));
+        assert_eq!(suffix.len(), 251);
+        let p = pat(&format!("*.{suffix}"));
+        assert!(p.matches(&cert(&[&format!("x.{suffix}")], &[])));
+        assert!(refusal(&format!("*.{suffix}b")).contains("longer than 253"));
+        assert!(format!("{suffix}b").parse::<SanPattern>().is_ok());
+    }
+
+    #[test]
+    fn patterns_are_normalised() {
+        assert_eq!(
+            pat("Controller.ENV-1.svc"),
+            SanPattern::Dns("controller.env-1.svc".into())
+        );
+        assert_eq!(
+            pat("*.ENV-1.svc"),
+            SanPattern::WildcardDns(".env-1.svc".into())
+        );
+        assert_eq!(pat("*.ENV-1.svc").to_string(), "*.env-1.svc");
+        assert_eq!(
+            pat("Controller.ENV-1.svc").to_string(),
+            "controller.env-1.svc"
+        );
+        assert_eq!(
+            pat("SPIFFE://TD/ns/*/**").to_string(),
+            "spiffe://td/ns/*/**"
+        );
+        assert_eq!(
+            serde_json::to_string(&pat("*.Svc.local")).unwrap(),
+            "\"*.svc.local\""
+        );
+    }
+
+    #[test]
+    fn dns_and_uri_sans_never_cross() {
+        assert!(!pat("td.example").matches(&cert(&[], &["spiffe://td.example"])));
+        assert!(!pat("spiffe://td.example").matches(&cert(&["td.example"], &[])));
+        assert!(!pat("*.example.com").matches(&cert(&[], &["https://a.example.com"])));
+    }
+
+    #[test]
+    fn uri_patterns_match_through_the_certificate() {
+        let p = pat("spiffe://td/ns/*/sa/x");
+        assert!(p.matches(&cert(&[], &["spiffe://td/ns/a/sa/x"])));
+        assert!(!p.matches(&cert(&[], &["spiffe://td/ns/a/b/sa/x"])));
+        // One unparsable URI SAN does not hide a good one beside it.
+        assert!(p.matches(&cert(
+            &[],
+            &["spiffe://td/ns//sa/x", "spiffe://td/ns/b/sa/x"]
+        )));
+        assert!(!p.matches(&cert(&[], &["spiffe://td/ns/%61/sa/x"])));
+    }
+
+    #[test]
+    fn policy_any_of_its_patterns() {
+        let policy = SanPolicy::OneOf(vec![pat("a.svc"), pat("spiffe://td/**")]);
+        assert!(policy.allows(&cert(&["a.svc"], &[])));
+        assert!(policy.allows(&cert(&["b.svc"], &["spiffe://td/x"])));
+        assert!(!policy.allows(&cert(&["b.svc"], &["spiffe://td"])));
+        assert!(!policy.allows(&cert(&[], &[])));
+        assert_eq!(policy.patterns().len(), 2);
+        assert!(!SanPolicy::OneOf(vec![]).allows(&cert(&["a.svc"], &[])));
+        assert!(SanPolicy::Any.allows(&cert(&[], &[])));
+        assert!(SanPolicy::Any.patterns().is_empty());
     }
 }
