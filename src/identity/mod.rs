@@ -260,6 +260,7 @@ impl SanPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pki::{DevCa, LeafSpec, Role};
 
     fn cert(dns: &[&str], uri: &[&str]) -> CertInfo {
         CertInfo {
@@ -277,6 +278,55 @@ mod tests {
 
     fn pat(s: &str) -> SanPattern {
         s.parse().unwrap()
+    }
+
+    fn issue(role: Role, uris: &[&str], from: i64, to: i64) -> CertInfo {
+        let ca = DevCa::new("unit CA", 1).unwrap();
+        let mut spec =
+            LeafSpec::dns("Ctl.Env-1.svc", role, 1).valid(epoch_to_time(from), epoch_to_time(to));
+        spec.uris = uris.iter().map(|u| u.to_string()).collect();
+        CertInfo::parse(&ca.issue(&spec).unwrap().cert_der).unwrap()
+    }
+
+    #[test]
+    fn parse_reads_names_usage_and_validity() {
+        let info = issue(
+            Role::Server,
+            &["spiffe://td/a"],
+            1_700_000_000,
+            1_800_000_000,
+        );
+        assert_eq!(info.dns_sans, ["ctl.env-1.svc"]);
+        assert_eq!(info.uri_sans, ["spiffe://td/a"]);
+        assert_eq!(info.sans(), ["ctl.env-1.svc", "spiffe://td/a"]);
+        assert_eq!(info.subject, "CN=Ctl.Env-1.svc");
+        assert!(info.serial.len() >= 16, "{}", info.serial);
+        assert_eq!(info.not_before, 1_700_000_000);
+        assert_eq!(info.not_after, 1_800_000_000);
+        assert_eq!(info.not_after_time(), epoch_to_time(1_800_000_000));
+        assert!((info.server_auth, info.client_auth, info.any_usage) == (true, false, false));
+        let info = issue(Role::Client, &[], 0, 1);
+        assert!((info.server_auth, info.client_auth, info.any_usage) == (false, true, false));
+        assert!(info.uri_sans.is_empty());
+        let garbage = CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x01]);
+        assert!(CertInfo::parse(&garbage).is_err());
+    }
+
+    #[test]
+    fn validity_window_includes_both_ends() {
+        let info = issue(Role::Client, &[], 1_000, 2_000);
+        assert!(!info.valid_at(epoch_to_time(999)));
+        assert!(info.valid_at(epoch_to_time(1_000)));
+        assert!(info.valid_at(epoch_to_time(2_000)));
+        assert!(!info.valid_at(epoch_to_time(2_001)));
+    }
+
+    #[test]
+    fn epoch_conversions_clamp_at_the_epoch() {
+        assert_eq!(epoch_to_time(7), UNIX_EPOCH + Duration::from_secs(7));
+        assert_eq!(epoch_to_time(-7), UNIX_EPOCH);
+        assert_eq!(time_to_epoch(UNIX_EPOCH + Duration::from_secs(7)), 7);
+        assert_eq!(time_to_epoch(UNIX_EPOCH - Duration::from_secs(7)), 0);
     }
 
     #[test]

@@ -182,17 +182,15 @@ fn check_authority(authority: &str) -> Result<String, String> {
 /// RFC 3986 `pchar` without `*`: unreserved, sub-delims, `:`, `@`, and
 /// well-formed percent-escapes.
 fn pchars_ok(seg: &[u8]) -> bool {
-    let mut i = 0;
-    while let Some(&b) = seg.get(i) {
-        if b == b'%' {
-            let hex = |j: usize| seg.get(j).is_some_and(|h| h.is_ascii_hexdigit());
-            if !(hex(i + 1) && hex(i + 2)) {
-                return false;
-            }
-            i += 3;
-        } else if b.is_ascii_alphanumeric() || b"-._~!$&'()+,;=:@".contains(&b) {
-            i += 1;
+    let hex = |h: Option<&u8>| h.is_some_and(u8::is_ascii_hexdigit);
+    let mut bytes = seg.iter();
+    while let Some(&b) = bytes.next() {
+        let ok = if b == b'%' {
+            hex(bytes.next()) && hex(bytes.next())
         } else {
+            b.is_ascii_alphanumeric() || b"-._~!$&'()+,;=:@".contains(&b)
+        };
+        if !ok {
             return false;
         }
     }
