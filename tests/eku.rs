@@ -9,12 +9,8 @@
 //! refuses to start with an identity whose usage does not fit its own mode.
 
 mod common;
-#[allow(dead_code)]
-#[path = "admin/expo.rs"]
-mod expo;
-#[allow(dead_code)]
-#[path = "admin/http.rs"]
-mod http;
+
+use common::http;
 
 use std::time::{Duration, Instant};
 

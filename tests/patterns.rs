@@ -12,12 +12,8 @@
 //! sidecar.
 
 mod common;
-#[allow(dead_code)]
-#[path = "admin/expo.rs"]
-mod expo;
-#[allow(dead_code)]
-#[path = "admin/http.rs"]
-mod http;
+
+use common::http;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
