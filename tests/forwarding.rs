@@ -321,7 +321,12 @@ async fn stalled_handshakes_time_out() {
     // Refusal lines are rate-limited per reason (docs/logging.md): the
     // lines plus the "suppressed N" summaries account for every one.
     eventually("50 timeout refusals accounted for", || {
-        let logged = srv.sidecar.warn_reason("timeout");
+        let logged: Vec<_> = srv
+            .sidecar
+            .warn_lines(&["handshake refused"])
+            .into_iter()
+            .filter(|l| has_field(l, "reason", "timeout"))
+            .collect();
         let suppressed: u64 = srv
             .sidecar
             .warn_lines(&["handshake refusals suppressed"])
