@@ -188,6 +188,7 @@ impl Prepared {
             reload_interval,
             drain_timeout,
         } = self;
+        crate::metrics::spawn_process_refresh();
         let mut listening = Vec::with_capacity(bound.len());
         for (route, listener) in bound {
             let listener = listener.into_tokio().map_err(|source| {

@@ -228,16 +228,29 @@ fn process_metrics() {
     let collector = metrics_process::Collector::default();
     collector.describe();
     collector.collect();
-    if let Ok(rt) = tokio::runtime::Handle::try_current() {
-        rt.spawn(async move {
-            let mut tick = tokio::time::interval(PROCESS_INTERVAL);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                collector.collect();
-            }
-        });
+}
+
+/// Starts the task refreshing the process metrics every
+/// [`PROCESS_INTERVAL`] on the running runtime (once per process; the
+/// metrics are installed before the runtime exists, so the app calls this
+/// when it starts serving).
+pub fn spawn_process_refresh() {
+    static STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    if STARTED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return;
     }
+    rt.spawn(async move {
+        let collector = metrics_process::Collector::default();
+        let mut tick = tokio::time::interval(PROCESS_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            collector.collect();
+        }
+    });
 }
 
 /// The version of package `name` in a Cargo.lock, at compile time. Fails

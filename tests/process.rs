@@ -343,10 +343,9 @@ async fn sigint_drains_and_the_drain_timeout_closes_what_is_left() {
         let _ = tokio::io::copy(&mut r, &mut w).await;
     });
     assert_eq!(roundtrip(&mut live, b"before").await, b"before");
-    // A second authenticated connection, stuck connecting to the target,
-    // which the drain cannot close: after the timeout the sidecar waits on
-    // it a little longer, and the admin endpoint stays up meanwhile, so the
-    // counters can be read rather than raced against the exit.
+    // A second authenticated connection, stuck connecting to the target:
+    // the drain timeout closes it too (a connect in progress listens for
+    // the close signal).
     target.fill();
     let _stuck = tls_connect(&addr, REPLICA, cfg).await.unwrap();
     let deadline = Instant::now() + DEADLINE;
@@ -374,12 +373,14 @@ async fn sigint_drains_and_the_drain_timeout_closes_what_is_left() {
         waited >= Duration::from_secs(1),
         "closed {waited:?} into the drain"
     );
-    // ...counted on /metrics...
-    let m = server.wait_closed("server", "drain", 1.0).await;
-    assert_eq!(
-        m.get(CLOSED, &[("route", "server"), ("reason", "completed")]),
-        0.0
-    );
+    // Both connections are closed as `drain` (the one still connecting to
+    // the target before it was forwarded). The counter is not scraped here:
+    // the admin endpoint stops with the process once nothing is left, so a
+    // scrape would race the exit (tests/limits.rs and the close-reason
+    // tests read counters on a live process).
+    server
+        .wait_log(&["connection closed before forwarding", "reason=\"drain\""])
+        .await;
     // ...and the process still exits 0.
     let (code, logs) = server.wait_exit().await;
     assert_eq!(code, Some(0), "{}", logs.join("\n"));
