@@ -67,7 +67,12 @@ fn push_tlv(out: &mut Vec<u8>, kind: u8, value: &[u8]) {
 
 /// Encodes the header.
 pub fn encode(h: &Handoff) -> io::Result<Vec<u8>> {
-    let mut b = match h.addresses {
+    // An IPv4 peer on a dual-stack listener is written as IPv4.
+    let addresses = h.addresses.map(|(src, dst)| {
+        let canon = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
+        (canon(src), canon(dst))
+    });
+    let mut b = match addresses {
         // Mixed families cannot be expressed; say nothing rather than
         // something wrong.
         Some((src, dst)) if src.is_ipv4() == dst.is_ipv4() => {
@@ -87,7 +92,15 @@ pub fn encode(h: &Handoff) -> io::Result<Vec<u8>> {
     if let Some(m) = &h.matched {
         b = b.write_tlv(TYPE_MATCHED, m.as_bytes())?;
     }
-    b = b.write_tlv(TYPE_SANS, h.sans.join("\n").as_bytes())?;
+    // One SAN per line: a SAN holding a control character (IA5 allows
+    // them) could forge a second line, so such a SAN is left out.
+    let sans: Vec<&str> = h
+        .sans
+        .iter()
+        .map(String::as_str)
+        .filter(|s| !s.chars().any(char::is_control))
+        .collect();
+    b = b.write_tlv(TYPE_SANS, sans.join("\n").as_bytes())?;
     b.build()
 }
 
@@ -270,6 +283,32 @@ mod tests {
             assert_eq!(parsed.command, Command::Local);
             assert!(matches!(parsed.addresses, Addresses::Unspecified));
         }
+    }
+
+    #[test]
+    fn mapped_addresses_are_ipv4_and_control_characters_cannot_forge_a_san() {
+        let h = Handoff {
+            addresses: Some((
+                "[::ffff:10.0.0.7]:1".parse().unwrap(),
+                "[::ffff:10.0.0.2]:2".parse().unwrap(),
+            )),
+            unique_id: "1".into(),
+            sans: vec![
+                "controller.env-1.svc".into(),
+                "spiffe://td/a\nspiffe://td/admin".into(),
+            ],
+            ..Default::default()
+        };
+        let bytes = encode(&h).unwrap();
+        let parsed = Header::try_from(bytes.as_slice()).unwrap();
+        assert!(
+            matches!(parsed.addresses, Addresses::IPv4(_)),
+            "{:?}",
+            parsed.addresses
+        );
+        let t = tlvs(&parsed);
+        let sans = t.iter().find(|(k, _)| *k == TYPE_SANS).unwrap();
+        assert_eq!(sans.1, b"controller.env-1.svc");
     }
 
     #[test]

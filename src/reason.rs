@@ -137,6 +137,9 @@ pub enum CloseReason {
     Lifetime,
     /// Still open when the drain timeout ran out at shutdown.
     Drain,
+    /// Authenticated but closed while waiting for a `--max-connections`
+    /// slot, to keep that queue within `--max-handshakes`.
+    Overload,
     /// Transparent routes: the original destination matches no rule, or
     /// the connection was not redirected; never forwarded.
     NoDestination,
@@ -144,7 +147,7 @@ pub enum CloseReason {
 
 impl CloseReason {
     /// Every value, for pre-registering metric series at zero.
-    pub const ALL: [CloseReason; 10] = [
+    pub const ALL: [CloseReason; 11] = [
         CloseReason::Completed,
         CloseReason::PeerError,
         CloseReason::TargetError,
@@ -155,6 +158,7 @@ impl CloseReason {
         CloseReason::Lifetime,
         CloseReason::Drain,
         CloseReason::NoDestination,
+        CloseReason::Overload,
     ];
 
     /// The label value.
@@ -170,6 +174,7 @@ impl CloseReason {
             CloseReason::Lifetime => "lifetime",
             CloseReason::Drain => "drain",
             CloseReason::NoDestination => "no_destination",
+            CloseReason::Overload => "overload",
         }
     }
 }

@@ -336,16 +336,26 @@ impl Route {
         else {
             return;
         };
-        drop(ticket);
         tls.get_mut().0.lift();
         if let Some(p) = tls.get_ref().1.alpn_protocol() {
             debug!(route = %self.cfg.name, conn = reg.conn.id, alpn = %String::from_utf8_lossy(p), "ALPN negotiated");
         }
-        let Some(_slot) = self.take_slot(&reg).await else {
+        // The ticket is kept while waiting for a slot: authenticated
+        // connections queued behind a full route stay bounded by
+        // --max-handshakes (the oldest closed as overload), never unbounded.
+        let slot = self.take_slot(&reg, &ticket).await;
+        drop(ticket);
+        let Some(_slot) = slot else {
+            // Closed before forwarding: let go only after any incumbent this
+            // one displaced, so a newcomer waiting on this connection waits
+            // on the whole displacement chain.
+            if let Some(old) = &displaced {
+                self.await_displaced(old).await;
+            }
             return;
         };
-        if let Some(old) = displaced {
-            self.await_displaced(&old).await;
+        if let Some(old) = &displaced {
+            self.await_displaced(old).await;
         }
         let connect = self
             .cfg
@@ -459,17 +469,26 @@ impl Route {
 
     /// Waits for one of the `--max-connections` slots, unless the
     /// connection is told to close first.
-    async fn take_slot(&self, reg: &Registration) -> Option<OwnedSemaphorePermit> {
+    async fn take_slot(&self, reg: &Registration, ticket: &Ticket) -> Option<OwnedSemaphorePermit> {
         if let Ok(p) = self.slots.clone().try_acquire_owned() {
             return Some(p);
         }
         debug!(route = %self.cfg.name, peer = %reg.conn.peer_addr, "all --max-connections slots taken; waiting for one");
         tokio::select! {
-            p = self.slots.clone().acquire_owned() => p.ok(),
+            biased;
             reason = reg.conn.signal.closed() => {
                 self.closed_early(reg, reason);
                 None
             }
+            reason = ticket.stopped() => {
+                let close = match reason {
+                    FailureReason::Overload => CloseReason::Overload,
+                    _ => CloseReason::Drain,
+                };
+                self.closed_early(reg, close);
+                None
+            }
+            p = self.slots.clone().acquire_owned() => p.ok(),
         }
     }
 
@@ -506,15 +525,19 @@ impl Route {
         let started = Instant::now();
         let bounded = async {
             tokio::select! {
+                // A stop (overload, or the drain running out) wins over a
+                // handshake finishing in the same poll: nothing registers
+                // after the drain closed everything.
+                biased;
+                reason = ticket.stopped() => Err((reason, match reason {
+                    FailureReason::Overload => "closed to admit a newer handshake (--max-handshakes reached)",
+                    _ => "closed: the drain timeout ran out before the handshake finished",
+                }.to_string())),
                 r = tokio::time::timeout(self.cfg.handshake_timeout, handshake) => match r {
                     Ok(Ok(stream)) => Ok(stream),
                     Ok(Err(e)) => Err((FailureReason::from_io(&e), e.to_string())),
                     Err(_) => Err((FailureReason::Timeout, "handshake timed out".to_string())),
                 },
-                reason = ticket.stopped() => Err((reason, match reason {
-                    FailureReason::Overload => "closed to admit a newer handshake (--max-handshakes reached)",
-                    _ => "closed: the drain timeout ran out before the handshake finished",
-                }.to_string())),
             }
         };
         let (result, report) = with_report(bounded).await;

@@ -408,7 +408,12 @@ fn restrict(plan: &Plan, mode: SandboxMode) -> Result<SandboxStatus, SandboxErro
         .iter()
         .chain(&plan.read_files)
         .map(|p| (p, true))
-        .chain(plan.socket_dirs.iter().map(|p| (p, false)));
+        // Unix sockets are created (and a stale one removed) before the
+        // sandbox exists; after it, nothing may create or remove a file.
+        // Landlock's RemoveFile would cover every file of those
+        // directories, so the socket directories get no right at all and
+        // are listed for /status only.
+        .chain(std::iter::empty::<(&PathBuf, bool)>());
     for (path, read) in fs_rules {
         let fd = match PathFd::new(path) {
             Ok(fd) => fd,
