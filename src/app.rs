@@ -14,7 +14,7 @@ use tracing::{info, warn};
 use crate::addr::Addr;
 use crate::config::{Mode, Settings};
 use crate::credentials::{CredError, CredentialStore};
-use crate::reason::CloseReason;
+use crate::reason::{CloseReason, FailureReason};
 use crate::route::{Route, RouteError};
 use crate::shared::Shared;
 
@@ -49,8 +49,14 @@ pub struct Running {
     pub shared: Arc<Shared>,
     /// The admin listener's bound address, when enabled.
     pub admin: Option<Addr>,
+    /// Stops the accept loops (the drain begins).
     stop: watch::Sender<bool>,
+    /// Stops what must keep running through the drain: the credential
+    /// pollers and the trust watchers, which revoke live connections.
+    halt: watch::Sender<bool>,
     admin_stop: watch::Sender<bool>,
+    /// Set when a route's accept loop ended without being asked to.
+    failed: watch::Receiver<Option<String>>,
     wakes: Vec<Arc<Notify>>,
     tasks: Vec<JoinHandle<()>>,
     drain_timeout: Duration,
@@ -90,7 +96,9 @@ pub async fn start(settings: Settings) -> Result<Running, StartError> {
         None => None,
     };
     let (stop, _) = watch::channel(false);
+    let (halt, _) = watch::channel(false);
     let (admin_stop, _) = watch::channel(false);
+    let (failed_tx, failed) = watch::channel(None);
     let shared = Arc::new(Shared {
         routes: bound.iter().map(|(r, _)| r.clone()).collect(),
         stores: stores.clone(),
@@ -109,13 +117,27 @@ pub async fn start(settings: Settings) -> Result<Running, StartError> {
             all.clone(),
             settings.reload_interval,
             wake,
-            stop.subscribe(),
+            halt.subscribe(),
         )));
     }
     for (route, listener) in bound {
-        tasks.push(tokio::spawn(route.clone().watch_trust(stop.subscribe())));
-        tasks.push(tokio::spawn(route.serve(listener, stop.subscribe())));
+        tasks.push(tokio::spawn(route.clone().watch_trust(halt.subscribe())));
+        let name = route.cfg.name.clone();
+        let serving = tokio::spawn(route.serve(listener, stop.subscribe()));
+        tasks.push(tokio::spawn(supervise_route(
+            name,
+            serving,
+            stop.subscribe(),
+            failed_tx.clone(),
+        )));
     }
+    let routes = shared.routes.clone();
+    tasks.push(tokio::spawn(crate::memtrim::run(move || {
+        routes
+            .iter()
+            .map(|r| r.pending.len().saturating_add(r.registry.len()))
+            .fold(0, usize::saturating_add)
+    })));
     let admin = match admin_listener {
         Some(l) => {
             let addr = l.local_addr().ok();
@@ -135,11 +157,42 @@ pub async fn start(settings: Settings) -> Result<Running, StartError> {
         shared,
         admin,
         stop,
+        halt,
         admin_stop,
+        failed,
         wakes,
         tasks,
         drain_timeout: settings.drain_timeout,
     })
+}
+
+/// Waits on a route's accept loop; if it ends while nobody asked it to (a
+/// panic, an unexpected return), reports that through `failed` so the
+/// process exits 1 and the orchestrator restarts it.
+async fn supervise_route(
+    name: String,
+    serving: JoinHandle<()>,
+    stop: watch::Receiver<bool>,
+    failed: watch::Sender<Option<String>>,
+) {
+    let outcome = serving.await;
+    if *stop.borrow() {
+        return;
+    }
+    let why = match outcome {
+        Ok(()) => "its accept loop returned".to_string(),
+        Err(e) if e.is_panic() => {
+            let payload = e.into_panic();
+            let msg = payload
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| payload.downcast_ref::<&str>().copied())
+                .unwrap_or("(no message)");
+            format!("its accept loop panicked: {msg}")
+        }
+        Err(e) => format!("its accept loop ended: {e}"),
+    };
+    failed.send_replace(Some(format!("route {name:?} stopped accepting: {why}")));
 }
 
 /// The roles the already-bound routes of `store` play: (server, client).
@@ -168,6 +221,20 @@ impl Running {
             .map(|r| r.bound.clone())
     }
 
+    /// Resolves with a description when a route stops accepting on its own.
+    pub async fn failure(&self) -> String {
+        let mut rx = self.failed.clone();
+        let why = match rx.wait_for(Option::is_some).await {
+            Ok(v) => v.clone(),
+            Err(_) => None,
+        };
+        match why {
+            Some(why) => why,
+            // The senders live in the supervisors; all gone means never.
+            None => std::future::pending().await,
+        }
+    }
+
     /// Polls every credential source at once (SIGHUP).
     pub fn reload_now(&self) {
         for w in &self.wakes {
@@ -175,25 +242,34 @@ impl Running {
         }
     }
 
-    /// Stops accepting, turns `/readyz` to 503, lets live connections finish
-    /// for up to the drain timeout, then closes the rest (`drain`).
+    /// Stops accepting, turns `/readyz` to 503, lets live connections and
+    /// the handshakes in flight finish for up to the drain timeout, then
+    /// closes the rest (`drain`). Revocation, peer expiry and lifetime stay
+    /// enforced throughout: the pollers and trust watchers stop last.
     pub async fn drain(self) {
         self.shared.draining.store(true, Ordering::SeqCst);
         let _ = self.stop.send(true);
         let live: usize = self.shared.routes.iter().map(|r| r.registry.len()).sum();
-        info!(live, timeout = ?self.drain_timeout, "draining");
-        let all_empty = || futures_wait_all(&self.shared.routes);
-        if tokio::time::timeout(self.drain_timeout, all_empty())
+        let handshakes: usize = self.shared.routes.iter().map(|r| r.pending.len()).sum();
+        info!(live, handshakes, timeout = ?self.drain_timeout, "draining");
+        let all_done = || wait_all_done(&self.shared.routes);
+        if tokio::time::timeout(self.drain_timeout, all_done())
             .await
             .is_err()
         {
             let left: usize = self.shared.routes.iter().map(|r| r.registry.len()).sum();
-            warn!(left, "drain timeout reached; closing remaining connections");
+            let handshakes: usize = self.shared.routes.iter().map(|r| r.pending.len()).sum();
+            warn!(
+                left,
+                handshakes, "drain timeout reached; closing remaining connections"
+            );
             for r in &self.shared.routes {
+                r.pending.stop_all(FailureReason::Timeout);
                 r.registry.close_all(CloseReason::Drain);
             }
-            let _ = tokio::time::timeout(Duration::from_secs(2), all_empty()).await;
+            let _ = tokio::time::timeout(Duration::from_secs(2), all_done()).await;
         }
+        let _ = self.halt.send(true);
         let _ = self.admin_stop.send(true);
         for t in self.tasks {
             t.abort();
@@ -202,7 +278,14 @@ impl Running {
     }
 }
 
-async fn futures_wait_all(routes: &[Arc<Route>]) {
+/// Resolves once no route has a handshake in flight or a live connection.
+/// A handshake that completes registers its connection before it leaves the
+/// pending set, so once the accept loops have stopped, "no handshakes, then
+/// no connections" means nothing is left.
+async fn wait_all_done(routes: &[Arc<Route>]) {
+    for r in routes {
+        r.pending.wait_empty().await;
+    }
     for r in routes {
         r.registry.wait_empty().await;
     }

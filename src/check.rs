@@ -9,12 +9,17 @@
 //! `--require-san`, `--min-validity`), and ends by running the sidecar's own
 //! loader so "all PASS" means "the sidecar will accept this".
 //!
+//! `check --secret FILE` (`-` for stdin) reads a Secret as kubectl prints
+//! it ([`secret`]) and checks its `type` and data keys before the same file
+//! checks, in memory.
+//!
 //! The checks themselves live in [`inspect`]; this file turns arguments into
 //! a [`Request`] and prints the [`Report`].
 
 mod expect;
 mod inspect;
 mod report;
+pub mod secret;
 
 use std::time::{Duration, SystemTime};
 
@@ -25,10 +30,24 @@ use crate::identity::SanPattern;
 
 pub use report::{Check, Report, Status};
 
+/// What `check` reads.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// A credential directory or three files.
+    Source(CredentialSource),
+    /// A printed Secret (`-` is stdin), and optionally the CA bundle from a
+    /// file instead of the Secret's own `ca.crt` (trust from a trust-manager
+    /// Bundle or any ConfigMap, projected beside the Secret).
+    Secret {
+        from: String,
+        ca: Option<std::path::PathBuf>,
+    },
+}
+
 /// What to check, validated from the command line.
 #[derive(Debug, Clone)]
 pub struct Request {
-    pub source: CredentialSource,
+    pub input: Input,
     pub require_sans: Vec<SanPattern>,
     pub role: Option<Role>,
     pub min_validity: Option<Duration>,
@@ -37,8 +56,10 @@ pub struct Request {
 /// A command line that cannot be checked (exit status 2).
 #[derive(Debug, thiserror::Error)]
 pub enum UsageError {
-    #[error("give --tls-dir DIR, or --cert FILE --key FILE --ca FILE")]
+    #[error("give --tls-dir DIR, or --cert FILE --key FILE --ca FILE, or --secret FILE")]
     NoCredentials,
+    #[error("--secret takes the identity from the Secret: give no --tls-dir, --cert or --key with it (--ca is allowed)")]
+    SecretConflict,
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error("--require-san: {0}")]
@@ -48,11 +69,24 @@ pub enum UsageError {
 impl Request {
     /// Validates the arguments; nothing is read from disk yet.
     pub fn from_args(args: &CheckArgs) -> Result<Request, UsageError> {
-        let source = args
-            .credentials
-            .spec()
-            .to_source("")?
-            .ok_or(UsageError::NoCredentials)?;
+        let creds = &args.credentials;
+        let input = match &args.secret {
+            Some(from) => {
+                if creds.tls_dir.is_some() || creds.cert.is_some() || creds.key.is_some() {
+                    return Err(UsageError::SecretConflict);
+                }
+                Input::Secret {
+                    from: from.clone(),
+                    ca: creds.ca.clone(),
+                }
+            }
+            None => Input::Source(
+                creds
+                    .spec()
+                    .to_source("")?
+                    .ok_or(UsageError::NoCredentials)?,
+            ),
+        };
         let require_sans = args
             .require_san
             .iter()
@@ -64,7 +98,7 @@ impl Request {
             .map(|s| parse_duration("--min-validity", s))
             .transpose()?;
         Ok(Request {
-            source,
+            input,
             require_sans,
             role: args.role,
             min_validity,
@@ -80,6 +114,9 @@ pub fn inspect(req: &Request, now: SystemTime) -> Report {
 /// Runs the checks and prints them; returns the exit status (0 all passed,
 /// 1 a check failed, 2 bad usage).
 pub fn run(args: &CheckArgs) -> u8 {
+    if args.spki {
+        return print_spki(args);
+    }
     let req = match Request::from_args(args) {
         Ok(r) => r,
         Err(e) => {
@@ -103,5 +140,42 @@ pub fn run(args: &CheckArgs) -> u8 {
         0
     } else {
         1
+    }
+}
+
+/// `check --spki`: the pin of the identity certificate (the first
+/// certificate of `tls.crt` or `--cert`).
+fn print_spki(args: &CheckArgs) -> u8 {
+    let creds = &args.credentials;
+    let path = match (&creds.tls_dir, &creds.cert) {
+        (Some(dir), None) => dir.join(crate::credentials::CERT_FILE),
+        (None, Some(cert)) => cert.clone(),
+        _ => {
+            eprintln!("error: --spki: give --tls-dir DIR or --cert FILE");
+            return 2;
+        }
+    };
+    let raw = match crate::credentials::read_file(&path) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 1;
+        }
+    };
+    use rustls_pki_types::pem::PemObject;
+    let first = rustls_pki_types::CertificateDer::pem_slice_iter(&raw.bytes).next();
+    let pin = match first {
+        Some(Ok(der)) => crate::pin::spki_sha256(der.as_ref()),
+        _ => None,
+    };
+    match pin {
+        Some(pin) => {
+            println!("{}", crate::pin::encode(&pin));
+            0
+        }
+        None => {
+            eprintln!("error: {}: no PEM certificate that parses", path.display());
+            1
+        }
     }
 }

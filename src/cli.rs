@@ -34,6 +34,8 @@ pub enum Command {
     Demo(DemoArgs),
     /// Probe a running sidecar's admin endpoint (for container HEALTHCHECKs).
     Health(HealthArgs),
+    /// Write files as a new revision of a directory, kubelet-style (atomic ..data swap).
+    Publish(PublishArgs),
 }
 
 /// Where credentials come from.
@@ -87,9 +89,15 @@ pub struct CommonArgs {
     /// Bound on connecting to the target.
     #[arg(long, value_name = "DUR", default_value = "5s")]
     pub connect_timeout: String,
-    /// Concurrent connections on the route.
+    /// Authenticated, forwarded connections at once on the route (more wait for a slot).
     #[arg(long, value_name = "N", default_value_t = 4096)]
-    pub max_connections: usize,
+    pub max_connections: u64,
+    /// Unauthenticated handshakes in flight on the route; when full, the oldest is closed.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_handshakes: u64,
+    /// Runtime worker threads [default: the CPUs this process may use].
+    #[arg(long, value_name = "N")]
+    pub worker_threads: Option<u64>,
     /// How often the credential files are polled.
     #[arg(long, value_name = "DUR", default_value = "1s")]
     pub reload_interval: String,
@@ -111,6 +119,9 @@ pub struct CommonArgs {
     /// How long a half-closed connection may stay quiet (tests only).
     #[arg(long, value_name = "DUR", hide = true)]
     pub half_close_linger: Option<String>,
+    /// ALPN protocol (repeatable): a server accepts only these (a peer offering none is still accepted); a client offers them.
+    #[arg(long, value_name = "PROTO")]
+    pub alpn: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -126,6 +137,12 @@ pub struct ServerArgs {
     /// Forward one connection at a time; an authenticated newcomer displaces the incumbent.
     #[arg(long)]
     pub exclusive: bool,
+    /// Pin the client's public key: base64 SHA-256 of its SubjectPublicKeyInfo (repeatable; in addition to CA and SAN).
+    #[arg(long, value_name = "B64")]
+    pub allow_spki_sha256: Vec<String>,
+    /// Write a PROXY protocol header (v2) with the peer's address and identity to the target first.
+    #[arg(long, value_name = "VERSION", value_parser = ["v2"])]
+    pub proxy_protocol: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -141,6 +158,9 @@ pub struct ClientArgs {
     /// Allow a plaintext listener on a non-loopback address.
     #[arg(long)]
     pub unsafe_listen: bool,
+    /// Pin the server's public key: base64 SHA-256 of its SubjectPublicKeyInfo (repeatable; in addition to CA and SAN).
+    #[arg(long, value_name = "B64")]
+    pub expect_spki_sha256: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -169,6 +189,16 @@ pub struct CheckArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
+    /// A Secret as `kubectl get secret NAME -o yaml|json` prints it (`-`:
+    /// stdin), checked for type kubernetes.io/tls and its keys; with --ca
+    /// the trust comes from that file instead of the Secret's ca.crt.
+    #[arg(long, value_name = "FILE|-")]
+    pub secret: Option<String>,
+    /// Print the identity certificate's public-key pin (base64 SHA-256 of its
+    /// SubjectPublicKeyInfo, for --allow-spki-sha256/--expect-spki-sha256)
+    /// instead of checking; --cert FILE alone is enough.
+    #[arg(long)]
+    pub spki: bool,
 }
 
 #[derive(Debug, Clone, Subcommand)]
@@ -242,9 +272,11 @@ impl CommonArgs {
             handshake_timeout: Some(self.handshake_timeout.clone()),
             connect_timeout: Some(self.connect_timeout.clone()),
             max_connections: Some(self.max_connections),
+            max_handshakes: Some(self.max_handshakes),
             max_connection_lifetime: self.max_connection_lifetime.clone(),
             tls_min_version: Some(self.tls_min_version.clone()),
             half_close_linger: self.half_close_linger.clone(),
+            alpn: self.alpn.clone(),
             ..Default::default()
         }
     }
@@ -255,6 +287,7 @@ impl CommonArgs {
             reload_interval: Some(self.reload_interval.clone()),
             trust_grace: Some(self.trust_grace.clone()),
             drain_timeout: Some(self.drain_timeout.clone()),
+            worker_threads: self.worker_threads,
             credentials: self.credentials.spec(),
             routes: vec![route],
         }
@@ -268,6 +301,8 @@ impl ServerArgs {
             allow_san: self.allow_san.clone(),
             allow_any_san: self.allow_any_san,
             exclusive: self.exclusive,
+            allow_spki_sha256: self.allow_spki_sha256.clone(),
+            proxy_protocol: self.proxy_protocol.clone(),
             ..self.common.route_spec(Mode::Server)
         };
         self.common.file_spec(route)
@@ -281,8 +316,27 @@ impl ClientArgs {
             server_name: self.server_name.clone(),
             expect_san: self.expect_san.clone(),
             unsafe_listen: self.unsafe_listen,
+            expect_spki_sha256: self.expect_spki_sha256.clone(),
             ..self.common.route_spec(Mode::Client)
         };
         self.common.file_spec(route)
     }
+}
+
+/// `publish --into DIR FILE...`.
+#[derive(Debug, Clone, Args)]
+pub struct PublishArgs {
+    /// The directory to publish into (the sidecar's --tls-dir); created if missing.
+    #[arg(long, value_name = "DIR")]
+    pub into: PathBuf,
+    /// Files of the new revision: PATH (published under its base name) or
+    /// NAME=PATH. Give every file: names the revision lacks are removed.
+    #[arg(value_name = "FILE", required = true)]
+    pub files: Vec<String>,
+    /// Permission bits of the published files (octal).
+    #[arg(long, value_name = "OCTAL", default_value = "0640")]
+    pub mode: String,
+    /// Publish even a credential revision the sidecar would reject.
+    #[arg(long)]
+    pub no_check: bool,
 }

@@ -19,6 +19,39 @@ pub const DEFAULT_HALF_CLOSE_LINGER: Duration = Duration::from_secs(60);
 /// The longest `--trust-grace` accepted: a removed CA must not linger.
 pub const MAX_TRUST_GRACE: Duration = Duration::from_secs(24 * 3600);
 
+/// Upper bounds on every count and duration, checked when flags or a file
+/// are read, so no value can make a later task panic or overflow (a
+/// semaphore's permit limit, an `Instant` plus a duration). Each is far
+/// beyond any sensible setting; README's configuration reference lists them.
+pub mod bounds {
+    use std::time::Duration;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+    const DAY: Duration = Duration::from_secs(24 * 3600);
+
+    /// `--max-connections`: authenticated, forwarded connections per route.
+    pub const MAX_CONNECTIONS: usize = 1_000_000;
+    /// `--max-handshakes`: unauthenticated handshakes in flight per route.
+    pub const MAX_HANDSHAKES: usize = 1_000_000;
+    /// `--worker-threads`.
+    pub const WORKER_THREADS: usize = 1024;
+    /// `--handshake-timeout`, `--connect-timeout`.
+    pub const TIMEOUT: Duration = HOUR;
+    /// `--reload-interval`.
+    pub const RELOAD_INTERVAL: Duration = HOUR;
+    /// `--drain-timeout`.
+    pub const DRAIN_TIMEOUT: Duration = HOUR;
+    /// `--max-connection-lifetime`.
+    pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
+    /// The hidden `--half-close-linger`.
+    pub const HALF_CLOSE_LINGER: Duration = DAY;
+}
+
+/// The default `--max-connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// The default `--max-handshakes`.
+pub const DEFAULT_MAX_HANDSHAKES: usize = 1024;
+
 /// Which side of the mutual TLS a route plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -74,11 +107,22 @@ pub struct RouteConfig {
     pub exclusive: bool,
     pub handshake_timeout: Duration,
     pub connect_timeout: Duration,
+    /// Authenticated, forwarded connections at once; more wait for a slot.
     pub max_connections: usize,
+    /// Unauthenticated handshakes in flight; when full the oldest is closed.
+    pub max_handshakes: usize,
     pub max_connection_lifetime: Option<Duration>,
     pub tls_min_version: TlsVersion,
     /// How long a half-closed connection may stay quiet before it is reaped.
     pub half_close_linger: Duration,
+    /// ALPN protocols: a server accepts only these (a peer offering none is
+    /// still accepted); a client offers them.
+    pub alpn: Vec<Vec<u8>>,
+    /// SHA-256 pins of the peer's SubjectPublicKeyInfo, checked in addition
+    /// to the chain and the SAN; empty: no pinning.
+    pub spki_pins: Vec<[u8; 32]>,
+    /// Server only: write a PROXY protocol v2 header to the target first.
+    pub proxy_protocol: bool,
     /// The credentials this route uses; routes naming the same source share
     /// one store.
     pub credentials: CredentialSource,
@@ -92,6 +136,8 @@ pub struct Settings {
     pub reload_interval: Duration,
     pub trust_grace: Duration,
     pub drain_timeout: Duration,
+    /// Runtime worker threads; `None`: the CPUs the process may use.
+    pub worker_threads: Option<usize>,
 }
 
 /// A configuration problem; the message names the flag, file or field.
@@ -140,12 +186,20 @@ pub struct RouteSpec {
     pub unsafe_listen: bool,
     pub handshake_timeout: Option<String>,
     pub connect_timeout: Option<String>,
-    pub max_connections: Option<usize>,
+    pub max_connections: Option<u64>,
+    pub max_handshakes: Option<u64>,
     pub max_connection_lifetime: Option<String>,
     pub tls_min_version: Option<String>,
     /// Hidden `--half-close-linger` (tests); not a config file field.
     #[serde(skip)]
     pub half_close_linger: Option<String>,
+    #[serde(default)]
+    pub alpn: Vec<String>,
+    #[serde(default)]
+    pub allow_spki_sha256: Vec<String>,
+    #[serde(default)]
+    pub expect_spki_sha256: Vec<String>,
+    pub proxy_protocol: Option<String>,
     #[serde(flatten)]
     pub credentials: CredentialSpec,
 }
@@ -168,6 +222,7 @@ pub struct FileSpec {
     pub reload_interval: Option<String>,
     pub trust_grace: Option<String>,
     pub drain_timeout: Option<String>,
+    pub worker_threads: Option<u64>,
     #[serde(flatten)]
     pub credentials: CredentialSpec,
     #[serde(default, rename = "route")]
@@ -179,16 +234,70 @@ pub fn parse_duration(field: &str, s: &str) -> Result<Duration, ConfigError> {
     humantime::parse_duration(s).map_err(|e| invalid(field, format!("{s:?}: {e}")))
 }
 
+/// Parses an optional duration that must lie in `min..=max`.
 fn opt_duration(
     field: &str,
     s: &Option<String>,
     default: Duration,
+    min: Duration,
+    max: Duration,
 ) -> Result<Duration, ConfigError> {
     match s {
-        Some(s) => parse_duration(field, s),
+        Some(s) => bounded_duration(field, s, min, max),
         None => Ok(default),
     }
 }
+
+/// Parses a duration that must lie in `min..=max`.
+fn bounded_duration(
+    field: &str,
+    s: &str,
+    min: Duration,
+    max: Duration,
+) -> Result<Duration, ConfigError> {
+    let d = parse_duration(field, s)?;
+    if d < min {
+        return Err(invalid(
+            field,
+            if min == Duration::from_millis(1) {
+                format!("{s:?}: must be greater than zero")
+            } else {
+                format!(
+                    "{s:?}: must be at least {}",
+                    humantime::format_duration(min)
+                )
+            },
+        ));
+    }
+    if d > max {
+        return Err(invalid(
+            field,
+            format!("{s:?}: at most {}", humantime::format_duration(max)),
+        ));
+    }
+    Ok(d)
+}
+
+/// A count that must lie in `1..=max`.
+fn bounded_count(
+    field: &str,
+    n: Option<u64>,
+    default: usize,
+    max: usize,
+) -> Result<usize, ConfigError> {
+    let Some(n) = n else {
+        return Ok(default);
+    };
+    if n == 0 {
+        return Err(invalid(field, "must be at least 1"));
+    }
+    match usize::try_from(n) {
+        Ok(n) if n <= max => Ok(n),
+        _ => Err(invalid(field, format!("{n}: at most {max}"))),
+    }
+}
+
+const NONZERO: Duration = Duration::from_millis(1);
 
 impl CredentialSpec {
     /// Resolves to a source; `prefix` qualifies field names in messages.
@@ -211,6 +320,42 @@ impl CredentialSpec {
             )),
         }
     }
+}
+
+/// Parses base64 SHA-256 SPKI pins (standard or URL-safe alphabet, padding
+/// optional).
+fn spki_pins(field: &str, list: &[String]) -> Result<Vec<[u8; 32]>, ConfigError> {
+    list.iter()
+        .map(|s| {
+            crate::pin::parse(s).ok_or_else(|| {
+                invalid(
+                    field,
+                    format!("{s:?} is not a base64 SHA-256 pin (44 characters)"),
+                )
+            })
+        })
+        .collect()
+}
+
+/// At most this many ALPN protocols, each 1..=255 bytes.
+pub const MAX_ALPN: usize = 32;
+
+fn alpn(field: &str, list: &[String]) -> Result<Vec<Vec<u8>>, ConfigError> {
+    if list.len() > MAX_ALPN {
+        return Err(invalid(field, format!("at most {MAX_ALPN} protocols")));
+    }
+    list.iter()
+        .map(|p| {
+            if p.is_empty() || p.len() > 255 {
+                Err(invalid(
+                    field,
+                    format!("{p:?}: a protocol name is 1 to 255 bytes"),
+                ))
+            } else {
+                Ok(p.as_bytes().to_vec())
+            }
+        })
+        .collect()
 }
 
 fn patterns(field: &str, list: &[String]) -> Result<Vec<SanPattern>, ConfigError> {
@@ -256,9 +401,13 @@ impl RouteSpec {
         let mut server_name = None;
         let peer_sans = match mode {
             Mode::Server => {
-                if !self.expect_san.is_empty() || self.server_name.is_some() || self.unsafe_listen {
+                if !self.expect_san.is_empty()
+                    || self.server_name.is_some()
+                    || self.unsafe_listen
+                    || !self.expect_spki_sha256.is_empty()
+                {
                     return Err(invalid(
-                        p("--expect-san/--server-name/--unsafe-listen"),
+                        p("--expect-san/--server-name/--unsafe-listen/--expect-spki-sha256"),
                         "only valid for client routes",
                     ));
                 }
@@ -279,9 +428,14 @@ impl RouteSpec {
                 }
             }
             Mode::Client => {
-                if !self.allow_san.is_empty() || self.allow_any_san || self.exclusive {
+                if !self.allow_san.is_empty()
+                    || self.allow_any_san
+                    || self.exclusive
+                    || self.proxy_protocol.is_some()
+                    || !self.allow_spki_sha256.is_empty()
+                {
                     return Err(invalid(
-                        p("--allow-san/--allow-any-san/--exclusive"),
+                        p("--allow-san/--allow-any-san/--exclusive/--proxy-protocol/--allow-spki-sha256"),
                         "only valid for server routes",
                     ));
                 }
@@ -323,16 +477,44 @@ impl RouteSpec {
                 SanPolicy::OneOf(expected)
             }
         };
-        let max_connections = self.max_connections.unwrap_or(4096);
-        if max_connections == 0 {
-            return Err(invalid(p("--max-connections"), "must be at least 1"));
-        }
+        let max_connections = bounded_count(
+            &p("--max-connections"),
+            self.max_connections,
+            DEFAULT_MAX_CONNECTIONS,
+            bounds::MAX_CONNECTIONS,
+        )?;
+        let max_handshakes = bounded_count(
+            &p("--max-handshakes"),
+            self.max_handshakes,
+            DEFAULT_MAX_HANDSHAKES,
+            bounds::MAX_HANDSHAKES,
+        )?;
         let tls_min_version = match &self.tls_min_version {
             Some(v) => v.parse().map_err(|e| invalid(p("--tls-min-version"), e))?,
             None => TlsVersion::Tls13,
         };
+        let spki_pins = match mode {
+            Mode::Server => spki_pins(&p("--allow-spki-sha256"), &self.allow_spki_sha256)?,
+            Mode::Client => spki_pins(&p("--expect-spki-sha256"), &self.expect_spki_sha256)?,
+        };
+        let proxy_protocol = match self.proxy_protocol.as_deref() {
+            None => false,
+            Some("v2") => true,
+            Some(other) => {
+                return Err(invalid(
+                    p("--proxy-protocol"),
+                    format!("{other:?}: the only version is v2"),
+                ))
+            }
+        };
+        let alpn = alpn(&p("--alpn"), &self.alpn)?;
         let max_connection_lifetime = match &self.max_connection_lifetime {
-            Some(s) => Some(parse_duration(&p("--max-connection-lifetime"), s)?),
+            Some(s) => Some(bounded_duration(
+                &p("--max-connection-lifetime"),
+                s,
+                NONZERO,
+                bounds::CONNECTION_LIFETIME,
+            )?),
             None => None,
         };
         Ok(RouteConfig {
@@ -347,20 +529,30 @@ impl RouteSpec {
                 &p("--handshake-timeout"),
                 &self.handshake_timeout,
                 Duration::from_secs(10),
+                NONZERO,
+                bounds::TIMEOUT,
             )?,
             connect_timeout: opt_duration(
                 &p("--connect-timeout"),
                 &self.connect_timeout,
                 Duration::from_secs(5),
+                NONZERO,
+                bounds::TIMEOUT,
             )?,
             max_connections,
+            max_handshakes,
             max_connection_lifetime,
             tls_min_version,
             half_close_linger: opt_duration(
                 &p("--half-close-linger"),
                 &self.half_close_linger,
                 DEFAULT_HALF_CLOSE_LINGER,
+                NONZERO,
+                bounds::HALF_CLOSE_LINGER,
             )?,
+            alpn,
+            spki_pins,
+            proxy_protocol,
             credentials,
         })
     }
@@ -388,7 +580,13 @@ impl FileSpec {
             }
             routes.push(route);
         }
-        let trust_grace = opt_duration("--trust-grace", &self.trust_grace, Duration::ZERO)?;
+        let trust_grace = opt_duration(
+            "--trust-grace",
+            &self.trust_grace,
+            Duration::ZERO,
+            Duration::ZERO,
+            Duration::MAX,
+        )?;
         if trust_grace > MAX_TRUST_GRACE {
             return Err(invalid(
                 "--trust-grace",
@@ -399,10 +597,18 @@ impl FileSpec {
             "--reload-interval",
             &self.reload_interval,
             Duration::from_secs(1),
+            NONZERO,
+            bounds::RELOAD_INTERVAL,
         )?;
-        if reload_interval.is_zero() {
-            return Err(invalid("--reload-interval", "must be greater than zero"));
-        }
+        let worker_threads = match self.worker_threads {
+            Some(n) => Some(bounded_count(
+                "--worker-threads",
+                Some(n),
+                1,
+                bounds::WORKER_THREADS,
+            )?),
+            None => None,
+        };
         let admin = match &self.admin {
             Some(a) => Some(a.parse().map_err(|e| invalid("--admin", e))?),
             None => None,
@@ -416,7 +622,10 @@ impl FileSpec {
                 "--drain-timeout",
                 &self.drain_timeout,
                 Duration::from_secs(30),
+                Duration::ZERO,
+                bounds::DRAIN_TIMEOUT,
             )?,
+            worker_threads,
         })
     }
 

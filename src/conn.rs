@@ -50,6 +50,19 @@ pub struct LiveConn {
     pub chain: Vec<CertificateDer<'static>>,
     pub opened: Instant,
     pub signal: CloseSignal,
+    /// Turns true once the connection's task has let go of both sockets
+    /// (its registration dropped): an `--exclusive` newcomer waits for it
+    /// before dialing the target.
+    finished: watch::Sender<bool>,
+}
+
+impl LiveConn {
+    /// Resolves once the connection is gone, both sockets closed.
+    pub async fn finished(&self) {
+        let mut rx = self.finished.subscribe();
+        // The sender lives as long as self.
+        let _ = rx.wait_for(|f| *f).await;
+    }
 }
 
 #[derive(Debug, Default)]
@@ -97,6 +110,7 @@ impl Drop for Registration {
         }
         let n = inner.live.len();
         drop(inner);
+        self.conn.finished.send_replace(true);
         self.registry.count.send_replace(n);
     }
 }
@@ -122,6 +136,7 @@ impl Registry {
             chain,
             opened: Instant::now(),
             signal: CloseSignal::default(),
+            finished: watch::channel(false).0,
         });
         let mut inner = self.lock();
         inner.live.insert(conn.id, conn.clone());
@@ -135,7 +150,8 @@ impl Registry {
     }
 
     /// Makes `reg` the one connection an `--exclusive` route forwards. The
-    /// previous incumbent is returned, already told to close as `displaced`.
+    /// previous incumbent is returned, already told to close as `displaced`;
+    /// the newcomer must await its [`LiveConn::finished`] before dialing.
     pub fn promote(&self, reg: &Registration) -> Option<Arc<LiveConn>> {
         let displaced = self.lock().incumbent.replace(reg.conn.clone());
         if let Some(old) = &displaced {

@@ -3,9 +3,13 @@
 //! The container image has no shell, curl or wget, so a Docker/Podman
 //! `HEALTHCHECK` (or a systemd watchdog script) runs the binary itself. It
 //! sends one HTTP/1.1 GET with `Connection: close` over TCP or a Unix
-//! socket, bounded by a timeout, prints the status line (and the first body
-//! line, which for `/readyz` is the reason) and exits 0 on 200, 1 otherwise,
-//! 2 on bad usage.
+//! socket, bounded by a timeout and a size cap, and exits 0 on 200, 1
+//! otherwise, 2 on bad usage. It prints the status line and the whole body:
+//! a one-line body (`/readyz`'s reason) on the status line after a colon,
+//! anything longer (`/status`, `/metrics`) on the lines after it, so
+//! `kubectl exec POD -c mtls-sidecar -- mtls-sidecar health --path /status`
+//! shows the whole document. Control characters in the body are escaped
+//! before they reach a terminal.
 
 use std::time::Duration;
 
@@ -14,9 +18,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::addr::Addr;
 use crate::cli::HealthArgs;
 
-/// The most of an answer read; a probe needs the status line, not a
-/// whole `/metrics` page.
-const MAX_ANSWER: u64 = 64 * 1024;
+/// The most of an answer read: a `/metrics` page of many routes fits.
+const MAX_ANSWER: u64 = 8 << 20;
 
 /// Why a probe failed.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +48,10 @@ pub struct Answer {
     pub code: u16,
     /// The first line of the body, if any.
     pub first_line: String,
+    /// The whole body (de-chunked when sent chunked).
+    pub body: Vec<u8>,
+    /// True when the answer was cut at the size cap.
+    pub truncated: bool,
 }
 
 /// Probes the admin endpoint; returns 0 when it answers 200.
@@ -65,10 +72,9 @@ pub async fn run(args: &HealthArgs) -> u8 {
     };
     match probe(&addr, &args.path, timeout).await {
         Ok(a) => {
-            if a.first_line.is_empty() {
-                println!("{}", a.status_line);
-            } else {
-                println!("{}: {}", a.status_line, a.first_line);
+            print!("{}", render(&a));
+            if a.truncated {
+                eprintln!("(the answer was cut at {MAX_ANSWER} bytes)");
             }
             u8::from(a.code != 200)
         }
@@ -130,23 +136,103 @@ async fn exchange(addr: &Addr, path: &str, timeout: Duration) -> Result<Answer, 
     })
 }
 
-/// Reads the status line and the first body line of an HTTP/1.x answer.
+/// What `health` prints: `STATUS: line` for a one-line body, else the
+/// status line and then the whole body, control characters escaped.
+pub fn render(a: &Answer) -> String {
+    let body = escape_controls(&String::from_utf8_lossy(&a.body));
+    let trimmed = body.trim_end_matches('\n');
+    if trimmed.is_empty() {
+        format!("{}\n", a.status_line)
+    } else if !trimmed.contains('\n') {
+        format!("{}: {trimmed}\n", a.status_line)
+    } else {
+        format!("{}\n{trimmed}\n", a.status_line)
+    }
+}
+
+/// Escapes everything a terminal could act on except newlines and tabs.
+fn escape_controls(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\n' | '\t' => out.push(c),
+            '\r' => {}
+            c if c.is_control()
+                || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') =>
+            {
+                out.push_str(&c.escape_unicode().to_string())
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Reads the status line and the body of an HTTP/1.x answer.
 pub fn parse_answer(raw: &[u8]) -> Option<Answer> {
-    let text = String::from_utf8_lossy(raw);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status_line = head.lines().next()?.trim_end().to_string();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n");
+    let (head, body) = match split {
+        Some(i) => (&raw[..i], &raw[i + 4..]),
+        None => (raw, &raw[raw.len()..]),
+    };
+    let head = String::from_utf8_lossy(head);
+    let mut lines = head.lines();
+    let status_line = lines.next()?.trim_end().to_string();
     let mut parts = status_line.splitn(3, ' ');
     let version = parts.next()?;
     if !version.starts_with("HTTP/1.") {
         return None;
     }
     let code = parts.next()?.parse::<u16>().ok()?;
-    let first_line = body.lines().next().unwrap_or("").trim_end().to_string();
+    let chunked = lines.any(|l| {
+        l.split_once(':').is_some_and(|(k, v)| {
+            k.trim().eq_ignore_ascii_case("transfer-encoding")
+                && v.to_ascii_lowercase().contains("chunked")
+        })
+    });
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_vec()
+    };
+    let first_line = String::from_utf8_lossy(&body)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .trim_end()
+        .to_string();
     Some(Answer {
         status_line,
         code,
         first_line,
+        body,
+        truncated: raw.len() as u64 >= MAX_ANSWER,
     })
+}
+
+/// Decodes a chunked body; stops at the last chunk or at anything malformed.
+fn dechunk(mut rest: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") else {
+            return out;
+        };
+        let size_text = String::from_utf8_lossy(&rest[..eol]);
+        let size_hex = size_text.split(';').next().unwrap_or("").trim();
+        let Ok(size) = usize::from_str_radix(size_hex, 16) else {
+            return out;
+        };
+        rest = &rest[eol + 2..];
+        if size == 0 {
+            return out;
+        }
+        let take = size.min(rest.len());
+        out.extend_from_slice(&rest[..take]);
+        rest = rest.get(take + 2..).unwrap_or(&[]);
+        if take < size {
+            return out;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -169,6 +255,31 @@ mod tests {
         assert_eq!(parse_answer(b"SSH-2.0-OpenSSH\r\n"), None);
         assert_eq!(parse_answer(b"HTTP/1.1 abc\r\n\r\n"), None);
         assert_eq!(parse_answer(b""), None);
+    }
+
+    #[test]
+    fn prints_the_whole_body() {
+        let a = parse_answer(b"HTTP/1.1 200 OK\r\n\r\n{\n  \"ready\": true\n}\n").expect("answer");
+        assert_eq!(render(&a), "HTTP/1.1 200 OK\n{\n  \"ready\": true\n}\n");
+        let a = parse_answer(b"HTTP/1.1 200 OK\r\n\r\nready\n").expect("answer");
+        assert_eq!(render(&a), "HTTP/1.1 200 OK: ready\n");
+        let a = parse_answer(b"HTTP/1.1 200 OK\r\n\r\nx\x1b[2Jy\n").expect("answer");
+        assert_eq!(render(&a), "HTTP/1.1 200 OK: x\\u{1b}[2Jy\n");
+    }
+
+    #[test]
+    fn chunked_bodies_are_decoded() {
+        let a = parse_answer(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n",
+        )
+        .expect("answer");
+        assert_eq!(a.body, b"abcde");
+        let a = parse_answer(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n")
+            .expect("answer");
+        assert!(a.body.is_empty());
+        let a = parse_answer(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nffff\r\nab")
+            .expect("answer");
+        assert_eq!(a.body, b"ab");
     }
 
     #[test]

@@ -17,39 +17,29 @@ fn main() -> ExitCode {
         eprintln!("error: a TLS crypto provider was already installed");
         return ExitCode::from(1);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
     let code = match cli.command {
         Command::Server(args) => {
             logging::init(args.common.log_format);
-            serve(&runtime, args.to_spec())
+            serve(args.to_spec().validate())
         }
         Command::Client(args) => {
             logging::init(args.common.log_format);
-            serve(&runtime, args.to_spec())
+            serve(args.to_spec().validate())
         }
         Command::Run(args) => {
             logging::init(args.log_format);
-            match FileSpec::load(&args.config) {
-                Ok(settings) => runtime.block_on(run(settings)),
-                Err(e) => usage_error(&e),
-            }
+            serve(FileSpec::load(&args.config))
         }
         Command::Check(args) => mtls_sidecar::check::run(&args),
         Command::Certs(cmd) => mtls_sidecar::certs::run(&cmd),
         Command::Demo(args) => {
             logging::init_with_default(LogFormat::Text, "warn");
-            runtime.block_on(mtls_sidecar::demo::run(&args))
+            with_runtime(None, |rt| rt.block_on(mtls_sidecar::demo::run(&args)))
         }
-        Command::Health(args) => runtime.block_on(mtls_sidecar::health::run(&args)),
+        Command::Health(args) => {
+            with_runtime(None, |rt| rt.block_on(mtls_sidecar::health::run(&args)))
+        }
+        Command::Publish(args) => mtls_sidecar::publish::run(&args),
     };
     ExitCode::from(code)
 }
@@ -59,14 +49,39 @@ fn usage_error(e: &dyn std::fmt::Display) -> u8 {
     2
 }
 
-fn serve(runtime: &tokio::runtime::Runtime, spec: FileSpec) -> u8 {
-    match spec.validate() {
-        Ok(settings) => runtime.block_on(run(settings)),
+/// Builds the runtime (`workers` threads, or one per CPU the process may
+/// use, cgroup quota included) and runs `f` on it.
+fn with_runtime(workers: Option<usize>, f: impl FnOnce(&tokio::runtime::Runtime) -> u8) -> u8 {
+    let workers = workers.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => f(&rt),
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            1
+        }
+    }
+}
+
+fn serve(settings: Result<Settings, mtls_sidecar::config::ConfigError>) -> u8 {
+    match settings {
+        Ok(settings) => {
+            let workers = settings.worker_threads;
+            with_runtime(workers, |rt| rt.block_on(run(settings)))
+        }
         Err(e) => usage_error(&e),
     }
 }
 
 async fn run(settings: Settings) -> u8 {
+    raise_fd_limit(&settings);
     for r in &settings.routes {
         if r.peer_sans == SanPolicy::Any {
             warn!(route = %r.name, "--allow-any-san: ANY certificate from the trusted CA is accepted; role pinning is off");
@@ -84,16 +99,53 @@ async fn run(settings: Settings) -> u8 {
         }
     };
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
-    match wait_for_shutdown(&running).await {
-        Ok(()) => {
-            let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
-            running.drain().await;
-            0
-        }
-        Err(e) => {
-            error!(error = %e, "cannot install signal handlers");
+    let code = tokio::select! {
+        r = wait_for_shutdown(&running) => match r {
+            Ok(()) => 0,
+            Err(e) => {
+                error!(error = %e, "cannot install signal handlers");
+                return 1;
+            }
+        },
+        why = running.failure() => {
+            error!("{why}; draining the other routes and exiting 1 so the orchestrator restarts the process");
             1
         }
+    };
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
+    running.drain().await;
+    code
+}
+
+/// Raises the soft descriptor limit to the hard one and says what it allows.
+fn raise_fd_limit(settings: &Settings) {
+    use mtls_sidecar::fdlimit;
+    let needed = fdlimit::needed(
+        settings
+            .routes
+            .iter()
+            .map(|r| (r.max_connections, r.max_handshakes)),
+    );
+    match fdlimit::raise() {
+        Ok(l) => {
+            info!(
+                soft = l.soft,
+                hard = l.hard,
+                was = l.before,
+                connections = l.connections(),
+                "file descriptor limit: room for this many forwarded connections"
+            );
+            if l.soft < needed {
+                warn!(
+                    limit = l.soft,
+                    needed,
+                    "the file descriptor limit is below what --max-connections and \
+                     --max-handshakes allow; raise LimitNOFILE (systemd) or the \
+                     container's nofile ulimit, or lower the maxima"
+                );
+            }
+        }
+        Err(e) => warn!(error = %e, "cannot read or raise the file descriptor limit"),
     }
 }
 

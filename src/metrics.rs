@@ -52,6 +52,8 @@ pub fn install() -> PrometheusHandle {
             for result in ["applied", "rejected"] {
                 counter!(CREDENTIAL_RELOADS, "result" => result).increment(0);
             }
+            build_info();
+            process_metrics();
             handle
         })
         .clone()
@@ -66,7 +68,7 @@ fn describe() {
     describe_counter!(
         HANDSHAKE_FAILURES,
         Unit::Count,
-        "TLS handshakes refused or failed, by route and reason (no_client_cert, unknown_ca, bad_san, expired, not_tls, timeout, protocol, io)."
+        "TLS handshakes refused or failed, by route and reason (no_client_cert, unknown_ca, bad_san, expired, not_tls, timeout, protocol, io, overload, revoked, pin_mismatch)."
     );
     describe_histogram!(
         HANDSHAKE_DURATION,
@@ -243,4 +245,117 @@ pub fn credential_reload_state(successful: bool, in_force: &[String]) {
         gauge!(CREDENTIAL_REVISION_INFO, "revision" => r.clone()).set(1.0);
     }
     *shown = now;
+}
+
+// ---- Operations: build_info and the standard process_* metrics. ----
+
+pub const BUILD_INFO: &str = "mtls_sidecar_build_info";
+
+/// This crate's version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The rustls version this binary was built with, read from Cargo.lock at
+/// compile time (rustls exports no version constant).
+pub const RUSTLS_VERSION: &str = locked_version(include_str!("../Cargo.lock"), "rustls");
+
+/// How often the process metrics are refreshed.
+const PROCESS_INTERVAL: Duration = Duration::from_secs(5);
+
+/// `mtls_sidecar_build_info{version, rustls} 1`.
+fn build_info() {
+    describe_gauge!(
+        BUILD_INFO,
+        "Always 1; the labels say which build runs: version (mtls-sidecar) and rustls."
+    );
+    gauge!(BUILD_INFO, "version" => VERSION, "rustls" => RUSTLS_VERSION).set(1.0);
+}
+
+/// `process_resident_memory_bytes`, `process_open_fds`, `process_max_fds`,
+/// `process_cpu_seconds_total`, `process_start_time_seconds` (and the
+/// crate's virtual-memory and thread gauges), from `metrics-process`,
+/// refreshed every [`PROCESS_INTERVAL`] by a task on the running runtime
+/// (once, synchronously, outside one). `process_cpu_seconds_total` is
+/// exported as a gauge: the crate's counter form truncates to whole
+/// seconds, too coarse for `rate()` on a sidecar that uses milliseconds.
+fn process_metrics() {
+    let collector = metrics_process::Collector::default();
+    collector.describe();
+    collector.collect();
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(async move {
+            let mut tick = tokio::time::interval(PROCESS_INTERVAL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                collector.collect();
+            }
+        });
+    }
+}
+
+/// The version of package `name` in a Cargo.lock, at compile time. Fails
+/// the build when the package is missing or locked at two versions.
+const fn locked_version(lock: &'static str, name: &str) -> &'static str {
+    let b = lock.as_bytes();
+    let n = name.as_bytes();
+    let head = b"name = \"";
+    let mut found: Option<(usize, usize)> = None;
+    let mut i = 0;
+    while i + head.len() + n.len() + 1 < b.len() {
+        if starts_at(b, i, head)
+            && starts_at(b, i + head.len(), n)
+            && b[i + head.len() + n.len()] == b'"'
+        {
+            // The next line is `version = "X"`.
+            let v = b"\nversion = \"";
+            let start = i + head.len() + n.len() + 1;
+            if !starts_at(b, start, v) {
+                panic!("Cargo.lock: no version line after the package name");
+            }
+            let vs = start + v.len();
+            let mut ve = vs;
+            while ve < b.len() && b[ve] != b'"' {
+                ve += 1;
+            }
+            if found.is_some() {
+                panic!("Cargo.lock: the package is locked at two versions");
+            }
+            found = Some((vs, ve));
+        }
+        i += 1;
+    }
+    let Some((vs, ve)) = found else {
+        panic!("Cargo.lock: package not found");
+    };
+    let (_, rest) = b.split_at(vs);
+    let (version, _) = rest.split_at(ve - vs);
+    match std::str::from_utf8(version) {
+        Ok(v) => v,
+        Err(_) => panic!("Cargo.lock: version is not UTF-8"),
+    }
+}
+
+const fn starts_at(b: &[u8], at: usize, pat: &[u8]) -> bool {
+    if at + pat.len() > b.len() {
+        return false;
+    }
+    let mut j = 0;
+    while j < pat.len() {
+        if b[at + j] != pat[j] {
+            return false;
+        }
+        j += 1;
+    }
+    true
+}
+
+#[cfg(test)]
+mod ops_tests {
+    use super::*;
+
+    #[test]
+    fn versions_come_from_the_lock_file() {
+        assert!(RUSTLS_VERSION.starts_with("0.23."), "{RUSTLS_VERSION}");
+        let lock = "[[package]]\nname = \"rustls-webpki\"\nversion = \"9\"\n\n[[package]]\nname = \"rustls\"\nversion = \"1.2.3\"\n";
+        assert_eq!(locked_version(lock, "rustls"), "1.2.3");
+    }
 }

@@ -26,11 +26,18 @@ pub enum FailureReason {
     Protocol,
     /// The peer went away mid-handshake.
     Io,
+    /// Closed to protect capacity: the oldest pending handshake when
+    /// `--max-handshakes` is reached.
+    Overload,
+    /// The peer's certificate is revoked.
+    Revoked,
+    /// The peer's public key matches none of the pinned keys.
+    PinMismatch,
 }
 
 impl FailureReason {
     /// Every value, for pre-registering metric series at zero.
-    pub const ALL: [FailureReason; 8] = [
+    pub const ALL: [FailureReason; 11] = [
         FailureReason::NoClientCert,
         FailureReason::UnknownCa,
         FailureReason::BadSan,
@@ -39,6 +46,9 @@ impl FailureReason {
         FailureReason::Timeout,
         FailureReason::Protocol,
         FailureReason::Io,
+        FailureReason::Overload,
+        FailureReason::Revoked,
+        FailureReason::PinMismatch,
     ];
 
     /// The label value.
@@ -52,13 +62,21 @@ impl FailureReason {
             FailureReason::Timeout => "timeout",
             FailureReason::Protocol => "protocol",
             FailureReason::Io => "io",
+            FailureReason::Overload => "overload",
+            FailureReason::Revoked => "revoked",
+            FailureReason::PinMismatch => "pin_mismatch",
         }
     }
 
     /// Classifies a handshake error as returned by tokio-rustls.
     pub fn from_io(err: &io::Error) -> FailureReason {
-        if let Some(tls) = err.get_ref().and_then(|e| e.downcast_ref::<TlsError>()) {
-            return FailureReason::from_tls(tls);
+        if let Some(inner) = err.get_ref() {
+            if let Some(tls) = inner.downcast_ref::<TlsError>() {
+                return FailureReason::from_tls(tls);
+            }
+            if inner.is::<crate::preauth::HandshakeTooLarge>() {
+                return FailureReason::Protocol;
+            }
         }
         match err.kind() {
             io::ErrorKind::TimedOut => FailureReason::Timeout,
@@ -82,6 +100,10 @@ impl FailureReason {
                 | CertificateError::ExpiredContext { .. }
                 | CertificateError::NotValidYet
                 | CertificateError::NotValidYetContext { .. } => FailureReason::Expired,
+                CertificateError::Revoked => FailureReason::Revoked,
+                CertificateError::Other(o) if o.0.is::<crate::pin::PinMismatch>() => {
+                    FailureReason::PinMismatch
+                }
                 CertificateError::NotValidForName
                 | CertificateError::NotValidForNameContext { .. }
                 | CertificateError::InvalidPurpose
@@ -238,7 +260,10 @@ mod tests {
                 "not_tls",
                 "timeout",
                 "protocol",
-                "io"
+                "io",
+                "overload",
+                "revoked",
+                "pin_mismatch"
             ]
         );
     }

@@ -1,23 +1,39 @@
 //! One route: its accept loop, the handshake of each connection in its own
 //! task, and the supervision of each forwarded connection (close on
 //! revocation, expiry, lifetime, displacement or drain).
+//!
+//! Two limits keep unauthenticated peers from taking what authenticated ones
+//! need. Handshakes in flight are bounded by `--max-handshakes`, the oldest
+//! closed (`overload`) to admit a newcomer, and each may send at most
+//! [`crate::preauth::PREAUTH_BYTES`] before it is authenticated; only then
+//! does a connection take one of the `--max-connections` slots (waiting for
+//! one if all are taken). Accepting never waits on either.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use rustls_pki_types::{CertificateDer, ServerName};
-use tokio::sync::{watch, Semaphore};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tracing::{debug, info, warn};
 
 use crate::addr::{Addr, Listener, Stream};
 use crate::config::{Mode, RouteConfig};
-use crate::conn::{Registration, Registry};
+use crate::conn::{LiveConn, Registration, Registry};
 use crate::credentials::CredentialStore;
 use crate::forward::{forward, Totals};
 use crate::metrics::RouteMetrics;
+use crate::pending::{Pending, Ticket};
+use crate::preauth::Capped;
 use crate::reason::{CloseReason, FailureReason};
 use crate::tls::verify::{with_report, ClientCertPolicy, PeerReport, ServerCertPolicy};
+
+/// How long an `--exclusive` newcomer waits, at most, for the incumbent it
+/// displaced to let go of the target, on top of the connect timeout (the
+/// incumbent may itself be mid-connect).
+const DISPLACE_GRACE: Duration = Duration::from_secs(1);
 
 /// The TLS side of a route.
 enum RouteTls {
@@ -39,8 +55,16 @@ pub struct Route {
     pub bound: Addr,
     pub registry: Arc<Registry>,
     pub store: Arc<CredentialStore>,
+    /// Unauthenticated handshakes in flight (`--max-handshakes`).
+    pub pending: Arc<Pending>,
+    /// Authenticated, forwarded connections (`--max-connections`).
+    slots: Arc<Semaphore>,
+    /// True while the accept loop runs.
+    accepting: AtomicBool,
     metrics: RouteMetrics,
     tls: RouteTls,
+    /// Rate-limits this route's refusal lines per reason.
+    refusal_log: Arc<crate::logsafe::RefusalLog>,
 }
 
 impl std::fmt::Debug for Route {
@@ -50,6 +74,21 @@ impl std::fmt::Debug for Route {
             .field("bound", &self.bound)
             .finish()
     }
+}
+
+/// Sets `accepting` false when the accept loop ends, however it ends (a
+/// panic included).
+struct Accepting<'a>(&'a AtomicBool);
+
+impl Drop for Accepting<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+/// `now + d`, or never when that is past what an `Instant` can hold.
+fn deadline_after(d: Duration) -> Option<tokio::time::Instant> {
+    tokio::time::Instant::now().checked_add(d)
 }
 
 async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
@@ -65,18 +104,30 @@ impl Route {
         cfg: RouteConfig,
         store: Arc<CredentialStore>,
     ) -> Result<(Arc<Route>, Listener), RouteError> {
+        let peer = crate::tls::PeerOptions {
+            alpn: cfg.alpn.clone(),
+            spki_pins: cfg.spki_pins.clone(),
+        };
         let tls = match cfg.mode {
             Mode::Server => {
-                let (config, policy) =
-                    crate::tls::server_config(&store, cfg.peer_sans.clone(), cfg.tls_min_version)?;
+                let (config, policy) = crate::tls::server_config(
+                    &store,
+                    cfg.peer_sans.clone(),
+                    cfg.tls_min_version,
+                    &peer,
+                )?;
                 RouteTls::Server {
                     acceptor: TlsAcceptor::from(config),
                     policy,
                 }
             }
             Mode::Client => {
-                let (config, policy) =
-                    crate::tls::client_config(&store, cfg.peer_sans.clone(), cfg.tls_min_version)?;
+                let (config, policy) = crate::tls::client_config(
+                    &store,
+                    cfg.peer_sans.clone(),
+                    cfg.tls_min_version,
+                    &peer,
+                )?;
                 let name = cfg.server_name.clone().unwrap_or_default();
                 let server_name =
                     ServerName::try_from(name.clone()).map_err(|_| RouteError::ServerName(name))?;
@@ -95,7 +146,12 @@ impl Route {
         let bound = listener.local_addr().unwrap_or_else(|_| cfg.listen.clone());
         let route = Route {
             metrics: RouteMetrics::new(&cfg.name),
+            refusal_log: crate::logsafe::RefusalLog::start(&cfg.name),
             registry: Arc::new(Registry::default()),
+            pending: Pending::new(cfg.max_handshakes),
+            slots: Arc::new(Semaphore::new(cfg.max_connections)),
+            // Bound and about to be served: only a loop that ended turns it off.
+            accepting: AtomicBool::new(true),
             store,
             bound,
             tls,
@@ -104,22 +160,25 @@ impl Route {
         Ok((Arc::new(route), listener))
     }
 
-    /// Accepts until `stop` turns true. Handshakes run in their own tasks; a
-    /// semaphore bounds concurrent connections; accept errors (EMFILE…)
-    /// back off and recover.
+    /// True while the accept loop runs.
+    pub fn is_accepting(&self) -> bool {
+        self.accepting.load(Ordering::SeqCst)
+    }
+
+    /// Accepts until `stop` turns true. Each connection's handshake runs in
+    /// its own task, admitted to the bounded pending set (evicting the
+    /// oldest when full); accept errors (EMFILE…) back off and recover.
     pub async fn serve(self: Arc<Self>, listener: Listener, mut stop: watch::Receiver<bool>) {
-        let slots = Arc::new(Semaphore::new(self.cfg.max_connections));
+        let _accepting = Accepting(&self.accepting);
         let mut backoff = Duration::from_millis(5);
-        info!(route = %self.cfg.name, mode = self.cfg.mode.as_str(), listen = %self.bound, target = %self.cfg.target, "listening");
+        info!(
+            route = %self.cfg.name, mode = self.cfg.mode.as_str(), listen = %self.bound,
+            target = %self.cfg.target, max_connections = self.cfg.max_connections,
+            max_handshakes = self.cfg.max_handshakes, "listening"
+        );
+        let fault = test_fault(&self.cfg.name);
+        let mut accepted_count: u64 = 0;
         loop {
-            let permit = tokio::select! {
-                biased;
-                _ = stop.wait_for(|s| *s) => break,
-                p = slots.clone().acquire_owned() => match p {
-                    Ok(p) => p,
-                    Err(_) => break,
-                },
-            };
             let accepted = tokio::select! {
                 biased;
                 _ = stop.wait_for(|s| *s) => break,
@@ -128,14 +187,27 @@ impl Route {
             match accepted {
                 Ok((stream, peer)) => {
                     backoff = Duration::from_millis(5);
+                    accepted_count = accepted_count.saturating_add(1);
+                    if fault.is_some_and(|n| accepted_count >= n) {
+                        panic!("test fault: route {} accept loop panics", self.cfg.name);
+                    }
                     self.metrics.connections.increment(1);
+                    let (ticket, evicted) = self.pending.admit();
+                    if evicted > 0 {
+                        debug!(route = %self.cfg.name, evicted, "--max-handshakes reached: closing the oldest pending handshake");
+                    }
                     let route = self.clone();
                     tokio::spawn(async move {
-                        route.handle(stream, peer).await;
-                        drop(permit);
+                        route.handle(stream, peer, ticket).await;
+                        crate::memtrim::note_ended();
                     });
                 }
                 Err(e) => {
+                    // Out of descriptors: the oldest pending handshake gives
+                    // its own back so that the next peer can be accepted.
+                    if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                        self.pending.stop_oldest(FailureReason::Overload);
+                    }
                     warn!(route = %self.cfg.name, error = %e, backoff = ?backoff, "accept failed; backing off");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));
@@ -145,31 +217,107 @@ impl Route {
         info!(route = %self.cfg.name, "stopped accepting");
     }
 
-    async fn handle(&self, stream: Stream, peer_addr: String) {
+    async fn handle(&self, stream: Stream, peer_addr: String, ticket: Ticket) {
         match &self.tls {
             RouteTls::Server { acceptor, .. } => {
-                self.handle_server(acceptor, stream, peer_addr).await
+                self.handle_server(acceptor, stream, peer_addr, ticket)
+                    .await
             }
             RouteTls::Client {
                 connector,
                 server_name,
                 ..
             } => {
-                self.handle_client(connector, server_name, stream, peer_addr)
+                self.handle_client(connector, server_name, stream, peer_addr, ticket)
                     .await
             }
         }
     }
 
-    async fn handle_server(&self, acceptor: &TlsAcceptor, stream: Stream, peer_addr: String) {
-        let handshake = Box::pin(acceptor.accept(stream));
-        let Some((tls, reg)) = self.authenticate(peer_addr, handshake).await else {
+    async fn handle_server(
+        &self,
+        acceptor: &TlsAcceptor,
+        stream: Stream,
+        peer_addr: String,
+        ticket: Ticket,
+    ) {
+        let addresses = match &stream {
+            Stream::Tcp(s) => s.peer_addr().ok().zip(s.local_addr().ok()),
+            Stream::Unix(_) => None,
+        };
+        let handshake = Box::pin(acceptor.accept(Capped::new(stream)));
+        let Some((mut tls, reg, displaced)) =
+            self.authenticate(peer_addr, handshake, &ticket).await
+        else {
             return;
         };
-        match self.cfg.target.connect(self.cfg.connect_timeout).await {
-            Ok(target) => self.supervise(reg, tls, target).await,
-            Err(e) => self.target_unreachable(&reg.conn.peer_addr, &e),
+        drop(ticket);
+        tls.get_mut().0.lift();
+        if let Some(p) = tls.get_ref().1.alpn_protocol() {
+            debug!(route = %self.cfg.name, conn = reg.conn.id, alpn = %String::from_utf8_lossy(p), "ALPN negotiated");
         }
+        let Some(_slot) = self.take_slot(&reg).await else {
+            return;
+        };
+        if let Some(old) = displaced {
+            self.await_displaced(&old).await;
+        }
+        let connect = self.cfg.target.connect(self.cfg.connect_timeout);
+        let target = tokio::select! {
+            r = connect => r,
+            reason = reg.conn.signal.closed() => return self.closed_early(&reg, reason),
+        };
+        let mut target = match target {
+            Ok(t) => t,
+            Err(e) => return self.target_unreachable(&reg.conn.peer_addr, &e),
+        };
+        if self.cfg.proxy_protocol {
+            let header = self.handoff(&reg, tls.get_ref().1, addresses);
+            let sent = match header {
+                Ok(h) => tokio::time::timeout(self.cfg.connect_timeout, target.write_all(&h)).await,
+                Err(e) => Ok(Err(e)),
+            };
+            if let Err(e) = sent.unwrap_or_else(|_| {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "writing the PROXY header timed out",
+                ))
+            }) {
+                return self.target_unreachable(&reg.conn.peer_addr, &e);
+            }
+        }
+        self.supervise(reg, tls, target).await
+    }
+
+    /// The PROXY v2 header for an authenticated server-side connection.
+    fn handoff(
+        &self,
+        reg: &Registration,
+        conn: &rustls::ServerConnection,
+        addresses: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
+    ) -> std::io::Result<Vec<u8>> {
+        let peer = reg.conn.peer.as_ref();
+        let matched = match &self.cfg.peer_sans {
+            crate::identity::SanPolicy::Any => Some("*".to_string()),
+            policy => peer.and_then(|c| {
+                policy
+                    .patterns()
+                    .iter()
+                    .find(|p| p.matches(c))
+                    .map(|p| p.to_string())
+            }),
+        };
+        crate::proxy_header::encode(&crate::proxy_header::Handoff {
+            addresses,
+            version: conn.protocol_version(),
+            cipher: conn.negotiated_cipher_suite().map(|c| c.suite()),
+            alpn: conn.alpn_protocol().map(<[u8]>::to_vec),
+            sni: conn.server_name().map(str::to_string),
+            unique_id: reg.conn.id.to_string(),
+            peer_cert: reg.conn.chain.first().map(|c| c.as_ref().to_vec()),
+            matched,
+            sans: peer.map(|c| c.sans()).unwrap_or_default(),
+        })
     }
 
     async fn handle_client(
@@ -178,25 +326,81 @@ impl Route {
         server_name: &ServerName<'static>,
         local: Stream,
         local_addr: String,
+        ticket: Ticket,
     ) {
+        // A client route's slot is taken before dialing, so a full route
+        // holds no remote connection open while it waits; the wait is under
+        // the handshake ticket and its bounds.
+        let slot = tokio::select! {
+            s = self.slots.clone().acquire_owned() => s.ok(),
+            reason = ticket.stopped() => {
+                self.refused(&local_addr, reason, &"closed while waiting for a connection slot", &PeerReport::default(), Instant::now());
+                return;
+            }
+        };
+        let Some(_slot) = slot else { return };
         // Nothing is read from the local application before the remote
         // sidecar is verified: bytes wait in the socket until supervise.
-        let remote = match self.cfg.target.connect(self.cfg.connect_timeout).await {
+        let connect = self.cfg.target.connect(self.cfg.connect_timeout);
+        let remote = tokio::select! {
+            r = connect => r,
+            reason = ticket.stopped() => {
+                self.refused(&local_addr, reason, &"closed while connecting to the target", &PeerReport::default(), Instant::now());
+                return;
+            }
+        };
+        let remote = match remote {
             Ok(r) => r,
             Err(e) => return self.target_unreachable(&local_addr, &e),
         };
-        let handshake = Box::pin(connector.connect(server_name.clone(), remote));
-        if let Some((tls, reg)) = self
-            .authenticate(self.cfg.target.to_string(), handshake)
-            .await
-        {
+        let handshake = Box::pin(connector.connect(server_name.clone(), Capped::new(remote)));
+        let target = self.cfg.target.to_string();
+        if let Some((mut tls, reg, _)) = self.authenticate(target, handshake, &ticket).await {
+            drop(ticket);
+            tls.get_mut().0.lift();
+            if let Some(p) = tls.get_ref().1.alpn_protocol() {
+                debug!(route = %self.cfg.name, conn = reg.conn.id, alpn = %String::from_utf8_lossy(p), "ALPN negotiated");
+            }
             self.supervise(reg, local, tls).await;
         }
     }
 
-    /// Runs one handshake under `--handshake-timeout`. On success it is
-    /// counted and the connection registered; on failure it is counted by
-    /// reason and logged as one WARN line.
+    /// Waits for one of the `--max-connections` slots, unless the
+    /// connection is told to close first.
+    async fn take_slot(&self, reg: &Registration) -> Option<OwnedSemaphorePermit> {
+        if let Ok(p) = self.slots.clone().try_acquire_owned() {
+            return Some(p);
+        }
+        debug!(route = %self.cfg.name, peer = %reg.conn.peer_addr, "all --max-connections slots taken; waiting for one");
+        tokio::select! {
+            p = self.slots.clone().acquire_owned() => p.ok(),
+            reason = reg.conn.signal.closed() => {
+                self.closed_early(reg, reason);
+                None
+            }
+        }
+    }
+
+    /// An `--exclusive` newcomer waits until the incumbent it displaced has
+    /// closed both its sockets, so the target never sees two at once.
+    async fn await_displaced(&self, old: &LiveConn) {
+        let bound = self.cfg.connect_timeout.saturating_add(DISPLACE_GRACE);
+        if tokio::time::timeout(bound, old.finished()).await.is_err() {
+            warn!(route = %self.cfg.name, incumbent = %old.peer_addr, waited = ?bound, "exclusive: the displaced connection did not close in time; dialing the target anyway");
+        }
+    }
+
+    /// Accounts for a connection closed after authentication but before it
+    /// was forwarded (revoked, displaced or drained while it waited).
+    fn closed_early(&self, reg: &Registration, reason: CloseReason) {
+        self.metrics.closed(reason);
+        info!(route = %self.cfg.name, peer = %reg.conn.peer_addr, reason = reason.as_str(), "connection closed before forwarding");
+    }
+
+    /// Runs one handshake under `--handshake-timeout`, unless its ticket is
+    /// stopped first (`--max-handshakes` reached, or the drain ran out). On
+    /// success it is counted and the connection registered; on failure it is
+    /// counted by reason and logged as one WARN line.
     ///
     /// Callers pass the handshake boxed: inline, its TLS state would be laid
     /// out again at each level of futures wrapping it, and a task keeps the
@@ -205,21 +409,35 @@ impl Route {
         &self,
         peer: String,
         handshake: impl std::future::Future<Output = std::io::Result<S>>,
-    ) -> Option<(Box<S>, Registration)> {
+        ticket: &Ticket,
+    ) -> Option<(Box<S>, Registration, Option<Arc<LiveConn>>)> {
         let started = Instant::now();
-        let bounded = tokio::time::timeout(self.cfg.handshake_timeout, handshake);
+        let bounded = async {
+            tokio::select! {
+                r = tokio::time::timeout(self.cfg.handshake_timeout, handshake) => match r {
+                    Ok(Ok(stream)) => Ok(stream),
+                    Ok(Err(e)) => Err((FailureReason::from_io(&e), e.to_string())),
+                    Err(_) => Err((FailureReason::Timeout, "handshake timed out".to_string())),
+                },
+                reason = ticket.stopped() => Err((reason, match reason {
+                    FailureReason::Overload => "closed to admit a newer handshake (--max-handshakes reached)",
+                    _ => "closed: the drain timeout ran out before the handshake finished",
+                }.to_string())),
+            }
+        };
         let (result, report) = with_report(bounded).await;
         let (reason, error) = match result {
-            Ok(Ok(stream)) => {
+            Ok(stream) => {
                 self.metrics.handshake_ok(started.elapsed());
                 // Boxed once here: the TLS stream (~1.2 KB of rustls state)
                 // then moves through supervise and forward as a pointer
                 // instead of being laid out again in each of their futures,
                 // which every live connection's task would carry.
-                return self.admit(peer, report).map(|reg| (Box::new(stream), reg));
+                return self
+                    .admit(peer, report)
+                    .map(|(reg, old)| (Box::new(stream), reg, old));
             }
-            Ok(Err(e)) => (FailureReason::from_io(&e), e.to_string()),
-            Err(_) => (FailureReason::Timeout, "handshake timed out".to_string()),
+            Err(e) => e,
         };
         self.refused(&peer, reason, &error, &report, started);
         None
@@ -227,11 +445,16 @@ impl Route {
 
     /// Admits an authenticated peer: registers it, re-checks its chain, and
     /// only then (for `--exclusive`) lets it displace the incumbent.
-    fn admit(&self, peer_addr: String, report: PeerReport) -> Option<Registration> {
+    fn admit(
+        &self,
+        peer_addr: String,
+        report: PeerReport,
+    ) -> Option<(Registration, Option<Arc<LiveConn>>)> {
         if let Some(c) = &report.cert {
+            use crate::logsafe::{clean, clean_list};
             debug!(
-                route = %self.cfg.name, peer = %peer_addr, subject = %c.subject,
-                serial = %c.serial, sans = ?c.sans(), "handshake complete"
+                route = %self.cfg.name, peer = %peer_addr, subject = %clean(&c.subject),
+                serial = %c.serial, sans = %clean_list(&c.sans()), "handshake complete"
             );
         }
         let verified_with = report.verified_with;
@@ -252,11 +475,13 @@ impl Route {
         if let Err(e) = verdict {
             self.metrics.closed(CloseReason::Revoked);
             warn!(
-                route = %self.cfg.name, peer = %reg.conn.peer_addr, error = %e,
+                route = %self.cfg.name, peer = %reg.conn.peer_addr,
+                error = %crate::logsafe::clean_display(&e),
                 "closing connection: its peer lost trust during the handshake"
             );
             return None;
         }
+        let mut displaced = None;
         if self.cfg.exclusive {
             if let Some(old) = self.registry.promote(&reg) {
                 info!(
@@ -265,9 +490,10 @@ impl Route {
                     newcomer = %reg.conn.peer_addr,
                     "exclusive: authenticated newcomer displaces the incumbent"
                 );
+                displaced = Some(old);
             }
         }
-        Some(reg)
+        Some((reg, displaced))
     }
 
     /// Checks a peer chain against the trust and SAN policy in force now.
@@ -296,11 +522,16 @@ impl Route {
         report: &PeerReport,
         started: Instant,
     ) {
+        use crate::logsafe::{clean, clean_display, clean_list};
         self.metrics.handshake_failed(reason, started.elapsed());
+        if !self.refusal_log.admit(reason) {
+            return;
+        }
+        let error = clean_display(error);
         match &report.cert {
             Some(c) => warn!(
                 route = %self.cfg.name, peer = %peer, reason = reason.as_str(),
-                subject = %c.subject, sans = ?c.sans(), error = %error,
+                subject = %clean(&c.subject), sans = %clean_list(&c.sans()), error = %error,
                 "handshake refused"
             ),
             None => warn!(
@@ -323,12 +554,10 @@ impl Route {
                 .duration_since(SystemTime::now())
                 .unwrap_or_default();
             // X.509 validity is inclusive of its last second.
-            tokio::time::Instant::now() + left + Duration::from_secs(1)
+            deadline_after(left.saturating_add(Duration::from_secs(1)))
         });
-        let lifetime = self
-            .cfg
-            .max_connection_lifetime
-            .map(|d| tokio::time::Instant::now() + d);
+        let expiry = expiry.flatten();
+        let lifetime = self.cfg.max_connection_lifetime.and_then(deadline_after);
         let totals = Totals::default();
         self.metrics.active.increment(1.0);
         let reason = tokio::select! {
@@ -346,17 +575,17 @@ impl Route {
         let duration = conn.opened.elapsed();
         match reason {
             CloseReason::Completed => {
-                debug!(route = %self.cfg.name, peer = %conn.peer_addr, to_target = to, from_target = from, ?duration, "connection closed")
+                debug!(route = %self.cfg.name, conn = conn.id, peer = %conn.peer_addr, to_target = to, from_target = from, ?duration, "connection closed")
             }
             CloseReason::Expired
             | CloseReason::Revoked
             | CloseReason::Lifetime
             | CloseReason::Displaced
             | CloseReason::Drain => {
-                info!(route = %self.cfg.name, peer = %conn.peer_addr, reason = reason.as_str(), to_target = to, from_target = from, ?duration, "connection closed")
+                info!(route = %self.cfg.name, conn = conn.id, peer = %conn.peer_addr, reason = reason.as_str(), to_target = to, from_target = from, ?duration, "connection closed")
             }
             _ => {
-                debug!(route = %self.cfg.name, peer = %conn.peer_addr, reason = reason.as_str(), to_target = to, from_target = from, ?duration, "connection closed")
+                debug!(route = %self.cfg.name, conn = conn.id, peer = %conn.peer_addr, reason = reason.as_str(), to_target = to, from_target = from, ?duration, "connection closed")
             }
         }
         drop(reg);
@@ -380,19 +609,31 @@ impl Route {
         for conn in self.registry.snapshot() {
             if let Err(e) = self.reverify(&conn.chain, now) {
                 if conn.signal.close(CloseReason::Revoked) {
+                    use crate::logsafe::{clean, clean_display, clean_list};
                     let (subject, sans) = conn
                         .peer
                         .as_ref()
-                        .map(|c| (c.subject.clone(), c.sans()))
+                        .map(|c| (c.subject.as_str(), c.sans()))
                         .unwrap_or_default();
                     warn!(
-                        route = %self.cfg.name, peer = %conn.peer_addr, %subject, ?sans, error = %e,
+                        route = %self.cfg.name, peer = %conn.peer_addr, subject = %clean(subject),
+                        sans = %clean_list(&sans), error = %clean_display(&e),
                         "closing connection: its peer is no longer trusted"
                     );
                 }
             }
         }
     }
+}
+
+/// A hidden fault for the test of what happens when a route's accept loop
+/// dies: `MTLS_SIDECAR_TEST_FAULT=route-panic:NAME:N` makes route NAME's
+/// loop panic on its Nth accepted connection. Never set in production.
+fn test_fault(route: &str) -> Option<u64> {
+    let spec = std::env::var("MTLS_SIDECAR_TEST_FAULT").ok()?;
+    let rest = spec.strip_prefix("route-panic:")?;
+    let (name, n) = rest.rsplit_once(':')?;
+    (name == route).then(|| n.parse().ok()).flatten()
 }
 
 /// Why a route could not start.

@@ -65,6 +65,12 @@ fn blocker(shared: &Shared, now: SystemTime) -> Option<String> {
     if shared.routes.is_empty() {
         return Some("no routes are configured".into());
     }
+    if let Some(r) = shared.routes.iter().find(|r| !r.is_accepting()) {
+        return Some(format!(
+            "route {:?} is not accepting connections",
+            r.cfg.name
+        ));
+    }
     shared
         .stores
         .iter()
@@ -159,7 +165,13 @@ pub struct RouteStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_name: Option<String>,
     pub exclusive: bool,
+    /// False once the route's accept loop has stopped.
+    pub accepting: bool,
     pub live_connections: usize,
+    /// Unauthenticated handshakes in flight (at most `max_handshakes`).
+    pub pending_handshakes: usize,
+    pub max_connections: usize,
+    pub max_handshakes: usize,
     /// The credential source this route uses (matches a `credentials[].source`).
     pub credentials: String,
 }
@@ -258,7 +270,11 @@ pub fn status(shared: &Shared, now: SystemTime) -> Status {
                     any_san: r.cfg.peer_sans == SanPolicy::Any,
                     server_name: r.cfg.server_name.clone(),
                     exclusive: r.cfg.exclusive,
+                    accepting: r.is_accepting(),
                     live_connections: r.registry.len(),
+                    pending_handshakes: r.pending.len(),
+                    max_connections: r.cfg.max_connections,
+                    max_handshakes: r.cfg.max_handshakes,
                     credentials: r.store.source().to_string(),
                 }
             })

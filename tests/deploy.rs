@@ -26,7 +26,7 @@ const SIDECAR: &str = "mtls-sidecar";
 #[test]
 fn every_manifest_names_its_kind_and_itself() {
     let docs = manifests();
-    assert!(docs.len() >= 10, "expected the full set of manifests");
+    assert!(docs.len() >= 15, "expected the full set of manifests");
     for d in &docs {
         assert!(!text(d, "apiVersion").is_empty());
         let kind = text(d, "kind");
@@ -39,18 +39,22 @@ fn every_manifest_names_its_kind_and_itself() {
 #[test]
 fn kustomization_lists_files_that_exist_and_leaves_out_the_secret_example() {
     let docs = manifests();
-    let k = &of_kind(&docs, "Kustomization")[0];
-    let resources = strs(k, "resources");
-    for r in &resources {
-        assert!(
-            yaml::dir().join(r).is_file(),
-            "kustomization lists missing {r}"
-        );
+    for k in of_kind(&docs, "Kustomization") {
+        let base = yaml::dir().join(&k.file).parent().unwrap().to_path_buf();
+        for r in strs(k, "resources") {
+            assert!(base.join(&r).is_file(), "{}: lists missing {r}", k.file);
+        }
     }
+    let k = root_kustomization(&docs);
+    let resources = strs(k, "resources");
     assert!(!resources.contains(&"secret-example.yaml".to_string()));
+    // The CA is not part of the workload namespace's kustomization.
+    assert!(!resources
+        .iter()
+        .any(|r| r == "ca.yaml" || r.starts_with("pki")));
     for must in [
-        "issuer.yaml",
         "certificates.yaml",
+        "networkpolicy.yaml",
         "podmonitor.yaml",
         "prometheusrule.yaml",
     ] {
@@ -59,6 +63,13 @@ fn kustomization_lists_files_that_exist_and_leaves_out_the_secret_example() {
             "kustomization lacks {must}"
         );
     }
+}
+
+fn root_kustomization(docs: &[Doc]) -> &Doc {
+    of_kind(docs, "Kustomization")
+        .into_iter()
+        .find(|k| k.file == "kustomization.yaml")
+        .expect("deploy/kubernetes/kustomization.yaml")
 }
 
 fn role_certificates(docs: &[Doc]) -> Vec<&Doc> {
@@ -72,16 +83,20 @@ fn role_certificates(docs: &[Doc]) -> Vec<&Doc> {
 fn certificates_have_the_required_fields() {
     let docs = manifests();
     let certs = of_kind(&docs, "Certificate");
-    let issuers: BTreeSet<String> = of_kind(&docs, "Issuer")
+    let issuers: BTreeSet<String> = of_kind(&docs, "ClusterIssuer")
         .iter()
         .map(|i| text(i, "metadata.name"))
         .collect();
+    assert!(
+        of_kind(&docs, "Issuer").is_empty(),
+        "namespaced Issuers keep the CA key beside the workloads"
+    );
     assert!(!certs.is_empty());
     for c in &certs {
         let name = text(c, "metadata.name");
         assert_eq!(text(c, "apiVersion"), CERT_MANAGER, "{name}");
         assert!(!text(c, "spec.secretName").is_empty(), "{name}: secretName");
-        assert_eq!(text(c, "spec.issuerRef.kind"), "Issuer", "{name}");
+        assert_eq!(text(c, "spec.issuerRef.kind"), "ClusterIssuer", "{name}");
         assert_eq!(text(c, "spec.issuerRef.group"), "cert-manager.io", "{name}");
         let issuer = text(c, "spec.issuerRef.name");
         assert!(
@@ -94,11 +109,11 @@ fn certificates_have_the_required_fields() {
             Some(256),
             "{name}: P-256"
         );
-        assert_eq!(
-            text(c, "spec.privateKey.rotationPolicy"),
-            "Always",
-            "{name}"
-        );
+        // Leaves get a new key at every renewal; the CA keeps its key, so
+        // its renewal changes no trust (tests/ca_renewal.rs).
+        let is_ca = at(c, "spec.isCA").as_bool() == Some(true);
+        let policy = if is_ca { "Never" } else { "Always" };
+        assert_eq!(text(c, "spec.privateKey.rotationPolicy"), policy, "{name}");
         assert!(
             !strs(c, "spec.usages").is_empty(),
             "{name}: explicit usages"
@@ -142,7 +157,7 @@ fn the_two_role_certificates_have_distinct_sans_and_one_usage_each() {
 #[test]
 fn issuers_form_a_private_ca() {
     let docs = manifests();
-    let issuers = of_kind(&docs, "Issuer");
+    let issuers = of_kind(&docs, "ClusterIssuer");
     assert!(issuers.len() >= 2);
     for i in &issuers {
         assert_eq!(text(i, "apiVersion"), CERT_MANAGER);
@@ -159,6 +174,11 @@ fn issuers_form_a_private_ca() {
         .find(|c| at(c, "spec.isCA").as_bool() == Some(true))
         .expect("a CA Certificate");
     assert!(strs(ca_cert, "spec.usages").contains(&"cert sign".to_string()));
+    // The CA's key lives outside every workload namespace.
+    let ca_ns = text(ca_cert, "metadata.namespace");
+    for c in role_certificates(&docs) {
+        assert_ne!(text(c, "metadata.namespace"), ca_ns);
+    }
     let ca_secret = text(ca_cert, "spec.secretName");
     let ca_issuer = issuers
         .iter()
@@ -298,13 +318,17 @@ fn the_sidecar_is_a_hardened_native_sidecar_with_probes() {
             Some("RuntimeDefault"),
             "{f}"
         );
-        for bound in ["requests", "limits"] {
-            for r in ["cpu", "memory"] {
-                assert!(
-                    c["resources"][bound][r].as_str().is_some(),
-                    "{f}: resources.{bound}.{r}"
-                );
-            }
+        // Requests for both; a memory limit; no CPU limit (see
+        // sidecar_resources_have_no_cpu_limit_and_say_where_their_figures_come_from).
+        for (bound, r) in [
+            ("requests", "cpu"),
+            ("requests", "memory"),
+            ("limits", "memory"),
+        ] {
+            assert!(
+                c["resources"][bound][r].as_str().is_some(),
+                "{f}: resources.{bound}.{r}"
+            );
         }
         // The credentials: a whole Secret volume, read-only.
         let mounts = c["volumeMounts"].as_vec().expect("volumeMounts");
@@ -319,10 +343,23 @@ fn the_sidecar_is_a_hardened_native_sidecar_with_probes() {
             .iter()
             .find(|v| v["name"].as_str() == Some(vol_name))
             .unwrap();
-        assert!(
-            vol["secret"]["secretName"].as_str().is_some(),
-            "{f}: a Secret volume"
+        let sources = vol["projected"]["sources"]
+            .as_vec()
+            .unwrap_or_else(|| panic!("{f}: /etc/mtls is one projected volume"));
+        let paths = |kind: &str| -> Vec<String> {
+            sources
+                .iter()
+                .filter(|s| !s[kind].is_badvalue())
+                .flat_map(|s| s[kind]["items"].as_vec().cloned().unwrap_or_default())
+                .map(|i| i["path"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(
+            paths("secret"),
+            ["tls.crt", "tls.key"],
+            "{f}: identity from the Secret"
         );
+        assert_eq!(paths("configMap"), ["ca.crt"], "{f}: trust from the bundle");
     }
 }
 
@@ -362,12 +399,19 @@ fn args(c: &Yaml) -> Vec<String> {
     v
 }
 
-/// The secret a workload's sidecar mounts.
+/// The secret a workload's sidecar mounts (through its projected volume).
 fn secret_of(w: &Doc) -> String {
+    projected_source(w, "secret")
+}
+
+/// The name of the `kind` (secret, configMap) source of the projected volume.
+fn projected_source(w: &Doc, kind: &str) -> String {
     let vols = at(w, "spec.template.spec.volumes").as_vec().unwrap();
     vols.iter()
-        .find_map(|v| v["secret"]["secretName"].as_str())
-        .unwrap()
+        .filter_map(|v| v["projected"]["sources"].as_vec())
+        .flatten()
+        .find_map(|s| s[kind]["name"].as_str())
+        .unwrap_or_else(|| panic!("{}: no projected {kind}", w.file))
         .to_string()
 }
 
@@ -413,15 +457,12 @@ fn sidecar_command_lines_parse_and_the_identities_line_up() {
     let Command::Run(run) = cli.command else {
         panic!("the controller runs `run --config`")
     };
-    let cm = of_kind(&docs, "ConfigMap")
-        .into_iter()
-        .find(|c| !at(c, "data").is_badvalue())
-        .expect("the sidecar ConfigMap");
-    let file = run.config.file_name().unwrap().to_str().unwrap();
-    let toml_text = cm.y["data"][file]
-        .as_str()
-        .unwrap_or_else(|| panic!("ConfigMap lacks {file}"));
-    let spec: FileSpec = toml::from_str(toml_text).expect("sidecar.toml in the ConfigMap parses");
+    let toml_text = generated_config(
+        &docs,
+        controller,
+        run.config.file_name().unwrap().to_str().unwrap(),
+    );
+    let spec: FileSpec = toml::from_str(&toml_text).expect("the generated sidecar.toml parses");
     let settings = spec.validate().expect("and validates");
     assert!(settings.routes.len() >= 2);
     for r in &settings.routes {
@@ -433,5 +474,203 @@ fn sidecar_command_lines_parse_and_the_identities_line_up() {
             .map(|p| p.to_string())
             .collect();
         assert_eq!(expected, replica_sans, "route {}", r.name);
+    }
+}
+
+/// The file a workload's `config` volume holds under `key`, from the
+/// kustomization's configMapGenerator (whose name kustomize hash-suffixes).
+fn generated_config(docs: &[Doc], w: &Doc, key: &str) -> String {
+    let vols = at(w, "spec.template.spec.volumes").as_vec().unwrap();
+    let cm = vols
+        .iter()
+        .find_map(|v| v["configMap"]["name"].as_str())
+        .expect("a configMap volume");
+    assert!(
+        of_kind(docs, "ConfigMap")
+            .iter()
+            .all(|c| text(c, "metadata.name") != cm),
+        "{cm} must come from configMapGenerator (hash-suffixed), not a plain ConfigMap"
+    );
+    let k = root_kustomization(docs);
+    let generator = at(k, "configMapGenerator")
+        .as_vec()
+        .expect("configMapGenerator")
+        .iter()
+        .find(|g| g["name"].as_str() == Some(cm))
+        .unwrap_or_else(|| panic!("no configMapGenerator named {cm}"));
+    let file = generator["files"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f.as_str())
+        .find_map(|f| f.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("generator {cm} has no {key}=FILE"));
+    std::fs::read_to_string(yaml::dir().join(file)).unwrap()
+}
+
+#[test]
+fn the_ca_is_issued_behind_a_policy_and_trust_comes_from_a_bundle() {
+    let docs = manifests();
+    let ns = of_kind(&docs, "Namespace")[0];
+    let env = text(ns, "metadata.name");
+    // One CertificateRequestPolicy per role SAN, for exactly that SAN, from
+    // the workload namespace only, against the ClusterIssuer they use.
+    let policies = of_kind(&docs, "CertificateRequestPolicy");
+    for c in role_certificates(&docs) {
+        let sans = strs(c, "spec.dnsNames");
+        let usages = strs(c, "spec.usages");
+        let p = policies
+            .iter()
+            .find(|p| strs(p, "spec.allowed.dnsNames.values") == sans)
+            .unwrap_or_else(|| panic!("no policy allows exactly {sans:?}"));
+        assert_eq!(strs(p, "spec.allowed.usages"), usages);
+        assert_eq!(
+            strs(p, "spec.selector.namespace.matchNames"),
+            std::slice::from_ref(&env)
+        );
+        assert_eq!(
+            text(p, "spec.selector.issuerRef.name"),
+            text(c, "spec.issuerRef.name")
+        );
+    }
+    // The Bundle writes the ConfigMap both workloads project as ca.crt,
+    // into namespaces labelled as env-1 is.
+    let bundle = of_kind(&docs, "Bundle")[0];
+    let name = text(bundle, "metadata.name");
+    assert_eq!(text(bundle, "spec.target.configMap.key"), "ca.crt");
+    let selector = at(bundle, "spec.target.namespaceSelector.matchLabels")
+        .as_hash()
+        .unwrap();
+    let labels = at(ns, "metadata.labels").as_hash().unwrap();
+    for (k, v) in selector {
+        assert_eq!(
+            labels.get(k),
+            Some(v),
+            "namespace lacks the Bundle's label {k:?}"
+        );
+    }
+    let ca = of_kind(&docs, "Certificate")
+        .into_iter()
+        .find(|c| at(c, "spec.isCA").as_bool() == Some(true))
+        .unwrap();
+    let sources = at(bundle, "spec.sources").as_vec().unwrap();
+    assert!(sources
+        .iter()
+        .any(|s| s["secret"]["name"].as_str() == Some(text(ca, "spec.secretName").as_str())));
+    for w in workloads(&docs) {
+        assert_eq!(projected_source(w, "configMap"), name, "{}", w.file);
+    }
+}
+
+#[test]
+fn replicas_are_spread_and_disruptions_bounded() {
+    let docs = manifests();
+    let sts = of_kind(&docs, "StatefulSet")[0];
+    let pod_labels = at(sts, "spec.template.metadata.labels").as_hash().unwrap();
+    let pdb = of_kind(&docs, "PodDisruptionBudget");
+    assert_eq!(pdb.len(), 1);
+    for (k, v) in at(pdb[0], "spec.selector.matchLabels").as_hash().unwrap() {
+        assert_eq!(
+            pod_labels.get(k),
+            Some(v),
+            "the PDB selects the replica pods"
+        );
+    }
+    assert_eq!(at(pdb[0], "spec.maxUnavailable").as_i64(), Some(1));
+    let spread = at(sts, "spec.template.spec.topologySpreadConstraints")
+        .as_vec()
+        .expect("topologySpreadConstraints");
+    let keys: Vec<_> = spread
+        .iter()
+        .filter_map(|c| c["topologyKey"].as_str())
+        .collect();
+    assert!(keys.contains(&"kubernetes.io/hostname"), "{keys:?}");
+    for c in spread {
+        for (k, v) in c["labelSelector"]["matchLabels"].as_hash().unwrap() {
+            assert_eq!(pod_labels.get(k), Some(v));
+        }
+    }
+}
+
+#[test]
+fn network_policies_leave_dns_open_and_the_scrape_selector_to_a_patch() {
+    let docs = manifests();
+    let policies = of_kind(&docs, "NetworkPolicy");
+    // The controller dials replicas by name: DNS over UDP and TCP.
+    let egress = policies
+        .iter()
+        .find(|p| strs(p, "spec.policyTypes").contains(&"Egress".to_string()))
+        .expect("an egress policy");
+    let mut dns = BTreeSet::new();
+    for rule in at(egress, "spec.egress").as_vec().unwrap() {
+        for port in rule["ports"].as_vec().into_iter().flatten() {
+            if port["port"].as_i64() == Some(53) {
+                dns.insert(port["protocol"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    assert_eq!(dns, BTreeSet::from(["TCP".to_string(), "UDP".to_string()]));
+    // The admin port's `from` is what the kustomization's patch sets, and no
+    // policy names a monitoring namespace literally.
+    let k = root_kustomization(&docs);
+    let patch = at(k, "patches")
+        .as_vec()
+        .unwrap()
+        .iter()
+        .find(|p| p["target"]["kind"].as_str() == Some("NetworkPolicy"))
+        .expect("a NetworkPolicy patch");
+    let target = patch["target"]["name"].as_str().unwrap();
+    let metrics = policies
+        .iter()
+        .find(|p| text(p, "metadata.name") == target)
+        .expect("the patched policy exists");
+    let ports = &at(metrics, "spec.ingress").as_vec().unwrap()[0]["ports"];
+    assert_eq!(ports[0]["port"].as_i64(), Some(9901));
+    let path = patch["path"].as_str().unwrap();
+    let ops = yaml_rust2::YamlLoader::load_from_str(
+        &std::fs::read_to_string(yaml::dir().join(path)).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(ops[0][0]["path"].as_str(), Some("/spec/ingress/0/from"));
+    for p in &policies {
+        let src = std::fs::read_to_string(yaml::dir().join(&p.file)).unwrap();
+        assert!(!src.contains("metadata.name: monitoring"), "{}", p.file);
+    }
+}
+
+#[test]
+fn sidecar_resources_have_no_cpu_limit_and_say_where_their_figures_come_from() {
+    let docs = manifests();
+    for w in workloads(&docs) {
+        let c = sidecar(w);
+        assert!(
+            c["resources"]["limits"]["cpu"].is_badvalue(),
+            "{}: CPU limit",
+            w.file
+        );
+        let mib = |q: &Yaml| -> u64 {
+            q.as_str()
+                .unwrap()
+                .strip_suffix("Mi")
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let (req, lim) = (
+            mib(&c["resources"]["requests"]["memory"]),
+            mib(&c["resources"]["limits"]["memory"]),
+        );
+        // At least the measured baseline of one sidecar (9.4 MB per pair).
+        assert!(
+            req * 1024 * 1024 >= 4_700_000 && lim >= req,
+            "{}: {req}Mi/{lim}Mi",
+            w.file
+        );
+        let src = std::fs::read_to_string(yaml::dir().join(&w.file)).unwrap();
+        assert!(
+            src.contains("benches/README.md"),
+            "{}: sizing source",
+            w.file
+        );
     }
 }

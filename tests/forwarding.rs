@@ -212,12 +212,22 @@ async fn stalled_handshakes_do_not_delay_a_good_client_and_time_out() {
             "stalled peer {i} closed after {after:?}, before the handshake timeout"
         );
     }
-    eventually("50 timeout refusals logged", || {
-        pair.server.warn_reason("timeout").len() >= STALLED
+    // Refusal lines are rate-limited per reason (docs/logging.md): the
+    // lines plus the "suppressed N" summaries account for every one.
+    eventually("50 timeout refusals accounted for", || {
+        let logged = pair.server.warn_lines(&["handshake refused"]);
+        let suppressed: u64 = pair
+            .server
+            .warn_lines(&["handshake refusals suppressed"])
+            .iter()
+            .filter(|l| has_field(l, "reason", "timeout"))
+            .map(|l| field(l, "suppressed").parse::<u64>().unwrap())
+            .sum();
+        logged.len() as u64 + suppressed == STALLED as u64
     })
     .await;
     let lines = pair.server.warn_lines(&["handshake refused"]);
-    assert_eq!(lines.len(), STALLED, "{lines:#?}");
+    assert!(lines.len() <= 2 * 10, "{lines:#?}");
     assert!(lines
         .iter()
         .all(|l| l.contains("mtls_sidecar") && has_field(l, "reason", "timeout")));

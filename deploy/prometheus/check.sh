@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Validates the alert rules: syntax of both files, the promtool unit tests,
-# and that the Kubernetes PrometheusRule alerts use the same expressions as
-# the plain rules file. Needs promtool and python3 with PyYAML.
+# that the Kubernetes PrometheusRule alerts use the same expressions as the
+# plain rules file, and that every alert has a severity and a runbook_url
+# whose anchor exists in docs/runbooks.md. Needs promtool (Debian's
+# `prometheus` package) and python3 with PyYAML.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 crd="$here/../kubernetes/prometheusrule.yaml"
@@ -11,9 +13,9 @@ trap 'rm -rf "$tmp"' EXIT
 promtool check rules "$here/mtls-sidecar-rules.yaml"
 (cd "$here" && promtool test rules mtls-sidecar-rules.test.yaml)
 
-python3 - "$crd" "$here/mtls-sidecar-rules.yaml" "$tmp/crd-rules.yaml" <<'PY'
-import sys, yaml
-crd, plain, out = sys.argv[1:]
+python3 - "$crd" "$here/mtls-sidecar-rules.yaml" "$tmp/crd-rules.yaml" "$here/../../docs/runbooks.md" <<'PY'
+import re, sys, yaml
+crd, plain, out, runbooks = sys.argv[1:]
 doc = yaml.safe_load(open(crd))
 assert doc["apiVersion"] == "monitoring.coreos.com/v1", doc["apiVersion"]
 assert doc["kind"] == "PrometheusRule", doc["kind"]
@@ -21,7 +23,7 @@ yaml.safe_dump(doc["spec"], open(out, "w"))
 def alerts(groups):
     return {r["alert"]: r for g in groups for r in g["rules"]}
 k8s, vm = alerts(doc["spec"]["groups"]), alerts(yaml.safe_load(open(plain))["groups"])
-only_vm, only_k8s = {"MtlsSidecarDown"}, {"MtlsSidecarNotReady"}
+only_vm, only_k8s = set(), {"MtlsSidecarNotReady"}
 assert set(vm) - only_vm == set(k8s) - only_k8s, (sorted(vm), sorted(k8s))
 for name in set(vm) - only_vm:
     for key in ("expr", "for", "labels"):
@@ -29,7 +31,18 @@ for name in set(vm) - only_vm:
         if key == "expr":
             a, b = " ".join(a.split()), " ".join(b.split())
         assert a == b, f"{name}: {key} differs:\n  plain: {a}\n  k8s:   {b}"
-print(f"PrometheusRule: {len(k8s)} alerts, shared ones match the plain rules")
+# GitHub-style anchors of the runbook's headings.
+anchors = {
+    re.sub(r"[^a-z0-9 _-]", "", line[3:].strip().lower()).replace(" ", "-")
+    for line in open(runbooks) if line.startswith("## ")
+}
+for name, rule in list(vm.items()) + list(k8s.items()):
+    sev = (rule.get("labels") or {}).get("severity")
+    assert sev in ("warning", "critical"), f"{name}: severity {sev!r}"
+    url = (rule.get("annotations") or {}).get("runbook_url", "")
+    assert url.endswith("docs/runbooks.md#" + name.lower()), f"{name}: runbook_url {url!r}"
+    assert name.lower() in anchors, f"{name}: no '## {name}' section in docs/runbooks.md"
+print(f"PrometheusRule: {len(k8s)} alerts, shared ones match the plain rules; every alert has a severity and a runbook")
 PY
 promtool check rules "$tmp/crd-rules.yaml"
 cp "$here/prometheusrule.test.yaml" "$tmp/"

@@ -13,10 +13,10 @@ use rustls::{InconsistentKeys, RootCertStore};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::report::{Report, Status};
-use super::Request;
+use super::{Input, Request};
 use crate::credentials::{
-    fmt_time, parse_certs, parse_key, read_file, root_store, validate, verify_chain, CredError,
-    CredentialSource, RawFile, CA_FILE, CERT_FILE, KEY_FILE,
+    content_hash, fmt_time, parse_certs, parse_key, read_file, root_store, validate, verify_chain,
+    CredError, CredentialSource, RawFile, RawRevision, CA_FILE, CERT_FILE, KEY_FILE,
 };
 use crate::identity::{time_to_epoch, CertInfo};
 
@@ -67,23 +67,31 @@ pub(super) fn show(p: &std::path::Path) -> String {
     p.display().to_string()
 }
 
-pub(super) fn run(req: &Request, provider: &Arc<CryptoProvider>, now: SystemTime) -> Report {
-    let mut r = Report::new(req.source.to_string());
-    let [cert_path, key_path, ca_path] = paths(&req.source);
+/// The three files to check, however they were given: their paths as the
+/// user knows them, and each one's bytes when it could be had.
+pub(super) struct Files {
+    pub(super) paths: [PathBuf; 3],
+    pub(super) got: [Option<RawFile>; 3],
+}
 
-    // Present and non-empty.
-    let mut present = |name: &str, path: &PathBuf| {
-        let got = read_file(path).map_err(|e| e.to_string());
-        step(&mut r, "present", Some(name), Some(()), "", |()| {
-            got.map(|f: RawFile| {
-                let detail = format!("{} ({} bytes)", show(&f.path), f.bytes.len());
-                (f, detail)
-            })
-        })
+pub(super) fn run(req: &Request, provider: &Arc<CryptoProvider>, now: SystemTime) -> Report {
+    let (mut r, files) = match &req.input {
+        Input::Source(source) => {
+            let mut r = Report::new(source.to_string());
+            let paths = paths(source);
+            let mut got: [Option<RawFile>; 3] = [None, None, None];
+            for (i, name) in [CERT_FILE, KEY_FILE, CA_FILE].into_iter().enumerate() {
+                let read = read_file(&paths[i]).map_err(|e| e.to_string());
+                got[i] = present(&mut r, name, Some(read));
+            }
+            (r, Files { paths, got })
+        }
+        Input::Secret { from, ca } => super::secret::files(from, ca.as_deref()),
     };
-    let cert_file = present(CERT_FILE, &cert_path);
-    let key_file = present(KEY_FILE, &key_path);
-    let ca_file = present(CA_FILE, &ca_path);
+    let Files {
+        paths: [cert_path, key_path, ca_path],
+        got: [cert_file, key_file, ca_file],
+    } = files;
 
     // PEM blocks of the right kind.
     let unread = |name: &str| format!("{name} could not be read");
@@ -191,10 +199,33 @@ pub(super) fn run(req: &Request, provider: &Arc<CryptoProvider>, now: SystemTime
 
     let chain = cert_pem.filter(|_| leaf.is_some());
     key_match(&mut r, chain.clone().zip(signer), &cert_path, &key_path);
-    chains_to(&mut r, chain.zip(roots), leaf.as_ref(), req, provider, now);
+    let both = [&cert_path, &ca_path];
+    chains_to(&mut r, chain.zip(roots), leaf.as_ref(), both, provider, now);
     super::expect::expectations(&mut r, leaf.as_ref(), req, now, &cert_path);
-    load(&mut r, req, provider, now);
+    load(&mut r, req, provider, now, [cert_file, key_file, ca_file]);
     r
+}
+
+/// The `present` check of one file: its bytes, or why there are none
+/// (`None`: skipped, an earlier check failed).
+pub(super) fn present(
+    r: &mut Report,
+    name: &str,
+    got: Option<Result<RawFile, String>>,
+) -> Option<RawFile> {
+    step(
+        r,
+        "present",
+        Some(name),
+        got,
+        "the Secret could not be read",
+        |got| {
+            got.map(|f: RawFile| {
+                let detail = format!("{} ({} bytes)", show(&f.path), f.bytes.len());
+                (f, detail)
+            })
+        },
+    )
 }
 
 fn parse_all(
@@ -248,11 +279,10 @@ fn chains_to(
     r: &mut Report,
     input: Option<(Vec<CertificateDer<'static>>, RootCertStore)>,
     leaf: Option<&CertInfo>,
-    req: &Request,
+    [cert_path, ca_path]: [&PathBuf; 2],
     provider: &CryptoProvider,
     now: SystemTime,
 ) {
-    let [cert_path, _, ca_path] = paths(&req.source);
     let input = input.zip(leaf);
     let why = "needs tls.crt and ca.crt parsed";
     step(r, "chain", None, input, why, |((chain, roots), leaf)| {
@@ -267,7 +297,7 @@ fn chains_to(
             }
             .to_string()
         })?;
-        let mut d = format!("{} chains to {}", show(&cert_path), show(&ca_path));
+        let mut d = format!("{} chains to {}", show(cert_path), show(ca_path));
         if at != now_secs {
             d.push_str(&format!(
                 " (checked at {}, inside the certificate's validity)",
@@ -280,10 +310,28 @@ fn chains_to(
 
 /// Last, the sidecar's own loader over one consistent read of the source:
 /// the guarantee that "all PASS" means the sidecar will start with it.
-fn load(r: &mut Report, req: &Request, provider: &CryptoProvider, now: SystemTime) {
+fn load(
+    r: &mut Report,
+    req: &Request,
+    provider: &CryptoProvider,
+    now: SystemTime,
+    files: [Option<RawFile>; 3],
+) {
     let input = r.ok.then_some(());
     step(r, "load", None, input, "an earlier check failed", |()| {
-        let raw = req.source.read().map_err(|e| e.to_string())?;
+        let raw = match (&req.input, files) {
+            (Input::Source(source), _) => source.read().map_err(|e| e.to_string())?,
+            (Input::Secret { .. }, [Some(cert), Some(key), Some(ca)]) => {
+                let hash = content_hash(&[&cert.bytes, &key.bytes, &ca.bytes]);
+                RawRevision {
+                    cert,
+                    key,
+                    ca,
+                    hash,
+                }
+            }
+            (Input::Secret { .. }, _) => return Err("a file is missing".to_string()),
+        };
         let rev = validate(&raw, provider, now).map_err(|e| e.to_string())?;
         let short: String = rev.hash.chars().take(12).collect();
         Ok(((), format!("the sidecar accepts this revision ({short})")))

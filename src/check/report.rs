@@ -28,8 +28,9 @@ impl Status {
 /// One check: what was checked, on what, and why it passed or failed.
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
-    /// Stable identifier: `present`, `pem`, `parse`, `key_match`, `chain`,
-    /// `validity`, `min_validity`, `role`, `san`, `load`.
+    /// Stable identifier: (with `--secret`: `secret`, `type`), `present`,
+    /// `pem`, `parse`, `key_match`, `chain`, `validity`, `min_validity`,
+    /// `role`, `san`, `load`.
     pub name: &'static str,
     /// The file (`cert`, `key`, `ca`) or SAN the check is about, if any.
     #[serde(skip_serializing_if = "Option::is_none")]

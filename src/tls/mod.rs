@@ -22,6 +22,15 @@ use crate::identity::SanPolicy;
 use resolve::IdentityResolver;
 use verify::{ClientCertPolicy, ServerCertPolicy};
 
+/// What a route asks of its peer beyond the CA and the SAN.
+#[derive(Debug, Clone, Default)]
+pub struct PeerOptions {
+    /// ALPN protocols accepted (server) or offered (client).
+    pub alpn: Vec<Vec<u8>>,
+    /// SHA-256 pins of the peer's SubjectPublicKeyInfo.
+    pub spki_pins: Vec<[u8; 32]>,
+}
+
 fn versions(min: TlsVersion) -> &'static [&'static SupportedProtocolVersion] {
     static ONLY_13: &[&SupportedProtocolVersion] = &[&rustls::version::TLS13];
     static BOTH: &[&SupportedProtocolVersion] = &[&rustls::version::TLS13, &rustls::version::TLS12];
@@ -37,14 +46,22 @@ pub fn server_config(
     store: &Arc<CredentialStore>,
     allowed: SanPolicy,
     min: TlsVersion,
+    peer: &PeerOptions,
 ) -> Result<(Arc<ServerConfig>, Arc<ClientCertPolicy>), rustls::Error> {
-    let policy = Arc::new(ClientCertPolicy::new(store.clone(), allowed));
+    let policy = Arc::new(ClientCertPolicy::new(
+        store.clone(),
+        allowed,
+        peer.spki_pins.clone(),
+    ));
     let mut cfg = ServerConfig::builder_with_provider(store.provider().clone())
         .with_protocol_versions(versions(min))?
         .with_client_cert_verifier(policy.clone())
         .with_cert_resolver(Arc::new(IdentityResolver::new(store.clone())));
     cfg.session_storage = Arc::new(NoServerSessionStorage {});
     cfg.send_tls13_tickets = 0;
+    // A client offering protocols none of which is here gets a
+    // no_application_protocol alert; one offering none is accepted.
+    cfg.alpn_protocols = peer.alpn.clone();
     Ok((Arc::new(cfg), policy))
 }
 
@@ -53,13 +70,19 @@ pub fn client_config(
     store: &Arc<CredentialStore>,
     expected: SanPolicy,
     min: TlsVersion,
+    peer: &PeerOptions,
 ) -> Result<(Arc<ClientConfig>, Arc<ServerCertPolicy>), rustls::Error> {
-    let policy = Arc::new(ServerCertPolicy::new(store.clone(), expected));
+    let policy = Arc::new(ServerCertPolicy::new(
+        store.clone(),
+        expected,
+        peer.spki_pins.clone(),
+    ));
     let mut cfg = ClientConfig::builder_with_provider(store.provider().clone())
         .with_protocol_versions(versions(min))?
         .dangerous()
         .with_custom_certificate_verifier(policy.clone())
         .with_client_cert_resolver(Arc::new(IdentityResolver::new(store.clone())));
     cfg.resumption = Resumption::disabled();
+    cfg.alpn_protocols = peer.alpn.clone();
     Ok((Arc::new(cfg), policy))
 }

@@ -202,16 +202,19 @@ macro_rules! signature_methods {
 pub struct ClientCertPolicy {
     store: Arc<CredentialStore>,
     allowed: SanPolicy,
+    /// `--*-spki-sha256` pins; empty: no pinning.
+    pins: Vec<[u8; 32]>,
     provider: Arc<CryptoProvider>,
     last: LastVerified,
 }
 
 impl ClientCertPolicy {
-    pub fn new(store: Arc<CredentialStore>, allowed: SanPolicy) -> Self {
+    pub fn new(store: Arc<CredentialStore>, allowed: SanPolicy, pins: Vec<[u8; 32]>) -> Self {
         let provider = store.provider().clone();
         ClientCertPolicy {
             store,
             allowed,
+            pins,
             provider,
             last: LastVerified::default(),
         }
@@ -243,6 +246,7 @@ impl ClientCertPolicy {
             self.last.record(ee, intermediates, &trust, info);
         }
         check_san(&self.allowed, info)?;
+        crate::pin::check(&self.pins, ee.as_ref())?;
         note_verified(trust);
         Ok(())
     }
@@ -266,7 +270,7 @@ impl ClientCertVerifier for ClientCertPolicy {
         // The handshake is not over yet (CertificateVerify and Finished
         // follow); this marks the moment the chain was judged.
         tracing::debug!(
-            subject = info.as_ref().map(|i| i.subject.as_str()).unwrap_or(""),
+            subject = %crate::logsafe::clean(info.as_ref().map(|i| i.subject.as_str()).unwrap_or("")),
             "client certificate chain verified"
         );
         Ok(ClientCertVerified::assertion())
@@ -282,16 +286,19 @@ impl ClientCertVerifier for ClientCertPolicy {
 pub struct ServerCertPolicy {
     store: Arc<CredentialStore>,
     expected: SanPolicy,
+    /// `--*-spki-sha256` pins; empty: no pinning.
+    pins: Vec<[u8; 32]>,
     provider: Arc<CryptoProvider>,
     last: LastVerified,
 }
 
 impl ServerCertPolicy {
-    pub fn new(store: Arc<CredentialStore>, expected: SanPolicy) -> Self {
+    pub fn new(store: Arc<CredentialStore>, expected: SanPolicy, pins: Vec<[u8; 32]>) -> Self {
         let provider = store.provider().clone();
         ServerCertPolicy {
             store,
             expected,
+            pins,
             provider,
             last: LastVerified::default(),
         }
@@ -328,6 +335,7 @@ impl ServerCertPolicy {
             self.last.record(ee, intermediates, &trust, info);
         }
         check_san(&self.expected, info)?;
+        crate::pin::check(&self.pins, ee.as_ref())?;
         note_verified(trust);
         Ok(())
     }

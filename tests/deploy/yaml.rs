@@ -16,17 +16,31 @@ pub fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes")
 }
 
-/// Every document of every `*.yaml` file, in file-name order.
+/// The `*.yaml` files under `root` and its subdirectories, except kustomize
+/// patches (`patches/`), which are not objects.
+fn yaml_files(root: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(root).expect("deploy/kubernetes") {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            if p.file_name().is_some_and(|n| n != "patches") {
+                out.extend(yaml_files(&p));
+            }
+        } else if p.extension().is_some_and(|x| x == "yaml") {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Every document of every `*.yaml` file (subdirectories included, as
+/// `pki/ca.yaml`), in path order.
 pub fn manifests() -> Vec<Doc> {
-    let mut files: Vec<_> = std::fs::read_dir(dir())
-        .expect("deploy/kubernetes")
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
+    let mut files = yaml_files(&dir());
     files.sort();
     let mut docs = Vec::new();
     for f in files {
-        let name = f.file_name().unwrap().to_string_lossy().to_string();
+        let name = f.strip_prefix(dir()).unwrap().to_string_lossy().to_string();
         let src = std::fs::read_to_string(&f).unwrap();
         let parsed = YamlLoader::load_from_str(&src).unwrap_or_else(|e| panic!("{name}: {e}"));
         for y in parsed.into_iter().filter(|y| !y.is_null()) {

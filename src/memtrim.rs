@@ -1,0 +1,78 @@
+//! Giving memory back after a burst. A flood of handshakes makes the
+//! allocator grow its heaps (one arena per worker thread in glibc); when the
+//! handshakes end the memory is free but glibc keeps it mapped, so the
+//! process's RSS stays at its flood peak for good, which is what a pod's
+//! memory limit counts. After a burst, once the load has fallen to half its
+//! peak or less, the sidecar asks the allocator to return free pages to the
+//! kernel (`malloc_trim`). It never trims under steady load, so a busy
+//! sidecar does not keep faulting memory back in.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Handshakes and connections ended since the last trim.
+static ENDED: AtomicU64 = AtomicU64::new(0);
+
+/// How often the load is looked at.
+const PERIOD: Duration = Duration::from_secs(1);
+/// Endings since the last trim that make a trim worth its cost.
+const BURST: u64 = 128;
+/// A peak below this cannot have grown the heap by much.
+const PEAK: usize = 64;
+/// Trims are at least this far apart.
+const GAP: Duration = Duration::from_secs(5);
+
+/// Counts one ended handshake or connection.
+pub fn note_ended() {
+    ENDED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Watches `load` (handshakes plus connections in flight) and trims the
+/// allocator after a burst. Runs until dropped.
+pub async fn run(load: impl Fn() -> usize) {
+    let mut tick = tokio::time::interval(PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut peak = 0usize;
+    let mut last = tokio::time::Instant::now();
+    loop {
+        tick.tick().await;
+        let now = load();
+        peak = peak.max(now);
+        if last.elapsed() >= GAP && should_trim(ENDED.load(Ordering::Relaxed), now, peak) {
+            ENDED.store(0, Ordering::Relaxed);
+            peak = now;
+            last = tokio::time::Instant::now();
+            tokio::task::spawn_blocking(trim);
+        }
+    }
+}
+
+/// A burst has ended: many endings, a high peak, and the load is down to
+/// half of it.
+fn should_trim(ended: u64, now: usize, peak: usize) -> bool {
+    ended >= BURST && peak >= PEAK && now.saturating_mul(2) <= peak
+}
+
+/// Returns free heap pages to the kernel.
+pub fn trim() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists; it
+    // takes no pointer and is safe to call from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trims_only_after_a_burst_has_ended() {
+        assert!(!should_trim(BURST - 1, 0, 1000), "too few endings");
+        assert!(!should_trim(BURST, 600, 1000), "load still high");
+        assert!(should_trim(BURST, 500, 1000));
+        assert!(should_trim(BURST, 0, PEAK));
+        assert!(!should_trim(BURST, 0, PEAK - 1), "a small peak");
+    }
+}
