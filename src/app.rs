@@ -79,6 +79,7 @@ pub async fn start(settings: Settings) -> Result<Running, StartError> {
                     settings.trust_grace,
                 )?;
                 s.set_settle_window(settings.reload_interval);
+                s.set_crl_scope(settings.crl_scope)?;
                 stores.push(s.clone());
                 s
             }

@@ -53,6 +53,9 @@ pub struct CredentialArgs {
     /// CA bundle file (one or more trust anchors).
     #[arg(long, value_name = "FILE")]
     pub ca: Option<PathBuf>,
+    /// CRL file (PEM or DER, one or more CRLs); with --cert/--key/--ca (a directory's is ca.crl).
+    #[arg(long, value_name = "FILE")]
+    pub crl: Option<PathBuf>,
 }
 
 impl CredentialArgs {
@@ -62,6 +65,7 @@ impl CredentialArgs {
             cert: self.cert.clone(),
             key: self.key.clone(),
             ca: self.ca.clone(),
+            crl: self.crl.clone(),
         }
     }
 }
@@ -104,6 +108,9 @@ pub struct CommonArgs {
     /// How long a CA removed from ca.crt stays trusted (max 24h).
     #[arg(long, value_name = "DUR", default_value = "0s")]
     pub trust_grace: String,
+    /// Which certificates of a peer chain are checked against the CRLs: the leaf, or every CA-issued one.
+    #[arg(long, value_name = "SCOPE", default_value = "leaf", value_parser = ["leaf", "chain"])]
+    pub crl_scope: String,
     /// Close connections older than this [default: off].
     #[arg(long, value_name = "DUR")]
     pub max_connection_lifetime: Option<String>,
@@ -286,6 +293,7 @@ impl CommonArgs {
             admin: self.admin.clone(),
             reload_interval: Some(self.reload_interval.clone()),
             trust_grace: Some(self.trust_grace.clone()),
+            crl_scope: Some(self.crl_scope.clone()),
             drain_timeout: Some(self.drain_timeout.clone()),
             worker_threads: self.worker_threads,
             credentials: self.credentials.spec(),

@@ -6,8 +6,9 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
+    BasicConstraints, CertificateParams, CertificateRevocationListParams, DistinguishedName,
+    DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyIdMethod, KeyPair, KeyUsagePurpose,
+    RevokedCertParams, SanType, SerialNumber,
 };
 
 /// Which extended key usage a leaf carries.
@@ -173,6 +174,75 @@ impl DevCa {
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
             cert_der: cert.der().clone(),
+        })
+    }
+}
+
+/// What to put in a CRL.
+#[derive(Debug, Clone)]
+pub struct CrlSpec {
+    /// The CRL number (big-endian, unsigned).
+    pub number: Vec<u8>,
+    /// The revoked serials (big-endian bytes, as in the certificates).
+    pub serials: Vec<Vec<u8>>,
+    pub this_update: SystemTime,
+    pub next_update: SystemTime,
+}
+
+impl CrlSpec {
+    /// CRL number `number` revoking `serials`, issued a minute ago, next
+    /// update in `days`.
+    pub fn new(number: u64, serials: Vec<Vec<u8>>, days: u32) -> CrlSpec {
+        let now = SystemTime::now();
+        CrlSpec {
+            number: number.to_be_bytes().to_vec(),
+            serials,
+            this_update: now - Duration::from_secs(60),
+            next_update: now + Duration::from_secs(u64::from(days) * 86_400),
+        }
+    }
+}
+
+/// A signed CRL.
+#[derive(Debug, Clone)]
+pub struct IssuedCrl {
+    pub pem: String,
+    pub der: Vec<u8>,
+}
+
+/// A certificate's serial number as its big-endian bytes (what a CRL
+/// lists), or `None` when the certificate does not parse.
+pub fn serial_of(cert: &rustls_pki_types::CertificateDer<'_>) -> Option<Vec<u8>> {
+    use x509_parser::prelude::FromDer;
+    let (_, c) = x509_parser::certificate::X509Certificate::from_der(cert.as_ref()).ok()?;
+    Some(c.raw_serial().to_vec())
+}
+
+impl DevCa {
+    /// Signs a CRL (v2, with a CRL number) with this CA's key.
+    pub fn crl(&self, spec: &CrlSpec) -> Result<IssuedCrl, rcgen::Error> {
+        let revoked_certs = spec
+            .serials
+            .iter()
+            .map(|s| RevokedCertParams {
+                serial_number: SerialNumber::from_slice(s),
+                revocation_time: offset(spec.this_update),
+                reason_code: None,
+                invalidity_date: None,
+            })
+            .collect();
+        let params = CertificateRevocationListParams {
+            this_update: offset(spec.this_update),
+            next_update: offset(spec.next_update),
+            crl_number: SerialNumber::from_slice(&spec.number),
+            issuing_distribution_point: None,
+            revoked_certs,
+            key_identifier_method: KeyIdMethod::Sha256,
+        };
+        let crl = params.signed_by(&self.issuer)?;
+        Ok(IssuedCrl {
+            pem: crl.pem()?,
+            der: crl.der().to_vec(),
         })
     }
 }

@@ -15,8 +15,8 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use super::report::{Report, Status};
 use super::{Input, Request};
 use crate::credentials::{
-    content_hash, fmt_time, parse_certs, parse_key, read_file, root_store, validate, verify_chain,
-    CredError, CredentialSource, RawFile, RawRevision, CA_FILE, CERT_FILE, KEY_FILE,
+    fmt_time, parse_certs, parse_key, read_file, root_store, validate, verify_chain, CredError,
+    CredentialSource, RawFile, RawRevision, CA_FILE, CERT_FILE, KEY_FILE,
 };
 use crate::identity::{time_to_epoch, CertInfo};
 
@@ -51,7 +51,7 @@ pub(super) fn step<D, T>(
 fn paths(source: &CredentialSource) -> [PathBuf; 3] {
     match source {
         CredentialSource::Dir(d) => [d.join(CERT_FILE), d.join(KEY_FILE), d.join(CA_FILE)],
-        CredentialSource::Files { cert, key, ca } => [cert.clone(), key.clone(), ca.clone()],
+        CredentialSource::Files { cert, key, ca, .. } => [cert.clone(), key.clone(), ca.clone()],
     }
 }
 
@@ -322,13 +322,7 @@ fn load(
         let raw = match (&req.input, files) {
             (Input::Source(source), _) => source.read().map_err(|e| e.to_string())?,
             (Input::Secret { .. }, [Some(cert), Some(key), Some(ca)]) => {
-                let hash = content_hash(&[&cert.bytes, &key.bytes, &ca.bytes]);
-                RawRevision {
-                    cert,
-                    key,
-                    ca,
-                    hash,
-                }
+                RawRevision::new(cert, key, ca)
             }
             (Input::Secret { .. }, _) => return Err("a file is missing".to_string()),
         };

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use super::trust::{Anchor, Trust};
 use super::validate::{parse, ParsedRevision};
-use super::{CredError, CredentialSource};
+use super::{CredError, CredentialSource, CrlScope};
 use crate::identity::CertInfo;
 
 /// One applied revision: identity and trust, swapped together.
@@ -174,7 +174,12 @@ impl CredentialStore {
         let now = SystemTime::now();
         let raw = source.read()?;
         let rev = super::validate(&raw, &provider, now)?;
-        let trust = Arc::new(Trust::build(Anchor::bundle(&rev.anchors), &provider)?);
+        let trust = Arc::new(Trust::build(
+            Anchor::bundle(&rev.anchors),
+            rev.crls.clone(),
+            CrlScope::default(),
+            &provider,
+        )?);
         let creds = Credentials {
             revision: rev.hash,
             identity: rev.identity,
@@ -215,8 +220,8 @@ impl CredentialStore {
         self.lock().status.clone()
     }
 
-    /// Changes whenever the effective trust loses an anchor; routes re-verify
-    /// their live connections then.
+    /// Changes whenever the effective trust loses an anchor or the CRLs in
+    /// force change; routes re-verify their live connections then.
     pub fn trust_shrunk(&self) -> watch::Receiver<u64> {
         self.trust_shrunk.subscribe()
     }
@@ -293,7 +298,12 @@ impl CredentialStore {
         let Some(anchors) = current.trust.expire(now) else {
             return false;
         };
-        match Trust::build(anchors, &self.provider) {
+        match Trust::build(
+            anchors,
+            current.trust.crls.clone(),
+            current.trust.scope,
+            &self.provider,
+        ) {
             Ok(trust) => {
                 self.swap(Credentials {
                     revision: current.revision.clone(),
@@ -440,14 +450,20 @@ impl CredentialStore {
             candidate.stage = Stage::Rejected;
             return self.reject(state, key, error, now);
         }
+        let crl_path = valid.crl_path.clone().unwrap_or_else(|| self.cert_path());
+        if let Err(error) = valid.crls.check_not_older(&current.trust.crls, &crl_path) {
+            candidate.stage = Stage::Rejected;
+            return self.reject(state, key, error, now);
+        }
         let (anchors, trust_shrank) = current.trust.merge(&valid.anchors, self.trust_grace, now);
-        let trust = match Trust::build(anchors, &self.provider) {
+        let trust = match Trust::build(anchors, valid.crls, current.trust.scope, &self.provider) {
             Ok(t) => t,
             Err(error) => {
                 candidate.stage = Stage::Rejected;
                 return self.reject(state, key, error, now);
             }
         };
+        let crls_changed = current.trust.crls_differ(&trust);
         self.swap(Credentials {
             revision: valid.hash.clone(),
             identity: valid.identity,
@@ -456,7 +472,7 @@ impl CredentialStore {
         });
         state.status.last_applied = Some(now);
         state.status.last_reload_successful = true;
-        if trust_shrank {
+        if trust_shrank || crls_changed {
             self.trust_shrunk.send_modify(|g| *g += 1);
         }
         Applied::Applied {
@@ -477,6 +493,25 @@ impl CredentialStore {
     pub fn require_roles(&self, server: bool, client: bool) -> Result<(), CredError> {
         super::check_usage(&self.current().leaf, &self.cert_path(), server, client)?;
         self.lock().roles = (server, client);
+        Ok(())
+    }
+
+    /// Sets which certificates of a peer chain the CRLs judge, for the
+    /// trust in force and every later one. Called once at start-up, before
+    /// any route serves.
+    pub fn set_crl_scope(&self, scope: CrlScope) -> Result<(), CredError> {
+        let _state = self.lock();
+        let current = self.current();
+        if current.trust.scope == scope {
+            return Ok(());
+        }
+        let trust = current.trust.with_scope(scope, &self.provider)?;
+        self.swap(Credentials {
+            revision: current.revision.clone(),
+            identity: current.identity.clone(),
+            leaf: current.leaf.clone(),
+            trust: Arc::new(trust),
+        });
         Ok(())
     }
 

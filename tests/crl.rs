@@ -1,0 +1,341 @@
+//! Revocation with CRLs, through the real binary: a revoked peer is refused
+//! inside the handshake in both modes (reason `revoked`, one WARN naming the
+//! serial, the target never reached) while another certificate of the same
+//! CA is accepted; a live connection whose certificate a rotated CRL revokes
+//! is closed as `revoked` while another stays up; a CRL signed by another
+//! CA, a truncated CRL and an older CRL each reject the revision whole and
+//! the last good one stays in force; removing `ca.crl` re-admits.
+
+mod common;
+#[allow(dead_code)]
+#[path = "admin/http.rs"]
+mod http;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+use mtls_sidecar::atomic_writer::AtomicDir;
+use mtls_sidecar::identity::CertInfo;
+use mtls_sidecar::pki::{serial_of, CrlSpec, Issued, IssuedCrl, Role};
+
+fn serial(leaf: &Issued) -> String {
+    CertInfo::parse(&leaf.cert_der).expect("parse leaf").serial
+}
+
+fn crl(pki: &Pki, number: u64, revoked: &[&Issued]) -> IssuedCrl {
+    let serials = revoked
+        .iter()
+        .map(|l| serial_of(&l.cert_der).expect("serial"))
+        .collect();
+    pki.ca
+        .crl(&CrlSpec::new(number, serials, 7))
+        .expect("sign CRL")
+}
+
+/// The value of a counter series on `/metrics` whose line carries every
+/// label in `labels` (0 when the series is absent).
+async fn metric(admin: &str, name: &str, labels: &[&str]) -> u64 {
+    let a = http::request(admin, "GET", "/metrics").await;
+    assert_eq!(a.code, 200, "{}", a.body);
+    a.body
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}{{")) && labels.iter().all(|x| l.contains(x)))
+        .and_then(|l| l.rsplit(' ').next())
+        .map(|v| v.parse::<f64>().expect("a number") as u64)
+        .unwrap_or(0)
+}
+
+async fn revoked_failures(admin: &str, route: &str) -> u64 {
+    metric(
+        admin,
+        "mtls_sidecar_tls_handshake_failures_total",
+        &[&format!("route=\"{route}\""), "reason=\"revoked\""],
+    )
+    .await
+}
+
+/// True when the server sidecar refuses `ident` (the handshake fails, or,
+/// in TLS 1.3, the first read after it does).
+async fn is_refused(addr: &str, ca_pem: &str, ident: &Issued) -> bool {
+    match tls_connect(addr, REPLICA, client_config(Some(ident), ca_pem)).await {
+        Ok(mut s) => refused(&mut s).await,
+        Err(_) => true,
+    }
+}
+
+/// Waits until the n-th line containing `needle` appears.
+async fn nth_log(sc: &Sidecar, needle: &str, n: usize) -> String {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let lines: Vec<String> = sc
+            .logs()
+            .into_iter()
+            .filter(|l| l.contains(needle))
+            .collect();
+        if lines.len() >= n {
+            return lines[n - 1].clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {n}th {needle:?} line:\n{}",
+            sc.logs().join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn publish(dir: &AtomicDir, server: &Issued, ca_pem: &str, crl: Option<&[u8]>) {
+    let mut files: Vec<(&str, &[u8])> = vec![
+        ("tls.crt", server.cert_pem.as_bytes()),
+        ("tls.key", server.key_pem.as_bytes()),
+        ("ca.crt", ca_pem.as_bytes()),
+    ];
+    if let Some(crl) = crl {
+        files.push(("ca.crl", crl));
+    }
+    dir.publish(&files).expect("publish revision");
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_refuses_a_revoked_client_and_admits_another_from_the_same_ca() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("test CA");
+    let leaked = pki.leaf(CONTROLLER, Role::Client);
+    let other = pki.leaf(CONTROLLER, Role::Client);
+    let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+    // Explicit files this time, the CRL as DER: `--crl FILE`.
+    let crl_path = tmp.path().join("revoked.der");
+    std::fs::write(&crl_path, crl(&pki, 1, &[&leaked]).der).unwrap();
+    let echo = echo_target().await;
+    let target = echo.addr.to_string();
+    let (cert, key, ca) = (dir.join("tls.crt"), dir.join("tls.key"), dir.join("ca.crt"));
+    let sc = Sidecar::start(
+        &[
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--target",
+            &target,
+            "--cert",
+            path_str(&cert),
+            "--key",
+            path_str(&key),
+            "--ca",
+            path_str(&ca),
+            "--crl",
+            path_str(&crl_path),
+            "--allow-san",
+            CONTROLLER,
+            "--admin",
+            "127.0.0.1:0",
+        ],
+        1,
+    )
+    .await;
+    let addr = sc.addr("server");
+
+    assert!(is_refused(&addr, &pki.ca.cert_pem, &leaked).await);
+    let line = sc
+        .wait_field("handshake refused", "reason", "revoked")
+        .await;
+    assert!(has_field(&line, "serial", &serial(&leaked)), "{line}");
+
+    // Positive control: the same CA's other controller is admitted.
+    let mut good = tls_connect(
+        &addr,
+        REPLICA,
+        client_config(Some(&other), &pki.ca.cert_pem),
+    )
+    .await
+    .expect("other controller handshake");
+    assert_eq!(roundtrip(&mut good, b"hello").await, b"hello");
+
+    assert_eq!(echo.accepted(), 1, "the revoked peer reached the target");
+    assert_eq!(sc.warn_reason("revoked").len(), 1, "{:#?}", sc.logs());
+    assert_eq!(revoked_failures(&sc.admin(), "server").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_refuses_a_revoked_server_until_the_crl_is_removed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("test CA");
+    let replica = pki.leaf(REPLICA, Role::Server);
+    let server_dir = pki.dir(tmp.path(), "replica", &replica);
+    let client_dir = pki.dir(
+        tmp.path(),
+        "controller",
+        &pki.leaf(CONTROLLER, Role::Client),
+    );
+    std::fs::write(client_dir.join("ca.crl"), crl(&pki, 1, &[&replica]).pem).unwrap();
+    let echo = echo_target().await;
+    let server = start_server(&server_dir, &echo.addr.to_string(), &[]).await;
+    let client = start_client(
+        &client_dir,
+        &server.addr("server"),
+        &["--admin", "127.0.0.1:0"],
+    )
+    .await;
+
+    let mut local = tokio::net::TcpStream::connect(client.addr("client"))
+        .await
+        .unwrap();
+    assert!(read_until_closed(&mut local).await.is_empty());
+    let line = client
+        .wait_field("handshake refused", "reason", "revoked")
+        .await;
+    assert!(has_field(&line, "serial", &serial(&replica)), "{line}");
+    assert_eq!(client.warn_reason("revoked").len(), 1);
+    assert_eq!(revoked_failures(&client.admin(), "client").await, 1);
+    assert_eq!(echo.accepted(), 0, "the target was reached");
+
+    // Removing ca.crl is a rotation; SIGHUP judges the plain directory now.
+    std::fs::remove_file(client_dir.join("ca.crl")).unwrap();
+    client.signal(libc::SIGHUP);
+    client.wait_log(&["applied credential revision"]).await;
+    let mut local = tokio::net::TcpStream::connect(client.addr("client"))
+        .await
+        .unwrap();
+    assert_eq!(roundtrip(&mut local, b"again").await, b"again");
+    assert_eq!(echo.accepted(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_crl_closes_the_revoked_live_connection_and_only_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("test CA");
+    let replica = pki.leaf(REPLICA, Role::Server);
+    let leaked = pki.leaf(CONTROLLER, Role::Client);
+    let other = pki.leaf(CONTROLLER, Role::Client);
+    let dir = AtomicDir::new(&tmp.path().join("replica")).unwrap();
+    publish(&dir, &replica, &pki.ca.cert_pem, None);
+    let echo = echo_target().await;
+    let interval = Duration::from_secs(1);
+    let sc = start_server(
+        dir.path(),
+        &echo.addr.to_string(),
+        &["--reload-interval", "1s", "--admin", "127.0.0.1:0"],
+    )
+    .await;
+    let addr = sc.addr("server");
+    let connect =
+        |ident: &Issued| tls_connect(&addr, REPLICA, client_config(Some(ident), &pki.ca.cert_pem));
+    let mut doomed = connect(&leaked).await.expect("leaked handshake");
+    let mut kept = connect(&other).await.expect("other handshake");
+    assert_eq!(roundtrip(&mut doomed, b"one").await, b"one");
+    assert_eq!(roundtrip(&mut kept, b"two").await, b"two");
+
+    let published = Instant::now();
+    let revoking = crl(&pki, 1, &[&leaked]);
+    publish(
+        &dir,
+        &replica,
+        &pki.ca.cert_pem,
+        Some(revoking.pem.as_bytes()),
+    );
+    read_until_closed(&mut doomed).await;
+    let took = published.elapsed();
+    // One reload interval, plus generous headroom for a loaded machine.
+    assert!(
+        took < interval + Duration::from_secs(5),
+        "closed after {took:?}"
+    );
+
+    let line = sc
+        .wait_log(&["closing connection", &format!("serial={}", serial(&leaked))])
+        .await;
+    assert!(has_field(&line, "route", "server"), "{line}");
+    assert_eq!(sc.log_count("closing connection"), 1, "{:#?}", sc.logs());
+    assert_eq!(roundtrip(&mut kept, b"still here").await, b"still here");
+    let admin = sc.admin();
+    eventually_async(|| async {
+        metric(
+            &admin,
+            "mtls_sidecar_connections_closed_total",
+            &["route=\"server\"", "reason=\"revoked\""],
+        )
+        .await
+            == 1
+    })
+    .await;
+    // A new handshake with the revoked certificate is refused as well.
+    assert!(is_refused(&addr, &pki.ca.cert_pem, &leaked).await);
+}
+
+/// Polls an async condition every 10 ms until it holds; panics after
+/// [`DEADLINE`].
+async fn eventually_async<F, Fut>(mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + DEADLINE;
+    while !cond().await {
+        assert!(Instant::now() < deadline, "timed out");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_truncated_and_older_crls_are_rejected_and_removal_readmits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("test CA");
+    let foreign = Pki::new("test CA");
+    let replica = pki.leaf(REPLICA, Role::Server);
+    let leaked = pki.leaf(CONTROLLER, Role::Client);
+    let dir = AtomicDir::new(&tmp.path().join("replica")).unwrap();
+    let in_force = crl(&pki, 2, &[&leaked]);
+    publish(&dir, &replica, &pki.ca.cert_pem, Some(&in_force.der));
+    let echo = echo_target().await;
+    let sc = start_server(dir.path(), &echo.addr.to_string(), &[]).await;
+    let addr = sc.addr("server");
+    let ca = &pki.ca.cert_pem;
+    assert!(is_refused(&addr, ca, &leaked).await);
+
+    // Each bad CRL revokes nothing: applying it would re-admit `leaked`.
+    let cases: [(&str, Vec<u8>, &str); 3] = [
+        (
+            "signed by another CA with the same name",
+            foreign
+                .ca
+                .crl(&CrlSpec::new(3, Vec::new(), 7))
+                .unwrap()
+                .pem
+                .into_bytes(),
+            "not signed by a CA in ca.crt",
+        ),
+        (
+            "truncated",
+            in_force.der[..in_force.der.len() / 2].to_vec(),
+            "ca.crl",
+        ),
+        (
+            "older (lower CRL number)",
+            crl(&pki, 1, &[]).pem.into_bytes(),
+            "older than the one in force",
+        ),
+    ];
+    for (n, (what, bytes, says)) in cases.iter().enumerate() {
+        publish(&dir, &replica, ca, Some(bytes));
+        let line = nth_log(&sc, "rejected credential revision", n + 1).await;
+        assert!(line.contains("ca.crl"), "{what}: {line}");
+        assert!(line.contains(says), "{what}: {line}");
+        assert!(
+            is_refused(&addr, ca, &leaked).await,
+            "{what}: the last good CRL is no longer in force"
+        );
+    }
+    assert_eq!(sc.log_count("applied credential revision"), 0);
+
+    // Removing ca.crl is a rotation that re-admits.
+    publish(&dir, &replica, ca, None);
+    sc.wait_log(&["applied credential revision"]).await;
+    let mut back = tls_connect(&addr, REPLICA, client_config(Some(&leaked), ca))
+        .await
+        .expect("handshake");
+    assert_eq!(roundtrip(&mut back, b"back").await, b"back");
+}
