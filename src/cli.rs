@@ -214,6 +214,27 @@ pub enum CertsCommand {
     Ca(CertsCaArgs),
     /// Issue a leaf from a CA into DIR (tls.crt, tls.key, ca.crt).
     Issue(CertsIssueArgs),
+    /// Write a CRL signed by the CA in DIR revoking serials, or extend an existing one.
+    Revoke(CertsRevokeArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CertsRevokeArgs {
+    /// Directory written by `certs ca`.
+    #[arg(long, value_name = "DIR")]
+    pub ca: PathBuf,
+    /// Serial number to revoke, hex, colons allowed (repeatable).
+    #[arg(long, value_name = "HEX")]
+    pub serial: Vec<String>,
+    /// Certificate file whose serial to revoke (repeatable).
+    #[arg(long, value_name = "FILE")]
+    pub cert: Vec<PathBuf>,
+    /// The CRL file to write; an existing one is extended (its entries kept, its CRL number incremented).
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Days until the CRL's nextUpdate.
+    #[arg(long, default_value_t = 7)]
+    pub days: u32,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -183,8 +183,12 @@ impl DevCa {
 pub struct CrlSpec {
     /// The CRL number (big-endian, unsigned).
     pub number: Vec<u8>,
-    /// The revoked serials (big-endian bytes, as in the certificates).
+    /// The serials revoked now, at `this_update` (big-endian bytes, as in
+    /// the certificates).
     pub serials: Vec<Vec<u8>>,
+    /// Serials revoked earlier, with their revocation time (an extended CRL
+    /// keeps its entries).
+    pub kept: Vec<(Vec<u8>, SystemTime)>,
     pub this_update: SystemTime,
     pub next_update: SystemTime,
 }
@@ -197,6 +201,7 @@ impl CrlSpec {
         CrlSpec {
             number: number.to_be_bytes().to_vec(),
             serials,
+            kept: Vec::new(),
             this_update: now - Duration::from_secs(60),
             next_update: now + Duration::from_secs(u64::from(days) * 86_400),
         }
@@ -222,11 +227,13 @@ impl DevCa {
     /// Signs a CRL (v2, with a CRL number) with this CA's key.
     pub fn crl(&self, spec: &CrlSpec) -> Result<IssuedCrl, rcgen::Error> {
         let revoked_certs = spec
-            .serials
+            .kept
             .iter()
-            .map(|s| RevokedCertParams {
+            .map(|(s, at)| (s, *at))
+            .chain(spec.serials.iter().map(|s| (s, spec.this_update)))
+            .map(|(s, at)| RevokedCertParams {
                 serial_number: SerialNumber::from_slice(s),
-                revocation_time: offset(spec.this_update),
+                revocation_time: offset(at),
                 reason_code: None,
                 invalidity_date: None,
             })

@@ -339,3 +339,118 @@ async fn foreign_truncated_and_older_crls_are_rejected_and_removal_readmits() {
         .expect("handshake");
     assert_eq!(roundtrip(&mut back, b"back").await, b"back");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_crl_is_still_enforced_warned_once_and_its_next_update_is_a_gauge() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("test CA");
+    let leaked = pki.leaf(CONTROLLER, Role::Client);
+    let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+    let now = std::time::SystemTime::now();
+    let mut spec = CrlSpec::new(1, vec![serial_of(&leaked.cert_der).unwrap()], 1);
+    spec.this_update = now - Duration::from_secs(2 * 86_400);
+    spec.next_update = now - Duration::from_secs(86_400);
+    let next_update = spec
+        .next_update
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    std::fs::write(dir.join("ca.crl"), pki.ca.crl(&spec).unwrap().pem).unwrap();
+    let echo = echo_target().await;
+    let sc = start_server(
+        &dir,
+        &echo.addr.to_string(),
+        &["--admin", "127.0.0.1:0", "--reload-interval", "100ms"],
+    )
+    .await;
+    assert!(is_refused(&sc.addr("server"), &pki.ca.cert_pem, &leaked).await);
+    sc.wait_log(&["past its nextUpdate"]).await;
+    let a = http::request(&sc.admin(), "GET", "/metrics").await;
+    let gauge = a
+        .body
+        .lines()
+        .find(|l| l.starts_with("mtls_sidecar_crl_next_update_timestamp_seconds "))
+        .unwrap_or_else(|| panic!("no gauge:\n{}", a.body));
+    assert_eq!(
+        gauge.rsplit(' ').next().unwrap().parse::<f64>().unwrap() as u64,
+        next_update
+    );
+    // Several polls later, still one warning.
+    let polls = Instant::now();
+    while polls.elapsed() < Duration::from_millis(500) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(sc.log_count("past its nextUpdate"), 1, "{:#?}", sc.logs());
+}
+
+#[test]
+fn certs_revoke_writes_and_extends_a_crl_and_check_fails_a_revoked_identity() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = |name: &str| tmp.path().join(name).to_str().unwrap().to_string();
+    let ok = |args: &[&str]| {
+        let (code, out) = run_bin(args);
+        assert_eq!(code, 0, "{args:?}: {out}");
+        out
+    };
+    ok(&["certs", "ca", "--out", &p("ca")]);
+    for leaf in ["leaked", "fine"] {
+        ok(&[
+            "certs",
+            "issue",
+            "--ca",
+            &p("ca"),
+            "--out",
+            &p(leaf),
+            "--dns",
+            CONTROLLER,
+            "--role",
+            "client",
+        ]);
+    }
+    let crl_path = p("ca.crl");
+    let out = ok(&[
+        "certs",
+        "revoke",
+        "--ca",
+        &p("ca"),
+        "--cert",
+        &format!("{}/tls.crt", p("leaked")),
+        "--out",
+        &crl_path,
+    ]);
+    assert!(out.contains("CRL number 1,"), "{out}");
+    let out = ok(&[
+        "certs",
+        "revoke",
+        "--ca",
+        &p("ca"),
+        "--serial",
+        "7f:01:02",
+        "--out",
+        &crl_path,
+    ]);
+    assert!(out.contains("CRL number 2,"), "{out}");
+    assert!(out.contains("2 revoked"), "{out}");
+    // Garbage serials are a usage error, not a panic.
+    let (code, out) = run_bin(&[
+        "certs",
+        "revoke",
+        "--ca",
+        &p("ca"),
+        "--serial",
+        "xyz",
+        "--out",
+        &crl_path,
+    ]);
+    assert_eq!(code, 2, "{out}");
+
+    for leaf in ["leaked", "fine"] {
+        std::fs::copy(&crl_path, tmp.path().join(leaf).join("ca.crl")).unwrap();
+    }
+    let (code, out) = run_bin(&["check", "--tls-dir", &p("leaked")]);
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("is revoked by the CRL"), "{out}");
+    let (code, out) = run_bin(&["check", "--tls-dir", &p("fine")]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("not revoked"), "{out}");
+}

@@ -165,6 +165,20 @@ impl CrlSet {
             .filter(move |i| i.next_update.is_some_and(|n| n <= now_secs))
     }
 
+    /// Every revoked entry of every CRL: (serial bytes, revocation time in
+    /// epoch seconds). `certs revoke` keeps them when it extends a CRL.
+    pub fn revoked_entries(&self) -> Vec<(Vec<u8>, i64)> {
+        self.ders
+            .iter()
+            .filter_map(|der| CertificateRevocationList::from_der(der.as_ref()).ok())
+            .flat_map(|(_, crl)| {
+                crl.iter_revoked_certificates()
+                    .map(|r| (r.raw_serial().to_vec(), r.revocation_date.timestamp()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     /// When a CRL of this set revokes `cert`: that CRL.
     pub fn revoking(&self, cert: &CertificateDer<'_>) -> Option<&CrlInfo> {
         let (_, parsed) = X509Certificate::from_der(cert.as_ref()).ok()?;
@@ -177,6 +191,13 @@ impl CrlSet {
                 info.issuer_raw == issuer && matches!(list.find_serial(serial), Ok(Some(_)))
             })
             .map(|(info, _)| info)
+    }
+}
+
+impl CrlInfo {
+    /// The CRL number as big-endian bytes, when there is one.
+    pub fn number_bytes(&self) -> Option<Vec<u8>> {
+        self.number_value.as_ref().map(BigUint::to_bytes_be)
     }
 }
 

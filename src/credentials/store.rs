@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use super::trust::{Anchor, Trust};
 use super::validate::{parse, ParsedRevision};
-use super::{CredError, CredentialSource, CrlScope};
+use super::{CredError, CredentialSource, CrlInfo, CrlScope};
 use crate::identity::CertInfo;
 
 /// One applied revision: identity and trust, swapped together.
@@ -135,6 +135,8 @@ struct PollState {
     roles: (bool, bool),
     /// How many revisions were parsed in full (a diagnostic).
     parses: u64,
+    /// The stale CRLs already reported (each is reported once).
+    stale_reported: Vec<CrlInfo>,
 }
 
 impl Default for PollState {
@@ -148,6 +150,7 @@ impl Default for PollState {
             settle_window: SETTLE_WINDOW,
             roles: (false, false),
             parses: 0,
+            stale_reported: Vec::new(),
         }
     }
 }
@@ -285,6 +288,24 @@ impl CredentialStore {
             .flatten()
             .filter(|t| floor.is_none_or(|polled| *t > polled))
             .min()
+    }
+
+    /// The CRLs in force that are past their nextUpdate at `now` and were
+    /// not returned before: each stale CRL is reported once.
+    pub fn newly_stale_crls(&self, now: SystemTime) -> Vec<CrlInfo> {
+        let now = crate::identity::time_to_epoch(now);
+        let current = self.current();
+        let mut state = self.lock();
+        let in_force = &current.trust.crls.infos;
+        state.stale_reported.retain(|c| in_force.contains(c));
+        let mut fresh = Vec::new();
+        for crl in current.trust.crls.stale(now) {
+            if !state.stale_reported.contains(crl) {
+                state.stale_reported.push(crl.clone());
+                fresh.push(crl.clone());
+            }
+        }
+        fresh
     }
 
     /// How many revisions were parsed in full since start-up. A revision
