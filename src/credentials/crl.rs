@@ -346,3 +346,173 @@ fn verify_signature(
         "its signature algorithm is not supported for its key".to_string()
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+    use crate::pki::{serial_of, CrlSpec, DevCa, LeafSpec, Role};
+
+    fn anchors(cas: &[&DevCa]) -> Vec<(CertificateDer<'static>, CertInfo)> {
+        cas.iter()
+            .map(|ca| {
+                let der = CertificateDer::from_pem_slice(ca.cert_pem.as_bytes()).unwrap();
+                let info = CertInfo::parse(&der).unwrap();
+                (der, info)
+            })
+            .collect()
+    }
+
+    fn file(bytes: Vec<u8>) -> RawFile {
+        RawFile {
+            path: "dir/ca.crl".into(),
+            bytes,
+        }
+    }
+
+    fn parse(bytes: Vec<u8>, cas: &[&DevCa]) -> Result<CrlSet, CredError> {
+        CrlSet::parse(&file(bytes), &anchors(cas), &crate::crypto_provider())
+    }
+
+    fn crl(ca: &DevCa, number: u64, serials: Vec<Vec<u8>>) -> crate::pki::IssuedCrl {
+        ca.crl(&CrlSpec::new(number, serials, 7)).unwrap()
+    }
+
+    #[test]
+    fn pem_der_and_back_to_back_der_all_parse() {
+        let a = DevCa::new("A", 1).unwrap();
+        let b = DevCa::new("B", 1).unwrap();
+        let (ca, cb) = (crl(&a, 1, vec![vec![1]]), crl(&b, 5, Vec::new()));
+        let pem = format!("{}{}", ca.pem, cb.pem).into_bytes();
+        let set = parse(pem, &[&a, &b]).unwrap();
+        assert_eq!(set.infos.len(), 2);
+        assert_eq!(set.infos[0].issuer, "CN=A");
+        assert_eq!(set.infos[0].number.as_deref(), Some("1"));
+        assert_eq!(set.infos[0].revoked, 1);
+        assert_eq!(set.infos[1].number.as_deref(), Some("5"));
+        assert_eq!(parse(ca.der.clone(), &[&a]).unwrap().infos.len(), 1);
+        let both = [ca.der.clone(), cb.der.clone()].concat();
+        let set = parse(both, &[&a, &b]).unwrap();
+        assert_eq!(set.infos.len(), 2);
+        assert!(
+            set.same_as(&parse(format!("{}{}", ca.pem, cb.pem).into_bytes(), &[&a, &b]).unwrap())
+        );
+        assert!(!set.same_as(&CrlSet::empty()));
+    }
+
+    #[test]
+    fn bad_files_are_errors_naming_the_file() {
+        let a = DevCa::new("A", 1).unwrap();
+        let der = crl(&a, 1, Vec::new()).der;
+        let cert_pem = a.cert_pem.clone().into_bytes();
+        for bytes in [
+            der[..der.len() / 2].to_vec(),
+            b"hello".to_vec(),
+            cert_pem,
+            [der.clone(), vec![0x30]].concat(),
+        ] {
+            let e = parse(bytes, &[&a]).unwrap_err().to_string();
+            assert!(e.starts_with("dir/ca.crl: "), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_crl_must_be_signed_by_a_ca_of_the_bundle() {
+        let a = DevCa::new("A", 1).unwrap();
+        let impostor = DevCa::new("A", 1).unwrap();
+        let other = DevCa::new("B", 1).unwrap();
+        let forged = crl(&impostor, 1, Vec::new()).pem.into_bytes();
+        let e = parse(forged.clone(), &[&a]).unwrap_err();
+        assert!(
+            matches!(&e, CredError::CrlSignature { detail, .. } if detail.contains("does not verify")),
+            "{e}"
+        );
+        // The impostor's own CA in the bundle, beside the real one, signs it.
+        assert!(parse(forged, &[&a, &impostor]).is_ok());
+        let e = parse(crl(&other, 1, Vec::new()).pem.into_bytes(), &[&a]).unwrap_err();
+        assert!(
+            matches!(&e, CredError::CrlSignature { detail, .. } if detail.contains("no CA")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn one_crl_per_issuer_and_a_bounded_count() {
+        let a = DevCa::new("A", 1).unwrap();
+        let one = crl(&a, 1, Vec::new()).pem;
+        let e = parse(format!("{one}{one}").into_bytes(), &[&a]).unwrap_err();
+        assert!(e.to_string().contains("a second CRL"), "{e}");
+        let many = one.repeat(MAX_CRLS + 1).into_bytes();
+        let e = parse(many, &[&a]).unwrap_err();
+        assert!(e.to_string().contains("at most"), "{e}");
+    }
+
+    #[test]
+    fn an_older_crl_number_is_refused_an_equal_or_newer_one_is_not() {
+        let a = DevCa::new("A", 1).unwrap();
+        let b = DevCa::new("B", 1).unwrap();
+        let in_force = parse(crl(&a, 2, Vec::new()).pem.into_bytes(), &[&a]).unwrap();
+        let path = Path::new("dir/ca.crl");
+        let older = parse(crl(&a, 1, Vec::new()).pem.into_bytes(), &[&a]).unwrap();
+        let e = older.check_not_older(&in_force, path).unwrap_err();
+        assert!(
+            matches!(&e, CredError::CrlOlder { this, current, .. }
+                if this == "CRL number 1" && current == "CRL number 2"),
+            "{e}"
+        );
+        for n in [2, 3] {
+            let newer = parse(crl(&a, n, Vec::new()).pem.into_bytes(), &[&a]).unwrap();
+            assert!(newer.check_not_older(&in_force, path).is_ok());
+        }
+        // Another issuer's CRL is not compared with this one.
+        let other = parse(crl(&b, 1, Vec::new()).pem.into_bytes(), &[&b]).unwrap();
+        assert!(other.check_not_older(&in_force, path).is_ok());
+        assert!(CrlSet::empty().check_not_older(&in_force, path).is_ok());
+    }
+
+    #[test]
+    fn revoking_finds_the_listed_serial_of_that_issuer_only() {
+        let a = DevCa::new("A", 1).unwrap();
+        let b = DevCa::new("B", 1).unwrap();
+        let leaf = |ca: &DevCa| ca.issue(&LeafSpec::dns("x.svc", Role::Client, 1)).unwrap();
+        let (bad, good, foreign) = (leaf(&a), leaf(&a), leaf(&b));
+        let serial = serial_of(&bad.cert_der).unwrap();
+        let set = parse(crl(&a, 1, vec![serial.clone()]).pem.into_bytes(), &[&a]).unwrap();
+        assert_eq!(
+            set.revoking(&bad.cert_der).map(|c| c.issuer.as_str()),
+            Some("CN=A")
+        );
+        assert!(set.revoking(&good.cert_der).is_none());
+        assert!(set.revoking(&foreign.cert_der).is_none());
+        let entries = set.revoked_entries();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].0, serial);
+    }
+
+    #[test]
+    fn staleness_and_the_earliest_next_update() {
+        let a = DevCa::new("A", 1).unwrap();
+        let b = DevCa::new("B", 1).unwrap();
+        let now = SystemTime::now();
+        let mut spec = CrlSpec::new(1, Vec::new(), 1);
+        spec.this_update = now - Duration::from_secs(7200);
+        spec.next_update = now - Duration::from_secs(3600);
+        let stale = a.crl(&spec).unwrap().pem;
+        let fresh = crl(&b, 1, Vec::new()).pem;
+        let set = parse(format!("{fresh}{stale}").into_bytes(), &[&a, &b]).unwrap();
+        let now_secs = crate::identity::time_to_epoch(now);
+        let stale: Vec<_> = set.stale(now_secs).map(|c| c.issuer.as_str()).collect();
+        assert_eq!(stale, ["CN=A"]);
+        assert_eq!(
+            set.earliest_next_update(),
+            Some(crate::identity::time_to_epoch(spec.next_update))
+        );
+        assert_eq!(
+            set.stale(now_secs - 3600).count(),
+            1,
+            "at nextUpdate it is stale"
+        );
+        assert_eq!(set.stale(now_secs - 3601).count(), 0);
+    }
+}
