@@ -127,6 +127,35 @@ impl DevCa {
         })
     }
 
+    /// Mints an intermediate CA signed by this one, valid from a minute ago
+    /// for `days`. Its leaves chain to this CA when the intermediate is sent
+    /// along.
+    pub fn intermediate(&self, name: &str, days: u32) -> Result<DevCa, rcgen::Error> {
+        let now = SystemTime::now();
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, name);
+        params.distinguished_name = dn;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        params.use_authority_key_identifier_extension = true;
+        params.not_before = offset(now - Duration::from_secs(60));
+        params.not_after = offset(now + Duration::from_secs(u64::from(days) * 86_400));
+        params.serial_number = Some(random_serial());
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.issuer)?;
+        let key_pem = key.serialize_pem();
+        Ok(DevCa {
+            cert_pem: cert.pem(),
+            key_pem,
+            issuer: Issuer::new(params, key),
+        })
+    }
+
     /// Loads a CA written by [`DevCa::write`] (or any CA cert and PKCS#8 key).
     pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<DevCa, rcgen::Error> {
         let key = KeyPair::from_pem(key_pem)?;

@@ -454,3 +454,82 @@ fn certs_revoke_writes_and_extends_a_crl_and_check_fails_a_revoked_identity() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("not revoked"), "{out}");
 }
+
+/// A client config presenting `leaf` with its intermediate, trusting `ca_pem`.
+fn chain_client(
+    leaf: &Issued,
+    intermediate_pem: &str,
+    ca_pem: &str,
+) -> std::sync::Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let chain = vec![
+        leaf.cert_der.clone(),
+        CertificateDer::from_pem_slice(intermediate_pem.as_bytes()).unwrap(),
+    ];
+    let cfg = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(
+            chain,
+            PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap(),
+        )
+        .unwrap();
+    std::sync::Arc::new(cfg)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crl_scope_chain_judges_the_intermediate_and_leaf_does_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("test root");
+    let intermediate = pki.ca.intermediate("test issuing CA", 30).unwrap();
+    let leaf = intermediate
+        .issue(&mtls_sidecar::pki::LeafSpec::dns(
+            CONTROLLER,
+            Role::Client,
+            30,
+        ))
+        .unwrap();
+    let intermediate_der =
+        <rustls::pki_types::CertificateDer as rustls::pki_types::pem::PemObject>::from_pem_slice(
+            intermediate.cert_pem.as_bytes(),
+        )
+        .unwrap();
+    // The root's CRL revokes the intermediate; the leaf itself is on no CRL.
+    let root_crl = pki
+        .ca
+        .crl(&CrlSpec::new(
+            1,
+            vec![serial_of(&intermediate_der).unwrap()],
+            7,
+        ))
+        .unwrap();
+    let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+    std::fs::write(dir.join("ca.crl"), &root_crl.pem).unwrap();
+    let echo = echo_target().await;
+    let target = echo.addr.to_string();
+    let chain = start_server(&dir, &target, &["--crl-scope", "chain"]).await;
+    let leaf_only = start_server(&dir, &target, &[]).await;
+    let cfg = chain_client(&leaf, &intermediate.cert_pem, &pki.ca.cert_pem);
+
+    if let Ok(mut s) = tls_connect(&chain.addr("server"), REPLICA, cfg.clone()).await {
+        assert!(
+            refused(&mut s).await,
+            "chain scope admitted a revoked intermediate"
+        );
+    }
+    chain
+        .wait_field("handshake refused", "reason", "revoked")
+        .await;
+
+    let mut s = tls_connect(&leaf_only.addr("server"), REPLICA, cfg)
+        .await
+        .expect("leaf scope handshake");
+    assert_eq!(roundtrip(&mut s, b"leaf scope").await, b"leaf scope");
+    assert_eq!(echo.accepted(), 1);
+}
