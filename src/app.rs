@@ -113,6 +113,7 @@ pub fn prepare(settings: Settings) -> Result<Prepared, StartError> {
                     settings.trust_grace,
                 )?;
                 s.set_settle_window(settings.reload_interval);
+                s.set_crl_scope(settings.crl_scope)?;
                 stores.push(s.clone());
                 s
             }

@@ -57,6 +57,9 @@ pub struct CredentialArgs {
     /// CA bundle file (one or more trust anchors).
     #[arg(long, value_name = "FILE")]
     pub ca: Option<PathBuf>,
+    /// CRL file (PEM or DER, one or more CRLs); with --cert/--key/--ca (a directory's is ca.crl).
+    #[arg(long, value_name = "FILE")]
+    pub crl: Option<PathBuf>,
 }
 
 impl CredentialArgs {
@@ -66,6 +69,7 @@ impl CredentialArgs {
             cert: self.cert.clone(),
             key: self.key.clone(),
             ca: self.ca.clone(),
+            crl: self.crl.clone(),
         }
     }
 }
@@ -109,6 +113,9 @@ pub struct CommonArgs {
     /// How long a CA removed from ca.crt stays trusted (max 24h).
     #[arg(long, value_name = "DUR", default_value = "0s")]
     pub trust_grace: String,
+    /// Which certificates of a peer chain are checked against the CRLs: the leaf, or every CA-issued one.
+    #[arg(long, value_name = "SCOPE", default_value = "leaf", value_parser = ["leaf", "chain"])]
+    pub crl_scope: String,
     /// Close connections older than this [default: off].
     #[arg(long, value_name = "DUR")]
     pub max_connection_lifetime: Option<String>,
@@ -241,6 +248,27 @@ pub enum CertsCommand {
     Ca(CertsCaArgs),
     /// Issue a leaf from a CA into DIR (tls.crt, tls.key, ca.crt).
     Issue(CertsIssueArgs),
+    /// Write a CRL signed by the CA in DIR revoking serials, or extend an existing one.
+    Revoke(CertsRevokeArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CertsRevokeArgs {
+    /// Directory written by `certs ca`.
+    #[arg(long, value_name = "DIR")]
+    pub ca: PathBuf,
+    /// Serial number to revoke, hex, colons allowed (repeatable).
+    #[arg(long, value_name = "HEX")]
+    pub serial: Vec<String>,
+    /// Certificate file whose serial to revoke (repeatable).
+    #[arg(long, value_name = "FILE")]
+    pub cert: Vec<PathBuf>,
+    /// The CRL file to write; an existing one is extended (its entries kept, its CRL number incremented).
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Days until the CRL's nextUpdate.
+    #[arg(long, default_value_t = 7)]
+    pub days: u32,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -338,6 +366,7 @@ impl CommonArgs {
             admin: self.admin.clone(),
             reload_interval: Some(self.reload_interval.clone()),
             trust_grace: Some(self.trust_grace.clone()),
+            crl_scope: Some(self.crl_scope.clone()),
             drain_timeout: Some(self.drain_timeout.clone()),
             worker_threads: self.worker_threads,
             mark: None,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::addr::Addr;
-use crate::credentials::CredentialSource;
+use crate::credentials::{CredentialSource, CrlScope};
 use crate::identity::{SanPattern, SanPolicy};
 use crate::sandbox::SandboxMode;
 
@@ -141,6 +141,8 @@ pub struct Settings {
     pub admin: Option<Addr>,
     pub reload_interval: Duration,
     pub trust_grace: Duration,
+    /// Which certificates of a peer chain are checked against the CRLs.
+    pub crl_scope: CrlScope,
     pub drain_timeout: Duration,
     /// Runtime worker threads; `None`: the CPUs the process may use.
     pub worker_threads: Option<usize>,
@@ -228,6 +230,8 @@ pub struct CredentialSpec {
     pub cert: Option<PathBuf>,
     pub key: Option<PathBuf>,
     pub ca: Option<PathBuf>,
+    /// A CRL file beside `cert`/`key`/`ca` (a directory's is its `ca.crl`).
+    pub crl: Option<PathBuf>,
 }
 
 /// Process-wide options as written by a user.
@@ -237,6 +241,8 @@ pub struct FileSpec {
     pub admin: Option<String>,
     pub reload_interval: Option<String>,
     pub trust_grace: Option<String>,
+    /// `leaf` (default) or `chain`.
+    pub crl_scope: Option<String>,
     pub drain_timeout: Option<String>,
     pub worker_threads: Option<u64>,
     /// `SO_MARK` for every route's outbound sockets (`--mark`).
@@ -322,6 +328,12 @@ const NONZERO: Duration = Duration::from_millis(1);
 impl CredentialSpec {
     /// Resolves to a source; `prefix` qualifies field names in messages.
     pub fn to_source(&self, prefix: &str) -> Result<Option<CredentialSource>, ConfigError> {
+        if self.crl.is_some() && self.cert.is_none() {
+            return Err(invalid(
+                format!("{prefix}crl"),
+                "goes with --cert/--key/--ca; a directory's CRL is its ca.crl",
+            ));
+        }
         match (&self.tls_dir, &self.cert, &self.key, &self.ca) {
             (None, None, None, None) => Ok(None),
             (Some(dir), None, None, None) => Ok(Some(CredentialSource::Dir(dir.clone()))),
@@ -329,6 +341,7 @@ impl CredentialSpec {
                 cert: cert.clone(),
                 key: key.clone(),
                 ca: ca.clone(),
+                crl: self.crl.clone(),
             })),
             (Some(_), _, _, _) => Err(invalid(
                 format!("{prefix}tls-dir"),
@@ -713,11 +726,17 @@ impl FileSpec {
             Some(a) => Some(a.parse().map_err(|e| invalid("--admin", e))?),
             None => None,
         };
+        let crl_scope = match self.crl_scope.as_deref() {
+            None | Some("leaf") => CrlScope::Leaf,
+            Some("chain") => CrlScope::Chain,
+            Some(other) => return Err(invalid("--crl-scope", format!("{other:?}: leaf or chain"))),
+        };
         Ok(Settings {
             routes,
             admin,
             reload_interval,
             trust_grace,
+            crl_scope,
             drain_timeout: opt_duration(
                 "--drain-timeout",
                 &self.drain_timeout,

@@ -23,6 +23,8 @@ pub const BYTES: &str = "mtls_sidecar_bytes_total";
 pub const TARGET_CONNECT_FAILURES: &str = "mtls_sidecar_target_connect_failures_total";
 pub const CREDENTIAL_RELOADS: &str = "mtls_sidecar_credential_reloads_total";
 pub const CERT_NOT_AFTER: &str = "mtls_sidecar_cert_not_after_timestamp_seconds";
+/// The earliest nextUpdate (Unix time) among the CRLs in force.
+pub const CRL_NEXT_UPDATE: &str = "mtls_sidecar_crl_next_update_timestamp_seconds";
 
 /// Handshake duration buckets: 100 µs to 10 s.
 const HANDSHAKE_BUCKETS: &[f64] = &[
@@ -119,6 +121,28 @@ pub fn cert_expiry(identity: i64, trust: Option<i64>) {
     gauge!(CERT_NOT_AFTER, "cert" => "identity").set(identity as f64);
     if let Some(t) = trust {
         gauge!(CERT_NOT_AFTER, "cert" => "trust").set(t as f64);
+    }
+}
+
+/// Publishes the earliest nextUpdate among the CRLs in force (Unix
+/// seconds). Absent until a CRL is first in force; `+Inf` once none is any
+/// more (the recorder cannot remove a series, and `+Inf` never looks due).
+pub fn crl_next_update(earliest: Option<i64>) {
+    static SHOWN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    use std::sync::atomic::Ordering;
+    match earliest {
+        Some(t) => {
+            if !SHOWN.swap(true, Ordering::Relaxed) {
+                describe_gauge!(
+                    CRL_NEXT_UPDATE,
+                    Unit::Seconds,
+                    "The earliest nextUpdate (Unix time) among the CRLs in force; +Inf once no CRL is."
+                );
+            }
+            gauge!(CRL_NEXT_UPDATE).set(t as f64);
+        }
+        None if SHOWN.load(Ordering::Relaxed) => gauge!(CRL_NEXT_UPDATE).set(f64::INFINITY),
+        None => {}
     }
 }
 

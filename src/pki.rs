@@ -6,8 +6,9 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
+    BasicConstraints, CertificateParams, CertificateRevocationListParams, DistinguishedName,
+    DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyIdMethod, KeyPair, KeyUsagePurpose,
+    RevokedCertParams, SanType, SerialNumber,
 };
 
 /// Which extended key usage a leaf carries.
@@ -126,6 +127,35 @@ impl DevCa {
         })
     }
 
+    /// Mints an intermediate CA signed by this one, valid from a minute ago
+    /// for `days`. Its leaves chain to this CA when the intermediate is sent
+    /// along.
+    pub fn intermediate(&self, name: &str, days: u32) -> Result<DevCa, rcgen::Error> {
+        let now = SystemTime::now();
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, name);
+        params.distinguished_name = dn;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        params.use_authority_key_identifier_extension = true;
+        params.not_before = offset(now - Duration::from_secs(60));
+        params.not_after = offset(now + Duration::from_secs(u64::from(days) * 86_400));
+        params.serial_number = Some(random_serial());
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.issuer)?;
+        let key_pem = key.serialize_pem();
+        Ok(DevCa {
+            cert_pem: cert.pem(),
+            key_pem,
+            issuer: Issuer::new(params, key),
+        })
+    }
+
     /// Loads a CA written by [`DevCa::write`] (or any CA cert and PKCS#8 key).
     pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<DevCa, rcgen::Error> {
         let key = KeyPair::from_pem(key_pem)?;
@@ -173,6 +203,82 @@ impl DevCa {
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
             cert_der: cert.der().clone(),
+        })
+    }
+}
+
+/// What to put in a CRL.
+#[derive(Debug, Clone)]
+pub struct CrlSpec {
+    /// The CRL number (big-endian, unsigned).
+    pub number: Vec<u8>,
+    /// The serials revoked now, at `this_update` (big-endian bytes, as in
+    /// the certificates).
+    pub serials: Vec<Vec<u8>>,
+    /// Serials revoked earlier, with their revocation time (an extended CRL
+    /// keeps its entries).
+    pub kept: Vec<(Vec<u8>, SystemTime)>,
+    pub this_update: SystemTime,
+    pub next_update: SystemTime,
+}
+
+impl CrlSpec {
+    /// CRL number `number` revoking `serials`, issued a minute ago, next
+    /// update in `days`.
+    pub fn new(number: u64, serials: Vec<Vec<u8>>, days: u32) -> CrlSpec {
+        let now = SystemTime::now();
+        CrlSpec {
+            number: number.to_be_bytes().to_vec(),
+            serials,
+            kept: Vec::new(),
+            this_update: now - Duration::from_secs(60),
+            next_update: now + Duration::from_secs(u64::from(days) * 86_400),
+        }
+    }
+}
+
+/// A signed CRL.
+#[derive(Debug, Clone)]
+pub struct IssuedCrl {
+    pub pem: String,
+    pub der: Vec<u8>,
+}
+
+/// A certificate's serial number as its big-endian bytes (what a CRL
+/// lists), or `None` when the certificate does not parse.
+pub fn serial_of(cert: &rustls_pki_types::CertificateDer<'_>) -> Option<Vec<u8>> {
+    use x509_parser::prelude::FromDer;
+    let (_, c) = x509_parser::certificate::X509Certificate::from_der(cert.as_ref()).ok()?;
+    Some(c.raw_serial().to_vec())
+}
+
+impl DevCa {
+    /// Signs a CRL (v2, with a CRL number) with this CA's key.
+    pub fn crl(&self, spec: &CrlSpec) -> Result<IssuedCrl, rcgen::Error> {
+        let revoked_certs = spec
+            .kept
+            .iter()
+            .map(|(s, at)| (s, *at))
+            .chain(spec.serials.iter().map(|s| (s, spec.this_update)))
+            .map(|(s, at)| RevokedCertParams {
+                serial_number: SerialNumber::from_slice(s),
+                revocation_time: offset(at),
+                reason_code: None,
+                invalidity_date: None,
+            })
+            .collect();
+        let params = CertificateRevocationListParams {
+            this_update: offset(spec.this_update),
+            next_update: offset(spec.next_update),
+            crl_number: SerialNumber::from_slice(&spec.number),
+            issuing_distribution_point: None,
+            revoked_certs,
+            key_identifier_method: KeyIdMethod::Sha256,
+        };
+        let crl = params.signed_by(&self.issuer)?;
+        Ok(IssuedCrl {
+            pem: crl.pem()?,
+            der: crl.der().to_vec(),
         })
     }
 }

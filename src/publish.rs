@@ -26,9 +26,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::{symlink, DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::credentials::{
-    content_hash, validate, RawFile, RawRevision, CA_FILE, CERT_FILE, DATA_LINK, KEY_FILE,
-};
+use crate::credentials::{validate, RawFile, RawRevision, CA_FILE, CERT_FILE, DATA_LINK, KEY_FILE};
 
 /// The temporary link renamed over `..data`.
 pub const DATA_TMP: &str = "..data_tmp";
@@ -166,12 +164,7 @@ pub fn check_credentials(dir: &Path, entries: &[Entry]) -> Result<(), PublishErr
         path: dir.join(&e.name),
         bytes: e.bytes.clone(),
     };
-    let raw = RawRevision {
-        hash: content_hash(&[&cert.bytes, &key.bytes, &ca.bytes]),
-        cert: file(cert),
-        key: file(key),
-        ca: file(ca),
-    };
+    let raw = RawRevision::new(file(cert), file(key), file(ca));
     validate(
         &raw,
         &crate::crypto_provider(),

@@ -43,6 +43,7 @@ pub async fn run(
         start_watcher(&store, file_event.clone())
     };
     publish_reload_state(&all);
+    warn_stale_crls(&store);
     loop {
         let wait = next_wait(&store, interval);
         let forced = tokio::select! {
@@ -58,6 +59,7 @@ pub async fn run(
             store.poll(now)
         };
         report(&store, &outcome);
+        warn_stale_crls(&store);
         if matches!(outcome, Applied::Applied { .. } | Applied::TrustRetired) {
             publish_expiry(&all);
         }
@@ -139,6 +141,20 @@ pub fn report(store: &CredentialStore, outcome: &Applied) {
     }
 }
 
+/// Logs, once per CRL, each CRL in force that is past its nextUpdate: it
+/// is still enforced (refusing with old data beats refusing nothing).
+fn warn_stale_crls(store: &CredentialStore) {
+    for crl in store.newly_stale_crls(SystemTime::now()) {
+        warn!(
+            source = %store.source(),
+            issuer = %crl.issuer,
+            crl_number = crl.number.as_deref().unwrap_or("none"),
+            next_update = %crl.next_update.map(fmt_time).unwrap_or_default(),
+            "CRL is past its nextUpdate; still enforcing it until a newer one is published"
+        );
+    }
+}
+
 /// Sets the reload gauges from every store: the revisions in force, and
 /// whether each store's newest judged revision is the one in force. Each
 /// store's poller calls it; one at a time, so a view read earlier never
@@ -166,6 +182,11 @@ pub fn publish_expiry(stores: &[Arc<CredentialStore>]) {
             .min();
         crate::metrics::cert_expiry(identity, trust);
     }
+    let crl = current
+        .iter()
+        .filter_map(|c| c.trust.crls.earliest_next_update())
+        .min();
+    crate::metrics::crl_next_update(crl);
 }
 
 fn short(revision: &str) -> &str {

@@ -664,8 +664,8 @@ impl Route {
         match &report.cert {
             Some(c) => warn!(
                 route = %self.cfg.name, peer = %peer, reason = reason.as_str(),
-                subject = %clean(&c.subject), sans = %clean_list(&c.sans()), error = %error,
-                "handshake refused"
+                subject = %clean(&c.subject), serial = %c.serial, sans = %clean_list(&c.sans()),
+                error = %error, "handshake refused"
             ),
             None => warn!(
                 route = %self.cfg.name, peer = %peer, reason = reason.as_str(), error = %error,
@@ -743,13 +743,13 @@ impl Route {
             if let Err(e) = self.reverify(&conn.chain, now) {
                 if conn.signal.close(CloseReason::Revoked) {
                     use crate::logsafe::{clean, clean_display, clean_list};
-                    let (subject, sans) = conn
+                    let (subject, serial, sans) = conn
                         .peer
                         .as_ref()
-                        .map(|c| (c.subject.as_str(), c.sans()))
+                        .map(|c| (c.subject.as_str(), c.serial.as_str(), c.sans()))
                         .unwrap_or_default();
                     warn!(
-                        route = %self.cfg.name, peer = %conn.peer_addr, subject = %clean(subject),
+                        route = %self.cfg.name, peer = %conn.peer_addr, subject = %clean(subject), serial = %serial,
                         sans = %clean_list(&sans), error = %clean_display(&e),
                         "closing connection: its peer is no longer trusted"
                     );

@@ -15,8 +15,8 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use super::report::{Report, Status};
 use super::{Input, Request};
 use crate::credentials::{
-    content_hash, fmt_time, parse_certs, parse_key, read_file, root_store, validate, verify_chain,
-    CredError, CredentialSource, RawFile, RawRevision, CA_FILE, CERT_FILE, KEY_FILE,
+    fmt_time, parse_certs, parse_key, read_file, root_store, validate, verify_chain, CredError,
+    CredentialSource, RawFile, RawRevision, CA_FILE, CERT_FILE, CRL_FILE, KEY_FILE,
 };
 use crate::identity::{time_to_epoch, CertInfo};
 
@@ -51,7 +51,7 @@ pub(super) fn step<D, T>(
 fn paths(source: &CredentialSource) -> [PathBuf; 3] {
     match source {
         CredentialSource::Dir(d) => [d.join(CERT_FILE), d.join(KEY_FILE), d.join(CA_FILE)],
-        CredentialSource::Files { cert, key, ca } => [cert.clone(), key.clone(), ca.clone()],
+        CredentialSource::Files { cert, key, ca, .. } => [cert.clone(), key.clone(), ca.clone()],
     }
 }
 
@@ -318,22 +318,52 @@ fn load(
     files: [Option<RawFile>; 3],
 ) {
     let input = r.ok.then_some(());
-    step(r, "load", None, input, "an earlier check failed", |()| {
+    let valid = step(r, "load", None, input, "an earlier check failed", |()| {
         let raw = match (&req.input, files) {
             (Input::Source(source), _) => source.read().map_err(|e| e.to_string())?,
             (Input::Secret { .. }, [Some(cert), Some(key), Some(ca)]) => {
-                let hash = content_hash(&[&cert.bytes, &key.bytes, &ca.bytes]);
-                RawRevision {
-                    cert,
-                    key,
-                    ca,
-                    hash,
-                }
+                RawRevision::new(cert, key, ca)
             }
             (Input::Secret { .. }, _) => return Err("a file is missing".to_string()),
         };
         let rev = validate(&raw, provider, now).map_err(|e| e.to_string())?;
         let short: String = rev.hash.chars().take(12).collect();
-        Ok(((), format!("the sidecar accepts this revision ({short})")))
+        Ok((rev, format!("the sidecar accepts this revision ({short})")))
     });
+    if let Some(rev) = valid.filter(|v| !v.crls.is_empty()) {
+        let input = Some(rev);
+        step(r, "crl", Some(CRL_FILE), input, "", |rev| {
+            crl_verdict(&rev, time_to_epoch(now))
+        });
+    }
+}
+
+/// The CRLs are fresh and do not revoke the identity itself.
+fn crl_verdict(rev: &crate::credentials::ValidRevision, now: i64) -> Result<((), String), String> {
+    let leaf = rev.identity.cert.first().ok_or("no certificate")?;
+    if let Some(crl) = rev.crls.revoking(leaf) {
+        return Err(format!(
+            "{CERT_FILE} (serial {}) is revoked by the CRL from {}: peers with this CRL refuse it",
+            rev.leaf.serial, crl.issuer
+        ));
+    }
+    if let Some(crl) = rev.crls.stale(now).next() {
+        return Err(format!(
+            "the CRL from {} is past its nextUpdate ({}): publish a newer one",
+            crl.issuer,
+            crl.next_update.map(fmt_time).unwrap_or_default()
+        ));
+    }
+    let n = rev.crls.infos.len();
+    Ok((
+        (),
+        format!(
+            "{}, signed by ca.crt, fresh until {}; {CERT_FILE} is not revoked",
+            plural(n, "CRL"),
+            rev.crls
+                .earliest_next_update()
+                .map(fmt_time)
+                .unwrap_or_default()
+        ),
+    ))
 }

@@ -2,6 +2,7 @@
 //! whole, and held in one store that every route's TLS config reads on each
 //! handshake. Swapping the store's contents is how rotation happens.
 
+mod crl;
 mod source;
 mod store;
 mod trust;
@@ -9,9 +10,10 @@ mod validate;
 
 use std::path::{Path, PathBuf};
 
+pub use crl::{CrlInfo, CrlScope, CrlSet, MAX_CRLS};
 pub use source::{
-    content_hash, read_file, CredentialSource, RawFile, RawRevision, CA_FILE, CERT_FILE, DATA_LINK,
-    KEY_FILE,
+    content_hash, read_file, CredentialSource, RawFile, RawRevision, CA_FILE, CERT_FILE, CRL_FILE,
+    DATA_LINK, KEY_FILE,
 };
 pub use store::{
     Applied, CredentialStore, Credentials, PendingRevision, ReloadStatus, SETTLE_WINDOW,
@@ -54,6 +56,21 @@ pub enum CredError {
         path: PathBuf,
         not_before: i64,
         current: i64,
+    },
+    #[error("{path}: {detail}", path = .path.display())]
+    CrlParse { path: PathBuf, detail: String },
+    #[error("{path}: the CRL from {issuer} is not signed by a CA in ca.crt: {detail}", path = .path.display())]
+    CrlSignature {
+        path: PathBuf,
+        issuer: String,
+        detail: String,
+    },
+    #[error("{path}: the CRL from {issuer} ({this}) is older than the one in force ({current}); refusing to go back", path = .path.display())]
+    CrlOlder {
+        path: PathBuf,
+        issuer: String,
+        this: String,
+        current: String,
     },
     #[error("{path}: certificate lacks the {usage} extended key usage that a {mode} route needs", path = .path.display())]
     Usage {

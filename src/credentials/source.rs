@@ -13,20 +13,23 @@ pub const CERT_FILE: &str = "tls.crt";
 pub const KEY_FILE: &str = "tls.key";
 /// The CA bundle file name in a credential directory.
 pub const CA_FILE: &str = "ca.crt";
+/// The optional certificate revocation list file in a credential directory.
+pub const CRL_FILE: &str = "ca.crl";
 /// The symlink the kubelet's atomic writer swaps to publish a revision.
 pub const DATA_LINK: &str = "..data";
 
 /// Where credentials are read from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum CredentialSource {
-    /// A directory holding `tls.crt`, `tls.key` and `ca.crt`; a Kubernetes
-    /// Secret volume or a plain directory.
+    /// A directory holding `tls.crt`, `tls.key` and `ca.crt` (and optionally
+    /// `ca.crl`); a Kubernetes Secret volume or a plain directory.
     Dir(PathBuf),
-    /// Three explicit files.
+    /// Three explicit files, and a CRL file when `--crl` is given.
     Files {
         cert: PathBuf,
         key: PathBuf,
         ca: PathBuf,
+        crl: Option<PathBuf>,
     },
 }
 
@@ -34,8 +37,12 @@ impl std::fmt::Display for CredentialSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CredentialSource::Dir(d) => write!(f, "{}", d.display()),
-            CredentialSource::Files { cert, key, ca } => {
-                write!(f, "{}, {}, {}", cert.display(), key.display(), ca.display())
+            CredentialSource::Files { cert, key, ca, crl } => {
+                write!(f, "{}, {}, {}", cert.display(), key.display(), ca.display())?;
+                match crl {
+                    Some(crl) => write!(f, ", {}", crl.display()),
+                    None => Ok(()),
+                }
             }
         }
     }
@@ -48,14 +55,39 @@ pub struct RawFile {
     pub bytes: Vec<u8>,
 }
 
-/// The three files of one revision, read together, with their content hash.
+/// The files of one revision, read together, with their content hash.
 #[derive(Debug, Clone)]
 pub struct RawRevision {
     pub cert: RawFile,
     pub key: RawFile,
     pub ca: RawFile,
-    /// Hex SHA-256 over the three contents: the revision's identity.
+    /// `ca.crl` (or `--crl`), when there is one.
+    pub crl: Option<RawFile>,
+    /// Hex SHA-256 over the contents: the revision's identity.
     pub hash: String,
+}
+
+impl RawRevision {
+    /// A revision of three files (no CRL), hashed.
+    pub fn new(cert: RawFile, key: RawFile, ca: RawFile) -> RawRevision {
+        RawRevision::with_crl(cert, key, ca, None)
+    }
+
+    /// A revision with an optional CRL, hashed. Without a CRL the hash is
+    /// the three files' alone, as before CRLs existed.
+    pub fn with_crl(cert: RawFile, key: RawFile, ca: RawFile, crl: Option<RawFile>) -> RawRevision {
+        let hash = match &crl {
+            None => content_hash(&[&cert.bytes, &key.bytes, &ca.bytes]),
+            Some(crl) => content_hash(&[&cert.bytes, &key.bytes, &ca.bytes, &crl.bytes]),
+        };
+        RawRevision {
+            cert,
+            key,
+            ca,
+            crl,
+            hash,
+        }
+    }
 }
 
 /// How often a read that raced a `..data` swap is retried before giving up
@@ -66,7 +98,13 @@ impl CredentialSource {
     /// Reads one consistent revision.
     pub fn read(&self) -> Result<RawRevision, CredError> {
         match self {
-            CredentialSource::Files { cert, key, ca } => read_three(cert, key, ca),
+            CredentialSource::Files { cert, key, ca, crl } => {
+                let crl = match crl {
+                    Some(path) => Some(read_file(path)?),
+                    None => None,
+                };
+                read_revision(cert, key, ca, crl)
+            }
             CredentialSource::Dir(dir) => {
                 let link = dir.join(DATA_LINK);
                 let is_link = fs::symlink_metadata(&link)
@@ -79,20 +117,12 @@ impl CredentialSource {
                             detail: "not a directory (or missing)".into(),
                         });
                     }
-                    return read_three(
-                        &dir.join(CERT_FILE),
-                        &dir.join(KEY_FILE),
-                        &dir.join(CA_FILE),
-                    );
+                    return read_dir_files(dir);
                 }
                 for _ in 0..LINK_RETRIES {
                     let before = read_link(&link)?;
                     let rev_dir = dir.join(&before);
-                    let mut rev = read_three(
-                        &rev_dir.join(CERT_FILE),
-                        &rev_dir.join(KEY_FILE),
-                        &rev_dir.join(CA_FILE),
-                    );
+                    let mut rev = read_dir_files(&rev_dir);
                     if read_link(&link)? != before {
                         continue;
                     }
@@ -102,6 +132,9 @@ impl CredentialSource {
                         r.cert.path = dir.join(CERT_FILE);
                         r.key.path = dir.join(KEY_FILE);
                         r.ca.path = dir.join(CA_FILE);
+                        if let Some(crl) = &mut r.crl {
+                            crl.path = dir.join(CRL_FILE);
+                        }
                     }
                     return rev.map_err(|e| e.within(&rev_dir));
                 }
@@ -117,9 +150,10 @@ impl CredentialSource {
     pub fn watch_dirs(&self) -> Vec<PathBuf> {
         match self {
             CredentialSource::Dir(d) => vec![d.clone()],
-            CredentialSource::Files { cert, key, ca } => {
-                let mut v: Vec<PathBuf> = [cert, key, ca]
-                    .iter()
+            CredentialSource::Files { cert, key, ca, crl } => {
+                let mut v: Vec<PathBuf> = [Some(cert), Some(key), Some(ca), crl.as_ref()]
+                    .into_iter()
+                    .flatten()
                     .filter_map(|p| p.parent().map(Path::to_path_buf))
                     .collect();
                 v.sort();
@@ -159,17 +193,32 @@ pub fn read_file(path: &Path) -> Result<RawFile, CredError> {
     })
 }
 
-fn read_three(cert: &Path, key: &Path, ca: &Path) -> Result<RawRevision, CredError> {
+fn read_revision(
+    cert: &Path,
+    key: &Path,
+    ca: &Path,
+    crl: Option<RawFile>,
+) -> Result<RawRevision, CredError> {
     let cert = read_file(cert)?;
     let key = read_file(key)?;
     let ca = read_file(ca)?;
-    let hash = content_hash(&[&cert.bytes, &key.bytes, &ca.bytes]);
-    Ok(RawRevision {
-        cert,
-        key,
-        ca,
-        hash,
-    })
+    Ok(RawRevision::with_crl(cert, key, ca, crl))
+}
+
+/// Reads a directory's files: the three required ones, and `ca.crl` when it
+/// exists (its absence is no error: a CRL is optional).
+fn read_dir_files(dir: &Path) -> Result<RawRevision, CredError> {
+    let crl_path = dir.join(CRL_FILE);
+    let crl = match fs::symlink_metadata(&crl_path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        _ => Some(read_file(&crl_path)?),
+    };
+    read_revision(
+        &dir.join(CERT_FILE),
+        &dir.join(KEY_FILE),
+        &dir.join(CA_FILE),
+        crl,
+    )
 }
 
 /// Hex SHA-256 over length-prefixed parts, so moving bytes between files

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use super::trust::{Anchor, Trust};
 use super::validate::{parse, ParsedRevision};
-use super::{CredError, CredentialSource};
+use super::{CredError, CredentialSource, CrlInfo, CrlScope};
 use crate::identity::CertInfo;
 
 /// One applied revision: identity and trust, swapped together.
@@ -135,6 +135,8 @@ struct PollState {
     roles: (bool, bool),
     /// How many revisions were parsed in full (a diagnostic).
     parses: u64,
+    /// The stale CRLs already reported (each is reported once).
+    stale_reported: Vec<CrlInfo>,
 }
 
 impl Default for PollState {
@@ -148,6 +150,7 @@ impl Default for PollState {
             settle_window: SETTLE_WINDOW,
             roles: (false, false),
             parses: 0,
+            stale_reported: Vec::new(),
         }
     }
 }
@@ -174,7 +177,12 @@ impl CredentialStore {
         let now = SystemTime::now();
         let raw = source.read()?;
         let rev = super::validate(&raw, &provider, now)?;
-        let trust = Arc::new(Trust::build(Anchor::bundle(&rev.anchors), &provider)?);
+        let trust = Arc::new(Trust::build(
+            Anchor::bundle(&rev.anchors),
+            rev.crls.clone(),
+            CrlScope::default(),
+            &provider,
+        )?);
         let creds = Credentials {
             revision: rev.hash,
             identity: rev.identity,
@@ -215,8 +223,8 @@ impl CredentialStore {
         self.lock().status.clone()
     }
 
-    /// Changes whenever the effective trust loses an anchor; routes re-verify
-    /// their live connections then.
+    /// Changes whenever the effective trust loses an anchor or the CRLs in
+    /// force change; routes re-verify their live connections then.
     pub fn trust_shrunk(&self) -> watch::Receiver<u64> {
         self.trust_shrunk.subscribe()
     }
@@ -282,6 +290,24 @@ impl CredentialStore {
             .min()
     }
 
+    /// The CRLs in force that are past their nextUpdate at `now` and were
+    /// not returned before: each stale CRL is reported once.
+    pub fn newly_stale_crls(&self, now: SystemTime) -> Vec<CrlInfo> {
+        let now = crate::identity::time_to_epoch(now);
+        let current = self.current();
+        let mut state = self.lock();
+        let in_force = &current.trust.crls.infos;
+        state.stale_reported.retain(|c| in_force.contains(c));
+        let mut fresh = Vec::new();
+        for crl in current.trust.crls.stale(now) {
+            if !state.stale_reported.contains(crl) {
+                state.stale_reported.push(crl.clone());
+                fresh.push(crl.clone());
+            }
+        }
+        fresh
+    }
+
     /// How many revisions were parsed in full since start-up. A revision
     /// waiting to become valid is parsed once and only re-judged in time
     /// on later polls; tests use this to prove it.
@@ -293,7 +319,12 @@ impl CredentialStore {
         let Some(anchors) = current.trust.expire(now) else {
             return false;
         };
-        match Trust::build(anchors, &self.provider) {
+        match Trust::build(
+            anchors,
+            current.trust.crls.clone(),
+            current.trust.scope,
+            &self.provider,
+        ) {
             Ok(trust) => {
                 self.swap(Credentials {
                     revision: current.revision.clone(),
@@ -440,14 +471,20 @@ impl CredentialStore {
             candidate.stage = Stage::Rejected;
             return self.reject(state, key, error, now);
         }
+        let crl_path = valid.crl_path.clone().unwrap_or_else(|| self.cert_path());
+        if let Err(error) = valid.crls.check_not_older(&current.trust.crls, &crl_path) {
+            candidate.stage = Stage::Rejected;
+            return self.reject(state, key, error, now);
+        }
         let (anchors, trust_shrank) = current.trust.merge(&valid.anchors, self.trust_grace, now);
-        let trust = match Trust::build(anchors, &self.provider) {
+        let trust = match Trust::build(anchors, valid.crls, current.trust.scope, &self.provider) {
             Ok(t) => t,
             Err(error) => {
                 candidate.stage = Stage::Rejected;
                 return self.reject(state, key, error, now);
             }
         };
+        let crls_changed = current.trust.crls_differ(&trust);
         self.swap(Credentials {
             revision: valid.hash.clone(),
             identity: valid.identity,
@@ -456,7 +493,7 @@ impl CredentialStore {
         });
         state.status.last_applied = Some(now);
         state.status.last_reload_successful = true;
-        if trust_shrank {
+        if trust_shrank || crls_changed {
             self.trust_shrunk.send_modify(|g| *g += 1);
         }
         Applied::Applied {
@@ -477,6 +514,25 @@ impl CredentialStore {
     pub fn require_roles(&self, server: bool, client: bool) -> Result<(), CredError> {
         super::check_usage(&self.current().leaf, &self.cert_path(), server, client)?;
         self.lock().roles = (server, client);
+        Ok(())
+    }
+
+    /// Sets which certificates of a peer chain the CRLs judge, for the
+    /// trust in force and every later one. Called once at start-up, before
+    /// any route serves.
+    pub fn set_crl_scope(&self, scope: CrlScope) -> Result<(), CredError> {
+        let _state = self.lock();
+        let current = self.current();
+        if current.trust.scope == scope {
+            return Ok(());
+        }
+        let trust = current.trust.with_scope(scope, &self.provider)?;
+        self.swap(Credentials {
+            revision: current.revision.clone(),
+            identity: current.identity.clone(),
+            leaf: current.leaf.clone(),
+            trust: Arc::new(trust),
+        });
         Ok(())
     }
 

@@ -15,7 +15,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 
 use super::source::{RawFile, RawRevision};
-use super::CredError;
+use super::{CredError, CrlSet};
 use crate::identity::{time_to_epoch, CertInfo};
 
 /// A revision that passed validation: ready to be swapped in.
@@ -26,6 +26,10 @@ pub struct ValidRevision {
     pub leaf: CertInfo,
     /// The CA bundle's certificates with their parsed facts, in file order.
     pub anchors: Vec<(CertificateDer<'static>, CertInfo)>,
+    /// The revision's CRLs (empty without a CRL file).
+    pub crls: Arc<CrlSet>,
+    /// The CRL file, when there is one.
+    pub crl_path: Option<PathBuf>,
 }
 
 /// Parses every PEM certificate in a file.
@@ -86,6 +90,8 @@ pub struct ParsedRevision {
     pub identity: Arc<CertifiedKey>,
     pub leaf: CertInfo,
     pub anchors: Vec<(CertificateDer<'static>, CertInfo)>,
+    pub crls: Arc<CrlSet>,
+    crl_path: Option<PathBuf>,
     chain: Vec<CertificateDer<'static>>,
     roots: RootCertStore,
     cert_path: PathBuf,
@@ -113,11 +119,17 @@ pub fn parse(raw: &RawRevision, provider: &CryptoProvider) -> Result<ParsedRevis
         },
     })?;
     let roots = root_store(&raw.ca.path, &ca)?;
+    let crls = match &raw.crl {
+        Some(file) => CrlSet::parse(file, &anchors, provider)?,
+        None => CrlSet::empty(),
+    };
     Ok(ParsedRevision {
         hash: raw.hash.clone(),
         identity: Arc::new(identity),
         leaf,
         anchors,
+        crls: Arc::new(crls),
+        crl_path: raw.crl.as_ref().map(|f| f.path.clone()),
         chain,
         roots,
         cert_path: raw.cert.path.clone(),
@@ -168,6 +180,8 @@ impl ParsedRevision {
             identity: self.identity.clone(),
             leaf: self.leaf.clone(),
             anchors: self.anchors.clone(),
+            crls: self.crls.clone(),
+            crl_path: self.crl_path.clone(),
         })
     }
 }

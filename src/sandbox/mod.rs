@@ -197,8 +197,9 @@ impl Plan {
                     }
                 }
             }
-            CredentialSource::Files { cert, key, ca } => {
-                for f in [cert, key, ca] {
+            CredentialSource::Files { cert, key, ca, crl } => {
+                // A `--crl` file is read on every poll, like the others.
+                for f in [cert, key, ca].into_iter().chain(crl.as_ref()) {
                     self.read_dirs.insert(parent_dir(f));
                     if let Some(p) = canonical_parent(f) {
                         self.read_dirs.insert(p);
@@ -561,6 +562,7 @@ mod tests {
             cert: links.join("c.pem"),
             key: PathBuf::from("k.pem"),
             ca: links.join("c.pem"),
+            crl: None,
         });
         assert!(plan.read_dirs.contains(&links));
         assert!(plan

@@ -9,7 +9,6 @@ use std::time::SystemTime;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::server::ParsedCertificate;
 use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
@@ -64,8 +63,9 @@ fn note_peer(
 /// sidecar's peer reconnects with the same certificate every time, so the
 /// chain check (a signature verification, a third of a handshake's
 /// verification work) is skipped when the very same DER comes back while
-/// the very same trust is in force (any reload or retirement swaps in a new
-/// `Arc<Trust>`; the one kept here pins the old allocation, so the pointer
+/// the very same trust is in force (any reload, CRL change or retirement
+/// swaps in a new `Arc<Trust>`, and the CRLs live in the trust, so the
+/// revocation state is part of what is compared; the one kept here pins the old allocation, so the pointer
 /// comparison cannot be fooled) and `now` is inside its validity. The
 /// handshake's own signature (CertificateVerify) and the SAN check always
 /// run. Only leaves issued directly by an anchor are remembered.
@@ -324,14 +324,7 @@ impl ServerCertPolicy {
     ) -> Result<(), Error> {
         let trust = self.store.current().trust.clone();
         if !self.last.covers(ee, intermediates, &trust, now) {
-            let parsed = ParsedCertificate::try_from(ee)?;
-            rustls::client::verify_server_cert_signed_by_trust_anchor(
-                &parsed,
-                &trust.roots,
-                intermediates,
-                now,
-                self.provider.signature_verification_algorithms.all,
-            )?;
+            trust.verify_server_chain(ee, intermediates, now, &self.provider)?;
             self.last.record(ee, intermediates, &trust, info);
         }
         check_san(&self.expected, info)?;
