@@ -285,7 +285,7 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 }
 
 /// Keeps the exporter's histograms drained even when nobody scrapes.
-async fn upkeep(handle: PrometheusHandle) {
+pub(crate) async fn upkeep(handle: PrometheusHandle) {
     let mut tick = tokio::time::interval(UPKEEP_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -257,6 +257,13 @@ impl Prepared {
                 .map(|r| r.pending.len().saturating_add(r.registry.len()))
                 .fold(0, usize::saturating_add)
         })));
+        // The exporter keeps every histogram sample (one per handshake,
+        // failed ones included) until upkeep drains it. The admin endpoint
+        // runs that while it serves; without one, a flood of handshakes grew
+        // the heap for good (~1 MB per 50,000).
+        if admin_listener.is_none() {
+            tasks.push(tokio::spawn(crate::admin::upkeep(shared.metrics.clone())));
+        }
         let admin = match admin_listener {
             Some(l) => {
                 let addr = l.local_addr().ok();

@@ -6,6 +6,9 @@
 //! peak or less, the sidecar asks the allocator to return free pages to the
 //! kernel (`malloc_trim`). It never trims under steady load, so a busy
 //! sidecar does not keep faulting memory back in.
+//!
+//! `MTLS_SIDECAR_MALLOC_TRIM=off` turns trimming off, to see what the
+//! allocator does alone (the hostile-load benches compare both).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -30,6 +33,9 @@ pub fn note_ended() {
 /// Watches `load` (handshakes plus connections in flight) and trims the
 /// allocator after a burst. Runs until dropped.
 pub async fn run(load: impl Fn() -> usize) {
+    if !enabled(std::env::var("MTLS_SIDECAR_MALLOC_TRIM").ok().as_deref()) {
+        return;
+    }
     let mut tick = tokio::time::interval(PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut peak = 0usize;
@@ -45,6 +51,11 @@ pub async fn run(load: impl Fn() -> usize) {
             tokio::task::spawn_blocking(trim);
         }
     }
+}
+
+/// Trimming is on unless the switch says `off` (or `0`).
+fn enabled(switch: Option<&str>) -> bool {
+    !matches!(switch, Some("off" | "0"))
 }
 
 /// A burst has ended: many endings, a high peak, and the load is down to
@@ -74,5 +85,13 @@ mod tests {
         assert!(should_trim(BURST, 500, 1000));
         assert!(should_trim(BURST, 0, PEAK));
         assert!(!should_trim(BURST, 0, PEAK - 1), "a small peak");
+    }
+
+    #[test]
+    fn the_switch_turns_trimming_off_only_when_it_says_so() {
+        assert!(enabled(None));
+        assert!(enabled(Some("on")));
+        assert!(!enabled(Some("off")));
+        assert!(!enabled(Some("0")));
     }
 }

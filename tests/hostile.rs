@@ -1,0 +1,570 @@
+//! Hostile load at CI scale, against the real binary: the limits of
+//! PRODUCT.md "Limits under hostile load" hold with more connections than a
+//! soft fd limit of 1024 allows, under a flood of silent and garbage
+//! sockets, and against peers that pin pre-authentication memory. The
+//! full-size runs (4,000 connections, 2,000 flood sockets, 1,000 64 KB
+//! ClientHellos) and their figures are in `benches/` (`BENCH_ONLY=hostile`);
+//! these are sized to stay well under a minute on two loaded cores.
+
+mod common;
+
+use common::http;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::expo::Exposition;
+use common::*;
+use mtls_sidecar::pki::Role;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::task::JoinSet;
+
+/// The soft `RLIMIT_NOFILE` a container under containerd 2.x, or a systemd
+/// service without `LimitNOFILE=`, starts with.
+const SOFT_NOFILE: u64 = 1024;
+/// The hard limit the scale case needs above the soft one (what such a
+/// container gets).
+const HARD_NOFILE: u64 = 20_000;
+
+/// Raises this test process's own soft descriptor limit to its hard one:
+/// the test holds both ends of every connection it makes.
+fn raise_own_nofile() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain libc calls on a local struct.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        lim.rlim_cur = lim.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+    }
+    lim.rlim_max
+}
+
+/// Starts the binary with a soft descriptor limit of 1024 under a hard one
+/// of at least [`HARD_NOFILE`] (raised when this process may, as root can;
+/// else the hard limit it has), and waits until its route listens.
+async fn start_low_fd(args: &[&str]) -> Sidecar {
+    let own_hard = raise_own_nofile();
+    let mut cmd = Command::new(bin());
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only setrlimit, which is async-signal-safe, runs in the child
+    // between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: SOFT_NOFILE,
+                rlim_max: HARD_NOFILE.max(own_hard),
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                return Ok(());
+            }
+            let lim = libc::rlimit {
+                rlim_cur: SOFT_NOFILE,
+                rlim_max: own_hard,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let sc = Sidecar::from_command(cmd);
+    sc.wait_log(&[" listening ", "route="]).await;
+    sc
+}
+
+/// The child's descriptor limits as it started (`/proc/PID/limits` shows
+/// the current ones, which the sidecar raises; its log says what it found).
+fn started_with_soft_limit(sc: &Sidecar) -> String {
+    let line = sc
+        .logs()
+        .into_iter()
+        .find(|l| l.contains("file descriptor limit"));
+    line.map(|l| field(&l, "was")).unwrap_or_default()
+}
+
+/// The pid of this process's child whose command line has `arg` (each
+/// sidecar here gets its own temporary `--tls-dir`, which names it).
+fn pid_of(arg: &std::path::Path) -> u32 {
+    let me = std::process::id();
+    let arg = arg.to_str().unwrap().as_bytes();
+    let found = std::fs::read_dir("/proc").ok().and_then(|dir| {
+        dir.flatten().find_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let ppid: u32 = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            (ppid == me && cmdline.split(|b| *b == 0).any(|a| a == arg)).then_some(pid)
+        })
+    });
+    found.expect("the sidecar's pid")
+}
+
+/// VmRSS of a process, KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Open descriptors of a process.
+fn fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(usize::MAX)
+}
+
+async fn metrics(admin: &str) -> Exposition {
+    let a = http::request(admin, "GET", "/metrics").await;
+    assert_eq!(a.code, 200);
+    Exposition::parse(&a.body).expect("exposition parses")
+}
+
+fn failures(m: &Exposition, reason: &str) -> f64 {
+    m.value(
+        "mtls_sidecar_tls_handshake_failures_total",
+        &[("route", "server"), ("reason", reason)],
+    )
+    .unwrap_or(0.0)
+}
+
+async fn pending_handshakes(admin: &str) -> u64 {
+    let s = http::request(admin, "GET", "/status").await;
+    let doc: serde_json::Value = serde_json::from_str(&s.body).expect("status json");
+    doc["routes"][0]["pending_handshakes"]
+        .as_u64()
+        .expect("pending_handshakes")
+}
+
+/// One authenticated connection with a round trip, closed, and the server
+/// done with it (its first connection builds state lazily; its sockets
+/// must be gone before descriptors are counted).
+async fn warm_up(s: &ServerSide) {
+    let mut tls = s.connect_good().await;
+    assert_eq!(roundtrip(&mut tls, b"warm").await, b"warm");
+    tls.shutdown().await.expect("close_notify");
+    drop(tls);
+    s.sidecar.wait_log(&["connection closed"]).await;
+}
+
+/// Connects to `addr` and does one round trip of a message naming `i`;
+/// returns the connection, still open.
+async fn open_with_roundtrip(addr: String, i: usize) -> Result<TcpStream, String> {
+    let attempt = async {
+        let mut s = TcpStream::connect(&addr).await.map_err(|e| e.to_string())?;
+        s.set_nodelay(true).map_err(|e| e.to_string())?;
+        let msg = format!("connection {i:06}");
+        s.write_all(msg.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut back = vec![0u8; msg.len()];
+        s.read_exact(&mut back).await.map_err(|e| e.to_string())?;
+        if back != msg.as_bytes() {
+            return Err(format!("echo mismatch: {back:?}"));
+        }
+        Ok(s)
+    };
+    tokio::time::timeout(DEADLINE, attempt)
+        .await
+        .unwrap_or_else(|_| Err(format!("no round trip within {DEADLINE:?}")))
+}
+
+/// Opens `n` connections, `parallel` at a time, each with a round trip.
+async fn open_many(addr: &str, n: usize, parallel: usize) -> Vec<TcpStream> {
+    let mut set = JoinSet::new();
+    let mut out = Vec::with_capacity(n);
+    let mut launched = 0;
+    while out.len() < n {
+        while launched < n && set.len() < parallel {
+            set.spawn(open_with_roundtrip(addr.to_string(), launched));
+            launched += 1;
+        }
+        match set.join_next().await {
+            Some(Ok(Ok(s))) => out.push(s),
+            Some(Ok(Err(e))) => panic!("connection {} of {n} failed: {e}", out.len()),
+            Some(Err(e)) => panic!("connector task: {e}"),
+            None => break,
+        }
+    }
+    out
+}
+
+/// Scale: a pair whose sidecars both start with a soft fd limit of 1024
+/// carries 1,200 concurrent connections (2,400+ descriptors in each
+/// sidecar), each with a round trip, and gives every descriptor back once
+/// they close. Before the limits landed (12ed94e) the soft limit was never
+/// raised and the client sidecar failed with EMFILE after ~500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pair_started_with_1024_fds_carries_1200_connections() {
+    const N: usize = 1_200;
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("scale CA");
+    let server_dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+    let client_dir = pki.dir(
+        tmp.path(),
+        "controller",
+        &pki.leaf(CONTROLLER, Role::Client),
+    );
+    let echo = echo_target().await;
+    let d = server_dir.to_str().unwrap();
+    let echo_addr = echo.addr.to_string();
+    let server = start_low_fd(&[
+        "server",
+        "--listen",
+        "127.0.0.1:0",
+        "--target",
+        &echo_addr,
+        "--tls-dir",
+        d,
+        "--allow-san",
+        CONTROLLER,
+    ])
+    .await;
+    let server_addr = server.addr("server");
+    let client = start_low_fd(&[
+        "client",
+        "--listen",
+        "127.0.0.1:0",
+        "--target",
+        &server_addr,
+        "--server-name",
+        REPLICA,
+        "--tls-dir",
+        client_dir.to_str().unwrap(),
+    ])
+    .await;
+    let addr = client.addr("client");
+    let pids = [pid_of(&client_dir), pid_of(&server_dir)];
+
+    // Warm up (first handshakes, lazily built state), then the baseline.
+    drop(open_many(&addr, 5, 5).await);
+    eventually("warm-up connections closed", || {
+        echo.accepted() == 5 && client.log_count("connection closed") >= 5
+    })
+    .await;
+    let fds_before = pids.map(fds);
+    let rss_before: u64 = pids.iter().map(|p| rss_kib(*p)).sum();
+
+    let started = Instant::now();
+    let conns = open_many(&addr, N, 64).await;
+    let took = started.elapsed();
+    assert_eq!(conns.len(), N);
+    assert_eq!(echo.accepted(), N + 5);
+    let fds_during = pids.map(fds);
+    for (during, before) in fds_during.iter().zip(fds_before) {
+        assert!(
+            *during >= before + 2 * N,
+            "each sidecar holds two descriptors per connection: {during} vs {before}"
+        );
+    }
+    let rss_during: u64 = pids.iter().map(|p| rss_kib(*p)).sum();
+    // Informative: the release figure (<= 24 KiB) is measured by the bench.
+    eprintln!(
+        "{N} connections in {took:?}; fds {fds_before:?} -> {fds_during:?}; \
+         RSS (both) {rss_before} -> {rss_during} KiB, {:.1} KiB per connection",
+        rss_during.saturating_sub(rss_before) as f64 / N as f64
+    );
+
+    drop(conns);
+    for (pid, before) in pids.iter().zip(fds_before) {
+        let pid = *pid;
+        eventually("descriptors back to the baseline", || fds(pid) <= before).await;
+    }
+    // The set-up was what it claims: both started with a soft limit of 1024.
+    assert_eq!(started_with_soft_limit(&server), SOFT_NOFILE.to_string());
+    assert_eq!(started_with_soft_limit(&client), SOFT_NOFILE.to_string());
+}
+
+/// Bytes that are not TLS at all (an HTTP request to the TLS port) or a TLS
+/// record header followed by nonsense: refused at once, `not_tls` or
+/// `protocol`, but each still costs an accept and a handshake task.
+fn garbage(i: usize) -> Vec<u8> {
+    if i.is_multiple_of(2) {
+        format!("GET /{i} HTTP/1.1\r\nHost: replica\r\n\r\n").into_bytes()
+    } else {
+        let mut v = vec![0x16, 0x03, 0x01, 0x00, 0x40, 0x01, 0x00, 0x00, 0x3c];
+        v.extend((0..60).map(|k| (i.wrapping_mul(31).wrapping_add(k) % 251) as u8));
+        v
+    }
+}
+
+/// Flood, sized for CI: 300 silent and 300 garbage sockets on a server
+/// route with `--max-handshakes 64` and `--max-connections 4` (silent ones
+/// would hold their handshakes for the whole 60 s timeout). An
+/// authenticated peer still completes a handshake and a round trip within
+/// 5 s (generous: it takes milliseconds; before the limits, the first four
+/// silent sockets held all four connection slots and it waited out the
+/// 60 s timeout), the pending set never passes 64, the oldest were closed
+/// as `overload`, and once the flood ends the process gives back every
+/// descriptor and its memory: RSS within 2 MB of before. The flood's own
+/// peak is small (~1.5 MB: only 64 handshakes are ever pending, which is
+/// the point), so this is a leak guard, 3.5 KiB per flood socket, with
+/// room for what the allocator keeps; giving back a large peak is
+/// `memory_held_by_pending_handshakes_is_given_back`'s case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_silent_and_garbage_sockets_does_not_lock_out_the_controller() {
+    const SILENT: usize = 300;
+    const GARBAGE: usize = 300;
+    const MAX_HANDSHAKES: usize = 64;
+    raise_own_nofile();
+    let s = ServerSide::start(&[
+        "--max-handshakes",
+        &MAX_HANDSHAKES.to_string(),
+        "--max-connections",
+        "4",
+        "--handshake-timeout",
+        "60s",
+        "--admin",
+        "127.0.0.1:0",
+    ])
+    .await;
+    let admin = s.sidecar.admin();
+    let pid = pid_of(&s.server_dir);
+    // Warm up, then the baseline.
+    warm_up(&s).await;
+    let fds_before = fds(pid);
+    let rss_before = rss_kib(pid);
+
+    // Bounded: a route that stops accepting (as the old one did once its
+    // four slots were taken) leaves connects hanging in SYN retries.
+    let open_flood = async {
+        let mut flood = Vec::with_capacity(SILENT + GARBAGE);
+        for i in 0..SILENT + GARBAGE {
+            let mut sock = TcpStream::connect(&s.addr).await.expect("flood connect");
+            if i % 2 == 1 {
+                // The sidecar may already have closed it: that is its answer.
+                let _ = sock.write_all(&garbage(i)).await;
+            }
+            flood.push(sock);
+        }
+        flood
+    };
+    let flood = tokio::time::timeout(DEADLINE, open_flood)
+        .await
+        .expect("the route kept accepting the flood's sockets");
+    let pending = pending_handshakes(&admin).await;
+    assert!(
+        pending <= MAX_HANDSHAKES as u64,
+        "{pending} pending handshakes"
+    );
+
+    let started = Instant::now();
+    let through = async {
+        let mut tls = s.connect_good().await;
+        assert_eq!(roundtrip(&mut tls, b"through").await, b"through");
+        tls
+    };
+    let tls = tokio::time::timeout(Duration::from_secs(5), through)
+        .await
+        .expect("the controller got through the flood within 5 s");
+    eprintln!("controller through the flood in {:?}", started.elapsed());
+    drop(tls);
+
+    let m = metrics(&admin).await;
+    let overload = failures(&m, "overload");
+    assert!(
+        overload >= (SILENT - MAX_HANDSHAKES) as f64,
+        "only {overload} handshakes closed as overload"
+    );
+    assert!(
+        failures(&m, "not_tls") + failures(&m, "protocol") >= 1.0,
+        "no garbage refused"
+    );
+    let rss_flood = rss_kib(pid);
+
+    drop(flood);
+    let deadline = Instant::now() + DEADLINE;
+    while pending_handshakes(&admin).await > 0 {
+        assert!(Instant::now() < deadline, "pending handshakes never ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eventually("descriptors back to the baseline", || {
+        fds(pid) <= fds_before
+    })
+    .await;
+    let margin = 2 * 1024;
+    let start_wait = Instant::now();
+    eventually("RSS back near its pre-flood figure", || {
+        rss_kib(pid) <= rss_before + margin
+    })
+    .await;
+    eprintln!(
+        "RSS {rss_before} -> {rss_flood} (flood) -> {} KiB after {:?}; overload {overload}",
+        rss_kib(pid),
+        start_wait.elapsed()
+    );
+}
+
+/// A ClientHello that announces a 65,000-byte handshake message and sends
+/// `body` bytes of it in 16 KiB records, never the end.
+fn partial_client_hello(body: usize) -> Vec<u8> {
+    let mut msg = vec![0x01, 0x00, 0xfd, 0xe8]; // ClientHello, 65,000 bytes
+    msg.extend((0..body).map(|k| (k % 251) as u8));
+    let mut out = Vec::with_capacity(msg.len() + msg.len() / 16384 * 5 + 5);
+    for chunk in msg.chunks(16384) {
+        out.extend_from_slice(&[0x16, 0x03, 0x01]);
+        out.extend_from_slice(&(chunk.len() as u16).to_be_bytes());
+        out.extend_from_slice(chunk);
+    }
+    out
+}
+
+/// Opens `n` sockets that each send `hello` and then stay silent; returns
+/// them (some may already be closed by the sidecar).
+async fn partial_hellos(addr: &str, n: usize, hello: &[u8]) -> Vec<TcpStream> {
+    let mut set = JoinSet::new();
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (addr, hello) = (addr.to_string(), hello.to_vec());
+        set.spawn(async move {
+            let mut s = TcpStream::connect(&addr).await.expect("connect");
+            // A write may fail once the sidecar has had enough: fine.
+            let _ = tokio::time::timeout(DEADLINE, s.write_all(&hello)).await;
+            s
+        });
+        if set.len() >= 64 {
+            if let Some(r) = set.join_next().await {
+                out.push(r.expect("peer task"));
+            }
+        }
+    }
+    while let Some(r) = set.join_next().await {
+        out.push(r.expect("peer task"));
+    }
+    out
+}
+
+/// Pre-authentication memory, sized for CI, with `--max-handshakes 50`.
+/// First 400 peers each send most of a 64 KB ClientHello (the issue's
+/// attack): every one is closed at the 32 KiB pre-authentication cap, none
+/// held until the handshake timeout. Then 400 send just under the cap and
+/// stall (the most a peer can pin): only the newest 50 are held, so what
+/// they pin is bounded by `--max-handshakes` x the cap, not by the number
+/// of peers. Before (12ed94e), each 64 KB hello was held whole until the
+/// handshake timeout, and nothing bounded how many.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partial_client_hellos_are_cut_at_the_cap_and_bounded_by_max_handshakes() {
+    const N: usize = 400;
+    const MAX_HANDSHAKES: usize = 50;
+    raise_own_nofile();
+    let s = ServerSide::start(&[
+        "--max-handshakes",
+        &MAX_HANDSHAKES.to_string(),
+        "--handshake-timeout",
+        "60s",
+        "--admin",
+        "127.0.0.1:0",
+    ])
+    .await;
+    let admin = s.sidecar.admin();
+    let pid = pid_of(&s.server_dir);
+    warm_up(&s).await;
+    let fds_before = fds(pid);
+    let rss_before = rss_kib(pid);
+
+    // 64 KB hellos: each is cut off at the cap (the newest 50 could not
+    // have been evicted: only the cap closes them).
+    let big = partial_client_hello(64 * 1024 - 1000);
+    let peers = partial_hellos(&s.addr, N, &big).await;
+    let mut closing = JoinSet::new();
+    for mut p in peers {
+        closing.spawn(async move { read_until_closed(&mut p).await.len() });
+    }
+    while let Some(r) = closing.join_next().await {
+        assert_eq!(
+            r.expect("reader"),
+            0,
+            "the sidecar answered a partial hello"
+        );
+    }
+    assert!(
+        !s.sidecar
+            .warn_lines(&["before completing its handshake"])
+            .is_empty(),
+        "no hello refused at the cap"
+    );
+
+    // Hellos just under the cap, held: bounded by --max-handshakes.
+    let small = partial_client_hello(31 * 1024);
+    let peers = partial_hellos(&s.addr, N, &small).await;
+    let deadline = Instant::now() + DEADLINE;
+    while pending_handshakes(&admin).await < MAX_HANDSHAKES as u64 {
+        assert!(Instant::now() < deadline, "the hellos were not held");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let rss_held = rss_kib(pid);
+    let held = rss_held.saturating_sub(rss_before);
+    eprintln!("RSS {rss_before} KiB; {N} hellos of 31 KiB, {MAX_HANDSHAKES} held: {rss_held} KiB");
+    // One held handshake pins ~45 KiB (the cap, rustls's buffer growth,
+    // the task), so all 400 held would be ~18 MB; 50 held are ~2.3 MB plus
+    // what the allocator still keeps of the evicted ones. Half of the
+    // unbounded figure tells the two apart with room for that.
+    assert!(
+        held <= (N as u64 * 45) / 2,
+        "{held} KiB for {MAX_HANDSHAKES} held handshakes"
+    );
+    assert_eq!(pending_handshakes(&admin).await, MAX_HANDSHAKES as u64);
+    drop(peers);
+    eventually("descriptors back to the baseline", || {
+        fds(pid) <= fds_before
+    })
+    .await;
+}
+
+/// Memory pinned before authentication is given back: 400 peers each hold
+/// a handshake with just under the 32 KiB cap buffered (~18 MB in all, at
+/// the default `--max-handshakes`), then close; the server's RSS comes back
+/// within 4 MB of its figure before them (the product's margin: well under
+/// the peak, so it fails when the allocator keeps what the burst grew,
+/// which glibc does without `src/memtrim.rs`'s trim). Before (12ed94e) RSS
+/// stayed at its peak (the issue: 1,000 peers, 8 MB -> 77 MB, for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_held_by_pending_handshakes_is_given_back() {
+    const N: usize = 400;
+    raise_own_nofile();
+    let s = ServerSide::start(&["--handshake-timeout", "60s"]).await;
+    let pid = pid_of(&s.server_dir);
+    warm_up(&s).await;
+    let fds_before = fds(pid);
+    let rss_before = rss_kib(pid);
+
+    let small = partial_client_hello(31 * 1024);
+    let peers = partial_hellos(&s.addr, N, &small).await;
+    // Counted by descriptors, which every version has, not `/status`.
+    eventually("every hello held", || fds(pid) >= fds_before + N).await;
+    let rss_held = rss_kib(pid);
+    drop(peers);
+    eventually("every held handshake ended", || fds(pid) <= fds_before).await;
+    let closed = Instant::now();
+    let margin = 4 * 1024;
+    eventually(
+        "RSS back within 4 MB of its figure before the peers",
+        || rss_kib(pid) <= rss_before + margin,
+    )
+    .await;
+    eprintln!(
+        "RSS {rss_before} KiB -> {rss_held} KiB with {N} held -> {} KiB {:?} after they closed",
+        rss_kib(pid),
+        closed.elapsed()
+    );
+}
