@@ -168,9 +168,13 @@ if command -v systemd-analyze >/dev/null 2>&1; then
     # is verified as written.
     printf '#!/bin/sh\nexit 0\n' >"$tmp/mtls-sidecar"
     chmod +x "$tmp/mtls-sidecar"
-    for unit in deploy/systemd/*.service; do
+    # Every unit is copied first: a .socket unit is verified together with
+    # the .service it activates.
+    for unit in deploy/systemd/*.service deploy/systemd/*.socket; do
+        sed "s#/usr/local/bin/mtls-sidecar#$tmp/mtls-sidecar#g" "$unit" >"$tmp/$(basename "$unit")"
+    done
+    for unit in deploy/systemd/*.service deploy/systemd/*.socket; do
         name=$(basename "$unit")
-        sed "s#/usr/local/bin/mtls-sidecar#$tmp/mtls-sidecar#g" "$unit" >"$tmp/$name"
         out=$(systemd-analyze verify --man=no "$tmp/$name" 2>&1) || status=1
         problems=$(grep -F "$name" <<<"$out" || true)
         if [ -n "$problems" ]; then
