@@ -174,6 +174,14 @@ pub struct RouteStatus {
     pub pending_handshakes: usize,
     pub max_connections: usize,
     pub max_handshakes: usize,
+    /// `--alpn` protocols (accepted by a server route, offered by a client).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub alpn: Vec<String>,
+    /// `--allow-spki-sha256` / `--expect-spki-sha256` pins, base64.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub spki_pins: Vec<String>,
+    /// Server routes: `--proxy-protocol v2`.
+    pub proxy_protocol: bool,
     /// The credential source this route uses (matches a `credentials[].source`).
     pub credentials: String,
 }
@@ -277,6 +285,14 @@ pub fn status(shared: &Shared, now: SystemTime) -> Status {
                     pending_handshakes: r.pending.len(),
                     max_connections: r.cfg.max_connections,
                     max_handshakes: r.cfg.max_handshakes,
+                    alpn: r
+                        .cfg
+                        .alpn
+                        .iter()
+                        .map(|p| String::from_utf8_lossy(p).into_owned())
+                        .collect(),
+                    spki_pins: r.cfg.spki_pins.iter().map(crate::pin::encode).collect(),
+                    proxy_protocol: r.cfg.proxy_protocol,
                     credentials: r.store.source().to_string(),
                 }
             })

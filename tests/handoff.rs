@@ -303,3 +303,27 @@ async fn check_spki_prints_the_pin_the_sidecar_accepts() {
     let (code, _) = run_bin(&["check", "--spki"]);
     assert_eq!(code, 2);
 }
+
+/// `/status` shows the hand-off and policy options of a route.
+#[tokio::test]
+async fn status_shows_the_hand_off_options() {
+    let pin = mtls_sidecar::pin::encode(&[3u8; 32]);
+    let s = ServerSide::start(&[
+        "--alpn",
+        "postgresql",
+        "--proxy-protocol",
+        "v2",
+        "--allow-spki-sha256",
+        &pin,
+        "--admin",
+        "127.0.0.1:0",
+    ])
+    .await;
+    let admin = s.sidecar.admin();
+    let body = common::http::request(&admin, "GET", "/status").await.body;
+    let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let route = &doc["routes"][0];
+    assert_eq!(route["alpn"], serde_json::json!(["postgresql"]), "{body}");
+    assert_eq!(route["spki_pins"], serde_json::json!([pin]), "{body}");
+    assert_eq!(route["proxy_protocol"], serde_json::json!(true), "{body}");
+}
