@@ -430,6 +430,18 @@ fn certs_revoke_writes_and_extends_a_crl_and_check_fails_a_revoked_identity() {
     ]);
     assert!(out.contains("CRL number 2,"), "{out}");
     assert!(out.contains("2 revoked"), "{out}");
+    let out = ok(&[
+        "certs",
+        "revoke",
+        "--ca",
+        &p("ca"),
+        "--serial",
+        "7f:01:03",
+        "--out",
+        &crl_path,
+    ]);
+    assert!(out.contains("CRL number 3,"), "{out}");
+    assert!(out.contains("3 revoked"), "{out}");
     // Garbage serials are a usage error, not a panic.
     let (code, out) = run_bin(&[
         "certs",

@@ -443,6 +443,16 @@ mod tests {
         let one = crl(&a, 1, Vec::new()).pem;
         let e = parse(format!("{one}{one}").into_bytes(), &[&a]).unwrap_err();
         assert!(e.to_string().contains("a second CRL"), "{e}");
+        // Exactly the bound parses (one CRL from each of MAX_CRLS CAs).
+        let cas: Vec<DevCa> = (0..MAX_CRLS)
+            .map(|i| DevCa::new(&format!("CA {i}"), 1).unwrap())
+            .collect();
+        let pem: String = cas.iter().map(|ca| crl(ca, 1, Vec::new()).pem).collect();
+        let refs: Vec<&DevCa> = cas.iter().collect();
+        assert_eq!(
+            parse(pem.into_bytes(), &refs).unwrap().infos.len(),
+            MAX_CRLS
+        );
         let many = one.repeat(MAX_CRLS + 1).into_bytes();
         let e = parse(many, &[&a]).unwrap_err();
         assert!(e.to_string().contains("at most"), "{e}");
