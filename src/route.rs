@@ -691,13 +691,19 @@ impl Route {
         });
         let expiry = expiry.flatten();
         let lifetime = self.cfg.max_connection_lifetime.and_then(deadline_after);
+        // One timer for both: each is laid out in every live connection's
+        // task, and only the earlier can fire first.
+        let (deadline, timed_out) = match (expiry, lifetime) {
+            (Some(e), Some(l)) if l < e => (Some(l), CloseReason::Lifetime),
+            (Some(e), _) => (Some(e), CloseReason::Expired),
+            (None, l) => (l, CloseReason::Lifetime),
+        };
         let totals = Totals::default();
         self.metrics.active.increment(1.0);
         let reason = tokio::select! {
             r = forward(peer, target, &self.metrics.to_target, &self.metrics.from_target, &totals, self.cfg.half_close_linger) => r,
             r = conn.signal.closed() => r,
-            _ = sleep_until_opt(expiry) => CloseReason::Expired,
-            _ = sleep_until_opt(lifetime) => CloseReason::Lifetime,
+            _ = sleep_until_opt(deadline) => timed_out,
         };
         self.metrics.active.decrement(1.0);
         self.metrics.closed(reason);
