@@ -110,7 +110,11 @@ impl Addr {
     /// removed first; any other file at that path is an error.
     pub async fn bind(&self) -> io::Result<Listener> {
         match self {
-            Addr::Tcp(a) => Ok(Listener::Tcp(TcpListener::bind(a.as_str()).await?)),
+            Addr::Tcp(a) => {
+                let l = TcpListener::bind(a.as_str()).await?;
+                widen_backlog(&l)?;
+                Ok(Listener::Tcp(l))
+            }
             Addr::Unix(p) => {
                 use std::os::unix::fs::FileTypeExt;
                 if let Ok(meta) = std::fs::symlink_metadata(p) {
@@ -118,9 +122,31 @@ impl Addr {
                         std::fs::remove_file(p)?;
                     }
                 }
-                Ok(Listener::Unix(UnixListener::bind(p)?))
+                let l = UnixListener::bind(p)?;
+                widen_backlog(&l)?;
+                Ok(Listener::Unix(l))
             }
         }
+    }
+}
+
+/// Connections the kernel queues until they are accepted. tokio, like std,
+/// listens with 128: a burst of more connects than that between two
+/// accepts (a flood of 2,000 sockets did it) overflows the queue, the kernel
+/// drops SYNs, and a real peer caught in the burst waits a whole SYN
+/// retransmit (1 s). The kernel caps this at `net.core.somaxconn` (4096 by
+/// default), as it does nginx's and HAProxy's larger backlogs.
+const BACKLOG: libc::c_int = 4096;
+
+/// Listens again with [`BACKLOG`]: on a listening socket, `listen` only
+/// changes the queue's length.
+fn widen_backlog(listener: &impl std::os::fd::AsRawFd) -> io::Result<()> {
+    // SAFETY: listen(2) on a descriptor the listener owns and keeps open
+    // for the duration of the call; no memory is passed.
+    if unsafe { libc::listen(listener.as_raw_fd(), BACKLOG) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
