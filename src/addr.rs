@@ -154,7 +154,11 @@ impl Addr {
     /// built (see [`crate::sandbox`]). Same rules as [`Addr::bind`].
     pub fn bind_std(&self) -> io::Result<StdListener> {
         let listener = match self {
-            Addr::Tcp(a) => StdListener::Tcp(std::net::TcpListener::bind(a.as_str())?),
+            Addr::Tcp(a) => {
+                let l = std::net::TcpListener::bind(a.as_str())?;
+                widen_backlog(&l)?;
+                StdListener::Tcp(l)
+            }
             Addr::Unix(p) => {
                 use std::os::unix::fs::FileTypeExt;
                 if let Ok(meta) = std::fs::symlink_metadata(p) {
@@ -162,7 +166,9 @@ impl Addr {
                         std::fs::remove_file(p)?;
                     }
                 }
-                StdListener::Unix(std::os::unix::net::UnixListener::bind(p)?)
+                let l = std::os::unix::net::UnixListener::bind(p)?;
+                widen_backlog(&l)?;
+                StdListener::Unix(l)
             }
             Addr::Systemd(name) => {
                 let fd = crate::systemd::take(name).map_err(io::Error::other)?;
@@ -219,6 +225,26 @@ impl StdListener {
             StdListener::Tcp(l) => Ok(Listener::Tcp(TcpListener::from_std(l)?)),
             StdListener::Unix(l) => Ok(Listener::Unix(UnixListener::from_std(l)?)),
         }
+    }
+}
+
+/// Connections the kernel queues until they are accepted. tokio, like std,
+/// listens with 128: a burst of more connects than that between two
+/// accepts (a flood of 2,000 sockets did it) overflows the queue, the kernel
+/// drops SYNs, and a real peer caught in the burst waits a whole SYN
+/// retransmit (1 s). The kernel caps this at `net.core.somaxconn` (4096 by
+/// default), as it does nginx's and HAProxy's larger backlogs.
+const BACKLOG: libc::c_int = 4096;
+
+/// Listens again with [`BACKLOG`]: on a listening socket, `listen` only
+/// changes the queue's length.
+fn widen_backlog(listener: &impl std::os::fd::AsRawFd) -> io::Result<()> {
+    // SAFETY: listen(2) on a descriptor the listener owns and keeps open
+    // for the duration of the call; no memory is passed.
+    if unsafe { libc::listen(listener.as_raw_fd(), BACKLOG) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 

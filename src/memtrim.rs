@@ -5,7 +5,10 @@
 //! memory limit counts. After a burst, once the load has fallen to half its
 //! peak or less, the sidecar asks the allocator to return free pages to the
 //! kernel (`malloc_trim`). It never trims under steady load, so a busy
-//! sidecar does not keep faulting memory back in.
+//! sidecar does not keep faulting memory back in. The peak is a high-water
+//! mark kept as handshakes start ([`Live`]), not a sample: a burst that
+//! comes and goes between two looks (a flood of 400 sockets took less than
+//! a second) grows the heap all the same.
 //!
 //! `MTLS_SIDECAR_MALLOC_TRIM=off` turns trimming off, to see what the
 //! allocator does alone (the hostile-load benches compare both).
@@ -15,6 +18,10 @@ use std::time::Duration;
 
 /// Handshakes and connections ended since the last trim.
 static ENDED: AtomicU64 = AtomicU64::new(0);
+/// Handshakes and connections in flight.
+static LIVE: AtomicU64 = AtomicU64::new(0);
+/// The most in flight at once since the last look.
+static HIGH: AtomicU64 = AtomicU64::new(0);
 
 /// How often the load is looked at.
 const PERIOD: Duration = Duration::from_secs(1);
@@ -25,9 +32,32 @@ const PEAK: usize = 64;
 /// Trims are at least this far apart.
 const GAP: Duration = Duration::from_secs(5);
 
-/// Counts one ended handshake or connection.
-pub fn note_ended() {
-    ENDED.fetch_add(1, Ordering::Relaxed);
+/// One handshake (and the connection it becomes) in flight, from accept
+/// until dropped.
+#[derive(Debug)]
+pub struct Live(());
+
+impl Live {
+    /// Counts one more in flight, raising the high-water mark.
+    pub fn start() -> Live {
+        let n = LIVE.fetch_add(1, Ordering::Relaxed).saturating_add(1);
+        HIGH.fetch_max(n, Ordering::Relaxed);
+        Live(())
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        LIVE.fetch_sub(1, Ordering::Relaxed);
+        ENDED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The most in flight at once since the last call (then restarted from
+/// what is in flight now).
+fn take_high() -> usize {
+    let high = HIGH.swap(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+    usize::try_from(high).unwrap_or(usize::MAX)
 }
 
 /// Watches `load` (handshakes plus connections in flight) and trims the
@@ -43,10 +73,18 @@ pub async fn run(load: impl Fn() -> usize) {
     loop {
         tick.tick().await;
         let now = load();
-        peak = peak.max(now);
-        if last.elapsed() >= GAP && should_trim(ENDED.load(Ordering::Relaxed), now, peak) {
+        peak = peak.max(now).max(take_high());
+        let ended = ENDED.load(Ordering::Relaxed);
+        if last.elapsed() >= GAP && should_trim(ended, now, peak) {
+            tracing::debug!(
+                ended,
+                peak,
+                load = now,
+                "a burst ended: returning free heap pages to the kernel"
+            );
             ENDED.store(0, Ordering::Relaxed);
             peak = now;
+            take_high();
             last = tokio::time::Instant::now();
             tokio::task::spawn_blocking(trim);
         }
@@ -85,6 +123,16 @@ mod tests {
         assert!(should_trim(BURST, 500, 1000));
         assert!(should_trim(BURST, 0, PEAK));
         assert!(!should_trim(BURST, 0, PEAK - 1), "a small peak");
+    }
+
+    #[test]
+    fn the_high_water_mark_sees_a_burst_between_two_looks() {
+        take_high();
+        let burst: Vec<Live> = (0..100).map(|_| Live::start()).collect();
+        drop(burst);
+        // Other tests of this binary may hold a few at the same time.
+        assert!(take_high() >= 100);
+        assert!(take_high() < 100, "restarted from what is in flight now");
     }
 
     #[test]

@@ -216,9 +216,10 @@ impl Route {
                         debug!(route = %self.cfg.name, evicted, "--max-handshakes reached: closing the oldest pending handshake");
                     }
                     let route = self.clone();
+                    let live = crate::memtrim::Live::start();
                     tokio::spawn(async move {
+                        let _live = live;
                         route.handle(stream, peer, ticket).await;
-                        crate::memtrim::note_ended();
                     });
                 }
                 Err(e) => {

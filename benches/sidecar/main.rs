@@ -23,10 +23,13 @@
 //! run), `BENCH_WRAP` (a command prefix for the sidecars, e.g.
 //! `valgrind --tool=callgrind`), `BENCH_SIDECAR_ARGS` (extra flags for both),
 //! `BENCH_VERBOSE=1` (echo the sidecars' logs), `BENCH_ONLY=a,b` (as
-//! `--only`); size overrides
+//! `--only`); `BENCH_ONLY=hostile` (or `scale`, `flood`, `preauth`) runs the
+//! hostile-load scenarios instead (`hostile.rs`; `BENCH_TRIM=off`,
+//! `BENCH_SCALE_CONNS`, `BENCH_FLOOD_SOCKETS`, `BENCH_PREAUTH_PEERS`); size overrides
 //! `BENCH_BULK_MB`, `BENCH_PINGS`, `BENCH_IDLE`, `BENCH_SECS_MS`,
 //! `BENCH_RELOAD_INTERVAL` (the server's `--reload-interval`).
 
+mod hostile;
 mod measure;
 mod memory;
 mod options;
@@ -76,6 +79,8 @@ fn main() {
         let rows: Vec<Row> = text
             .lines()
             .filter(|l| !l.trim().is_empty())
+            // Hostile-load rows have their own shape (hostile.rs).
+            .filter(|l| !l.contains("\"hostile\":true"))
             .map(|l| serde_json::from_str(l).expect("a results row"))
             .collect();
         print_table(&rows);
@@ -83,6 +88,20 @@ fn main() {
         return;
     }
     raise_nofile();
+    if hostile::requested(&opts) {
+        let started = Instant::now();
+        let row = hostile::run(&opts);
+        eprintln!("# done in {:.1}s", started.elapsed().as_secs_f64());
+        if let Some(out) = &opts.out {
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(out)
+                .expect("open --out file");
+            writeln!(f, "{}", serde_json::to_string(&row).unwrap()).expect("write row");
+        }
+        return;
+    }
     let mut scale = if opts.quick {
         Scale::quick()
     } else {

@@ -43,8 +43,28 @@ pub struct Sidecar {
     pub listen: SocketAddr,
 }
 
+/// How to start a sidecar beyond its arguments.
+#[derive(Debug, Default, Clone)]
+pub struct Spawn {
+    /// Start it with this soft `RLIMIT_NOFILE` under a hard limit of at
+    /// least [`HARD_NOFILE`] (or this process's own when it may not raise
+    /// it): what a container under containerd 2.x gets.
+    pub soft_nofile: Option<u64>,
+    /// Do not echo its WARN lines (a flood makes thousands).
+    pub quiet: bool,
+    /// Extra environment.
+    pub env: Vec<(String, String)>,
+}
+
+/// The hard descriptor limit a low-soft-limit sidecar gets.
+pub const HARD_NOFILE: u64 = 20_000;
+
 impl Sidecar {
     pub fn start(bin: &Path, args: &[&str]) -> Sidecar {
+        Sidecar::start_with(bin, args, &Spawn::default())
+    }
+
+    pub fn start_with(bin: &Path, args: &[&str], spawn: &Spawn) -> Sidecar {
         let wrap = std::env::var("BENCH_WRAP").unwrap_or_default();
         let extra = std::env::var("BENCH_SIDECAR_ARGS").unwrap_or_default();
         let mut argv: Vec<String> = wrap.split_whitespace().map(str::to_string).collect();
@@ -52,7 +72,28 @@ impl Sidecar {
         argv.extend(args.iter().map(|a| a.to_string()));
         argv.extend(extra.split_whitespace().map(str::to_string));
         use std::os::unix::process::CommandExt;
-        let mut child = Command::new(&argv[0])
+        let mut cmd = Command::new(&argv[0]);
+        if let Some(soft) = spawn.soft_nofile {
+            let own_hard = own_hard_nofile();
+            // SAFETY: only setrlimit (async-signal-safe) runs between fork
+            // and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    for hard in [HARD_NOFILE.max(own_hard), own_hard] {
+                        let lim = libc::rlimit {
+                            rlim_cur: soft,
+                            rlim_max: hard,
+                        };
+                        if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                            return Ok(());
+                        }
+                    }
+                    Err(std::io::Error::last_os_error())
+                });
+            }
+        }
+        cmd.envs(spawn.env.iter().map(|(k, v)| (k, v)));
+        let mut child = cmd
             .args(&argv[1..])
             // Its own process group, so a wrapper (valgrind, perf) and the
             // sidecar under it are signalled together.
@@ -68,9 +109,10 @@ impl Sidecar {
         let logs = Arc::new(Mutex::new(Vec::new()));
         let sink = logs.clone();
         let verbose = std::env::var("BENCH_VERBOSE").is_ok();
+        let quiet = spawn.quiet && !verbose;
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if verbose || line.contains("WARN") || line.contains("ERROR") {
+                if verbose || line.contains("ERROR") || (!quiet && line.contains("WARN")) {
                     eprintln!("#   [{}] {line}", args_mode(&line));
                 }
                 sink.lock().unwrap().push(line);
@@ -110,6 +152,32 @@ impl Sidecar {
         self.child.id()
     }
 
+    /// The first log line containing `needle`.
+    pub fn line(&self, needle: &str) -> Option<String> {
+        self.logs
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|l| l.contains(needle))
+            .cloned()
+    }
+
+    /// The admin endpoint's address, once it listens.
+    pub fn admin(&self) -> SocketAddr {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(a) = self.line("admin endpoint listening").and_then(|l| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix("admin="))
+                    .and_then(|a| a.parse().ok())
+            }) {
+                return a;
+            }
+            assert!(Instant::now() < deadline, "no admin endpoint");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     pub fn count(&self, needle: &str) -> usize {
         self.logs
             .lock()
@@ -118,6 +186,18 @@ impl Sidecar {
             .filter(|l| l.contains(needle))
             .count()
     }
+}
+
+fn own_hard_nofile() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a plain libc call on a local struct.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+    }
+    lim.rlim_max
 }
 
 pub fn args_mode(line: &str) -> &str {
