@@ -414,6 +414,15 @@ impl Route {
             sni: conn.server_name().map(str::to_string),
             unique_id: reg.conn.id.to_string(),
             peer_cert: reg.conn.chain.first().map(|c| c.as_ref().to_vec()),
+            // The identity in force now: the one presented in this handshake
+            // unless a rotation landed in between (then its successor).
+            local_cert: self
+                .store
+                .current()
+                .identity
+                .cert
+                .first()
+                .map(|c| c.as_ref().to_vec()),
             matched,
             sans: peer.map(|c| c.sans()).unwrap_or_default(),
         })

@@ -151,27 +151,25 @@ backend echo
     server echo ECHO
 ";
 
-/// HAProxy behind a server route: the original peer address and port (the
-/// mTLS client's loopback source port), which only the PROXY header carries
-/// across the sidecar, come back in HAProxy's own log.
-#[tokio::test(flavor = "multi_thread")]
-async fn haproxy_accept_proxy_logs_the_original_peer() {
+/// Starts HAProxy (`-db`: in the foreground, its log on stdout) with the
+/// config `cfg`, whose one `bind fd@3` is a loopback port the test bound;
+/// returns it and that port's address. `None`, after one printed line,
+/// when haproxy is not installed.
+fn haproxy(dir: &Path, cfg: &str) -> Option<(Foreign, String)> {
     let Some(haproxy) = installed("haproxy") else {
         println!("skipped: haproxy is not installed (apt-get install haproxy)");
-        return;
+        return None;
     };
-    let echo = echo_target().await;
-    let tmp = tempfile::tempdir().unwrap();
-    let cfg = tmp.path().join("haproxy.cfg");
-    std::fs::write(&cfg, HAPROXY_CFG.replace("ECHO", &echo.addr.to_string())).unwrap();
+    let path = dir.join("haproxy.cfg");
+    std::fs::write(&path, cfg).unwrap();
     // The test binds the port (0: any free one) and HAProxy inherits the
     // listening socket as fd 3: no port picked and freed for it to race
     // for, and connections wait in the backlog until it accepts them.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let haproxy_addr = listener.local_addr().unwrap().to_string();
+    let addr = listener.local_addr().unwrap().to_string();
     let fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
     let mut cmd = Command::new(haproxy);
-    cmd.arg("-db").arg("-f").arg(&cfg);
+    cmd.arg("-db").arg("-f").arg(&path);
     // SAFETY: dup2 and fcntl are async-signal-safe; the closure touches
     // nothing else between fork and exec. fd 3 must survive exec (dup2
     // clears close-on-exec, unless fd already is 3).
@@ -183,8 +181,24 @@ async fn haproxy_accept_proxy_logs_the_original_peer() {
             Ok(())
         });
     }
-    let mut hap = Foreign::spawn(cmd);
+    let hap = Foreign::spawn(cmd);
     drop(listener);
+    Some((hap, addr))
+}
+
+/// HAProxy behind a server route: the original peer address and port (the
+/// mTLS client's loopback source port), which only the PROXY header carries
+/// across the sidecar, come back in HAProxy's own log.
+#[tokio::test(flavor = "multi_thread")]
+async fn haproxy_accept_proxy_logs_the_original_peer() {
+    let echo = echo_target().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let Some((mut hap, haproxy_addr)) = haproxy(
+        tmp.path(),
+        &HAPROXY_CFG.replace("ECHO", &echo.addr.to_string()),
+    ) else {
+        return;
+    };
 
     let creds = Creds::new();
     let sc = start_server(
@@ -347,6 +361,11 @@ fn client_with_suite(
 ) -> Arc<rustls::ClientConfig> {
     let mut provider = (*provider()).clone();
     provider.cipher_suites = vec![suite];
+    // OpenSSL serves a P-384 certificate over TLS 1.2 only to a client
+    // offering that curve.
+    provider
+        .kx_groups
+        .push(rustls::crypto::aws_lc_rs::kx_group::SECP384R1);
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(c.unwrap()).unwrap();
@@ -542,4 +561,124 @@ async fn unix_listeners_send_local_with_the_identity_tlvs() {
     assert_eq!(p["matched"], json!(CONTROLLER), "{p:#}");
     assert_eq!(p["ssl"]["cn"], json!(CONTROLLER), "{p:#}");
     assert_eq!(p["docs"]["local"], json!(true), "{p:#}");
+}
+
+/// HAProxy terminating TLS itself and sending its own PROXY v2 header
+/// (`send-proxy-v2` with the SSL options) to a recording target.
+const HAPROXY_TLS_CFG: &str = "\
+defaults
+    mode tcp
+    timeout connect 10s
+    timeout client 20s
+    timeout server 20s
+frontend tls
+    bind fd@3 ssl crt CRT ca-file CA verify required
+    default_backend recorder
+backend recorder
+    server recorder TARGET send-proxy-v2 proxy-v2-options ssl,cert-cn,ssl-cipher,cert-sig,cert-key
+";
+
+/// A server identity unlike the client's: an ECDSA P-384 key certified by
+/// a P-384 CA (the client's is P-256 under a P-256 CA), so a header naming
+/// the wrong certificate's algorithms shows. Returns the leaf and the CA.
+fn p384_server_identity() -> (Issued, String) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+        KeyPair, PKCS_ECDSA_P384_SHA384,
+    };
+    let ca_key = KeyPair::generate_for(&PKCS_ECDSA_P384_SHA384).unwrap();
+    let mut ca = CertificateParams::default();
+    ca.distinguished_name
+        .push(DnType::CommonName, "P-384 server CA");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate_for(&PKCS_ECDSA_P384_SHA384).unwrap();
+    let mut leaf = CertificateParams::new(vec![REPLICA.to_string()]).unwrap();
+    leaf.distinguished_name.push(DnType::CommonName, REPLICA);
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let cert = leaf.signed_by(&key, &issuer).unwrap();
+    let issued = Issued {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+        cert_der: cert.der().clone(),
+    };
+    (issued, ca_pem)
+}
+
+/// The `PP2_TYPE_SSL` value is what HAProxy sends for the same handshake:
+/// the same client certificate, server certificate and cipher suite (one
+/// TLS 1.3, one TLS 1.2), the same flags, verify result and sub-TLV values
+/// (order aside). In particular `_SIG_ALG` and `_KEY_ALG` describe the
+/// certificate the proxy presented, as the spec says, not the client's.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_ssl_tlv_is_what_haproxy_sends_for_the_same_handshake() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clients = Pki::new("client CA");
+    let controller = clients.leaf(CONTROLLER, Role::Client);
+    let (server, server_ca) = p384_server_identity();
+    // The sidecar's bundle holds its own CA (its leaf must chain to it) and
+    // the clients' CA.
+    let dir = tmp.path().join("replica");
+    mtls_sidecar::pki::write_secret_dir(
+        &dir,
+        &server,
+        &format!("{server_ca}{}", clients.ca.cert_pem),
+    )
+    .unwrap();
+    let crt = tmp.path().join("haproxy.pem");
+    std::fs::write(&crt, format!("{}{}", server.cert_pem, server.key_pem)).unwrap();
+    let client_ca = tmp.path().join("client-ca.crt");
+    std::fs::write(&client_ca, &clients.ca.cert_pem).unwrap();
+    let (target, mut got) = recording_target().await;
+    let cfg = HAPROXY_TLS_CFG
+        .replace("CRT", crt.to_str().unwrap())
+        .replace("CA", client_ca.to_str().unwrap())
+        .replace("TARGET", &target);
+    let Some((hap, haproxy_addr)) = haproxy(tmp.path(), &cfg) else {
+        return;
+    };
+    let sc = hand_off_route(
+        "127.0.0.1:0",
+        &target,
+        &dir,
+        CONTROLLER,
+        &["--tls-min-version", "1.2"],
+    )
+    .await;
+    let sidecar_addr = sc.addr("server");
+    let suites = [
+        rustls::CipherSuite::TLS13_AES_128_GCM_SHA256,
+        rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    ];
+    for suite in suites {
+        let suite = *provider()
+            .cipher_suites
+            .iter()
+            .find(|s| s.suite() == suite)
+            .unwrap();
+        let cfg = client_with_suite(&controller, &server_ca, suite, &[]);
+        let mut ssl = Vec::new();
+        for addr in [&haproxy_addr, &sidecar_addr] {
+            let tls = tls_connect(addr, REPLICA, cfg.clone())
+                .await
+                .unwrap_or_else(|e| {
+                    panic!("{addr} (haproxy: {haproxy_addr}): {e}\n{}", hap.output())
+                });
+            let mut p = python_parse(&deliver(tls, b"ssl", &mut got).await);
+            let v = p["ssl"].as_object_mut().unwrap();
+            let mut order = v.remove("sub_types").unwrap();
+            order.as_array_mut().unwrap().sort_by_key(|t| t.as_u64());
+            v.insert("sub_types".into(), order);
+            ssl.push(p["ssl"].take());
+        }
+        assert_eq!(
+            ssl[0],
+            ssl[1],
+            "{:?}: HAProxy's SSL TLV (left) differs from the sidecar's (right)",
+            suite.suite()
+        );
+        assert_eq!(ssl[1]["key_alg"], json!("EC384"), "the server's key");
+        assert_eq!(ssl[1]["cn"], json!(CONTROLLER), "the client's CN");
+    }
 }
