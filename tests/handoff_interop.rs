@@ -563,20 +563,27 @@ async fn unix_listeners_send_local_with_the_identity_tlvs() {
     assert_eq!(p["docs"]["local"], json!(true), "{p:#}");
 }
 
-/// HAProxy terminating TLS itself and sending its own PROXY v2 header
-/// (`send-proxy-v2` with the SSL options) to a recording target.
-const HAPROXY_TLS_CFG: &str = "\
+/// HAProxy terminating TLS itself (certificate and key in `crt`, clients
+/// verified against `ca`) and sending its own PROXY v2 header
+/// (`send-proxy-v2` with the SSL options) to `target`.
+fn haproxy_tls_cfg(crt: &Path, ca: &Path, target: &str) -> String {
+    format!(
+        "\
 defaults
     mode tcp
     timeout connect 10s
     timeout client 20s
     timeout server 20s
 frontend tls
-    bind fd@3 ssl crt CRT ca-file CA verify required
+    bind fd@3 ssl crt {} ca-file {} verify required
     default_backend recorder
 backend recorder
-    server recorder TARGET send-proxy-v2 proxy-v2-options ssl,cert-cn,ssl-cipher,cert-sig,cert-key
-";
+    server recorder {target} send-proxy-v2 proxy-v2-options ssl,cert-cn,ssl-cipher,cert-sig,cert-key
+",
+        crt.display(),
+        ca.display()
+    )
+}
 
 /// A server identity unlike the client's: an ECDSA P-384 key certified by
 /// a P-384 CA (the client's is P-256 under a P-256 CA), so a header naming
@@ -631,10 +638,7 @@ async fn the_ssl_tlv_is_what_haproxy_sends_for_the_same_handshake() {
     let client_ca = tmp.path().join("client-ca.crt");
     std::fs::write(&client_ca, &clients.ca.cert_pem).unwrap();
     let (target, mut got) = recording_target().await;
-    let cfg = HAPROXY_TLS_CFG
-        .replace("CRT", crt.to_str().unwrap())
-        .replace("CA", client_ca.to_str().unwrap())
-        .replace("TARGET", &target);
+    let cfg = haproxy_tls_cfg(&crt, &client_ca, &target);
     let Some((hap, haproxy_addr)) = haproxy(tmp.path(), &cfg) else {
         return;
     };
