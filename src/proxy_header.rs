@@ -275,7 +275,8 @@ mod tests {
             b"controller.env-1.svc\nspiffe://td/c"
         );
         let ssl = get(TYPE_SSL).unwrap();
-        assert_eq!(ssl[0], CLIENT_FLAGS);
+        // The spec's bits, not the constant: SSL, CERT_CONN, CERT_SESS.
+        assert_eq!(ssl[0], 0x01 + 0x02 + 0x04);
         assert_eq!(&ssl[1..5], &[0, 0, 0, 0], "verified");
         // Sub-TLVs: version then cipher (no certificate given here).
         assert_eq!(&ssl[5..8], &[SUBTYPE_SSL_VERSION, 0, 7]);
