@@ -83,9 +83,18 @@ impl std::str::FromStr for Cidr {
                 .filter(|p| *p <= max)
                 .ok_or_else(|| format!("{p:?} is not a prefix length (0 to {max})"))?,
         };
+        if let IpAddr::V6(v6) = addr {
+            // Lookups see an IPv4-mapped destination as the IPv4 address it
+            // is, so a network inside ::ffff:0:0/96 could never match.
+            if prefix >= 96 && v6.to_ipv4_mapped().is_some() {
+                return Err(format!(
+                    "{s:?} is an IPv4-mapped network: write it as IPv4 (IPv4 connections \
+                     accepted on an IPv6 socket are matched as IPv4)"
+                ));
+            }
+        }
         let cidr = Cidr { addr, prefix };
-        let base = Cidr { addr, prefix: max };
-        if !cidr.contains(addr) || network_of(&cidr) != base.addr {
+        if network_of(&cidr) != addr {
             return Err(format!(
                 "{s:?} has host bits set (the network is {}/{prefix})",
                 network_of(&cidr)
@@ -220,6 +229,13 @@ impl Destinations {
     /// refuses a rule that can never match because an earlier rule covers
     /// all of it (same port, a network containing its network): with first
     /// match wins, that rule is dead and its SANs would never apply.
+    ///
+    /// Two CIDR blocks are either disjoint or one contains the other, and a
+    /// rule has one port, so two rules overlap only when one covers the
+    /// other: a later rule inside an earlier one is the dead rule refused
+    /// here (the error names both); an earlier, narrower rule inside a later
+    /// one is an exception to it (`10.77.0.5:2100` is the controller, the
+    /// rest of `10.77.0.0/24:2100` are replicas) and is allowed.
     pub fn validate(prefix: &str, specs: &[DestinationSpec]) -> Result<Destinations, RuleError> {
         let err = |i: usize, f: &str, why: String| RuleError {
             field: format!("{prefix}destination[{i}].{f}"),
@@ -273,9 +289,10 @@ impl Destinations {
                     i,
                     "match",
                     format!(
-                        "{} can never match: rule {j} ({}) comes first and covers it \
-                         (first match wins; put the narrower rule first)",
-                        matches, earlier.matches
+                        "{matches} overlaps {prefix}destination[{j}] ({}), which comes first \
+                         and covers all of it, so this rule can never match (first match \
+                         wins; put the narrower rule first)",
+                        earlier.matches
                     ),
                 ));
             }
@@ -365,6 +382,10 @@ pub(super) mod tests {
             "[fd00::1/8]:1",
             "[fd00::/8]2100",
             "[fd00::/8]:x",
+            // IPv4-mapped: lookups see these as IPv4, so they never match.
+            "[::ffff:10.0.0.0/104]:1",
+            "[::ffff:0:0/96]:1",
+            "[::ffff:10.0.0.1]:1",
         ] {
             assert!(bad.parse::<Match>().is_err(), "{bad:?} parsed");
         }
@@ -399,9 +420,58 @@ pub(super) mod tests {
         .unwrap_err()
         .to_string();
         assert!(
-            e.contains("destination[1].match") && e.contains("never match"),
+            e.contains("destination[1].match")
+                && e.contains("never match")
+                && e.contains("route \"t\": destination[0] (10.0.0.0/8:2100)"),
+            "names both rules: {e}"
+        );
+        // Overlap is containment (CIDR blocks nest or are disjoint): any
+        // earlier rule that contains a later one is found, not only the
+        // first rule or the widest.
+        let e = Destinations::validate(
+            "",
+            &[
+                spec("10.1.0.0/16:2100", "a.svc"),
+                spec("10.2.0.0/16:2100", "b.svc"),
+                spec("10.2.3.0/24:2100", "c.svc"),
+            ],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("destination[2].match") && e.contains("destination[1] (10.2.0.0/16:2100)"),
             "{e}"
         );
+        // Disjoint networks on the same port, and the narrower rule first
+        // (an exception to the wider one), are fine.
+        let d = Destinations::validate(
+            "",
+            &[
+                spec("10.2.3.4:2100", "controller.svc"),
+                spec("10.2.0.0/16:2100", "b.svc"),
+                spec("10.3.0.0/16:2100", "c.svc"),
+                spec("[::/0]:2100", "v6.svc"),
+                spec("0.0.0.0/0:2100", "rest.svc"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(d.lookup(sa("10.2.3.4:2100")).unwrap().0, 0);
+        assert_eq!(d.lookup(sa("10.2.3.5:2100")).unwrap().0, 1);
+        assert_eq!(d.lookup(sa("10.3.0.1:2100")).unwrap().0, 2);
+        assert_eq!(d.lookup(sa("[fd00::1]:2100")).unwrap().0, 3);
+        assert_eq!(d.lookup(sa("[::ffff:10.9.0.1]:2100")).unwrap().0, 4);
+        assert_eq!(d.lookup(sa("192.0.2.1:2100")).unwrap().0, 4);
+        // IPv4 and IPv6 rules never cover each other, whatever the prefix.
+        Destinations::validate(
+            "",
+            &[spec("[::/0]:1", "a.svc"), spec("0.0.0.0/0:1", "a.svc")],
+        )
+        .unwrap();
+        Destinations::validate(
+            "",
+            &[spec("0.0.0.0/0:1", "a.svc"), spec("[::/0]:1", "a.svc")],
+        )
+        .unwrap();
         let dup = Destinations::validate(
             "",
             &[spec("10.0.0.0/8:1", "a.svc"), spec("10.0.0.0/8:1", "a.svc")],
