@@ -63,6 +63,18 @@ pub enum NoDestination {
     NotTcp,
 }
 
+impl NoDestination {
+    /// The original destination, when it could be read.
+    pub fn original(&self) -> Option<SocketAddr> {
+        match self {
+            NoDestination::NotRedirected(a) | NoDestination::NoRule(a) | NoDestination::Loop(a) => {
+                Some(*a)
+            }
+            NoDestination::Unknown(_) | NoDestination::NotTcp => None,
+        }
+    }
+}
+
 /// Reads the original destination of a redirected TCP connection: the IPv4
 /// call for IPv4 sockets and IPv4-mapped IPv6 ones, the IPv6 call otherwise.
 pub fn original_dst(tcp: &TcpStream) -> io::Result<SocketAddr> {
@@ -385,12 +397,19 @@ impl NoDestinationLog {
         if let Some(n) = a.summary {
             self.summary(n);
         }
-        if a.log {
-            tracing::warn!(
-                route = %self.route, peer = %peer, reason = KEY,
-                error = %crate::logsafe::clean_display(why),
+        if !a.log {
+            return;
+        }
+        let error = crate::logsafe::clean_display(why);
+        match why.original() {
+            Some(original) => tracing::warn!(
+                route = %self.route, peer = %peer, original_dst = %original, reason = KEY,
+                error = %error, "connection refused: no destination"
+            ),
+            None => tracing::warn!(
+                route = %self.route, peer = %peer, reason = KEY, error = %error,
                 "connection refused: no destination"
-            );
+            ),
         }
     }
 
