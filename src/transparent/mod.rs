@@ -472,6 +472,22 @@ mod tests {
         ));
     }
 
+    /// The refusal line's original_dst: there whenever the kernel said.
+    #[test]
+    fn refusals_carry_the_original_destination_when_known() {
+        let a = sa("10.1.2.3:2100");
+        for why in [
+            NoDestination::NoRule(a),
+            NoDestination::NotRedirected(a),
+            NoDestination::Loop(a),
+        ] {
+            assert_eq!(why.original(), Some(a), "{why}");
+        }
+        assert_eq!(NoDestination::NotTcp.original(), None);
+        let unknown = NoDestination::Unknown(io::Error::from_raw_os_error(libc::ENOENT));
+        assert_eq!(unknown.original(), None);
+    }
+
     #[test]
     fn marks_parse_in_decimal_and_hex() {
         assert_eq!(parse_mark("1"), Ok(1));

@@ -357,6 +357,11 @@ pub(super) mod tests {
         assert_eq!(m.to_string(), "[fd00::/8]:6877");
         let m: Match = "10.77.0.2:2100".parse().unwrap();
         assert_eq!(m.to_string(), "10.77.0.2/32:2100");
+        // A long IPv6 prefix is refused only when the network is IPv4-mapped.
+        let m: Match = "[fd00:77::2]:2100".parse().unwrap();
+        assert_eq!(m.to_string(), "[fd00:77::2/128]:2100");
+        assert!(m.net.contains("fd00:77::2".parse().unwrap()));
+        assert!("[fd00:77::/96]:1".parse::<Match>().is_ok());
         let all: Match = "0.0.0.0/0:1".parse().unwrap();
         assert!(all.net.contains("255.255.255.255".parse().unwrap()));
         let all6: Match = "[::/0]:1".parse().unwrap();
@@ -503,5 +508,24 @@ pub(super) mod tests {
             .map(|i| spec(&format!("10.0.0.1:{}", i + 1), "a.svc"))
             .collect();
         assert!(Destinations::validate("", &many).is_err());
+        let d = Destinations::validate("", &many[..MAX_DESTINATIONS]).expect("the maximum");
+        assert_eq!(d.rules.len(), MAX_DESTINATIONS);
+    }
+
+    /// The route's expected SANs (its peer policy, shown in /status): every
+    /// rule's, each once, in rule order.
+    #[test]
+    fn all_sans_lists_each_pattern_once() {
+        let d = Destinations::validate(
+            "",
+            &[
+                spec("10.0.0.1:1", "a.svc"),
+                spec("10.0.0.2:1", "b.svc"),
+                spec("10.0.0.3:1", "a.svc"),
+            ],
+        )
+        .unwrap();
+        let sans: Vec<String> = d.all_sans().iter().map(|p| p.to_string()).collect();
+        assert_eq!(sans, ["a.svc", "b.svc"]);
     }
 }
