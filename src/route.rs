@@ -303,11 +303,19 @@ impl Route {
                 return;
             }
         };
-        debug!(route = %self.cfg.name, peer = %peer_addr, original_dst = %original, rule, dial = %to, "transparent: dialing the original destination's sidecar");
+        // Every line about this connection from here on (dial failure,
+        // handshake refused or complete, closed) carries the original
+        // destination and rule: a WARN-level span, so the WARN lines have it
+        // at any log level that shows them.
+        let span = tracing::warn_span!("transparent", original_dst = %original, rule);
+        let _entered = span.enter();
+        debug!(route = %self.cfg.name, peer = %peer_addr, dial = %to, "transparent: dialing the original destination's sidecar");
+        drop(_entered);
         let Some(tls) = t.tls.get(rule) else { return };
         let server_name = t.server_name(rule, to);
         let connect = dial(to, self.cfg.mark, self.cfg.connect_timeout);
         let connect = async move { connect.await.map(|(s, guard)| (Stream::Tcp(s), guard)) };
+        use tracing::Instrument;
         self.handle_client(
             &tls.connector,
             &server_name,
@@ -317,6 +325,7 @@ impl Route {
             peer_addr,
             ticket,
         )
+        .instrument(span)
         .await
     }
 
