@@ -170,7 +170,8 @@ for e in "${entries[@]}"; do
         echo "== $e: not in this tree, skipped"
         continue
     fi
-    read -r -a tests <<<"${TARGETS[$e]}"
+    # "--test a --lib" -> "--test=a" "--lib": one word each, for -C.
+    read -r -a tests <<<"$(sed -E 's/--test +/--test=/g' <<<"${TARGETS[$e]}")"
     mode=()
     if [ "$in_place" = 1 ]; then
         if ! git diff --quiet HEAD -- "${files[@]}"; then
@@ -182,15 +183,20 @@ for e in "${entries[@]}"; do
     fi
     file_args=()
     for f in "${files[@]}"; do file_args+=(--file "$f"); done
+    # As cargo arguments (-C), not test arguments (after --): -C reaches the
+    # build of each mutant as well, which otherwise builds every test target
+    # of the crate (minutes a mutant) to run a few.
+    cargo_args=()
+    for t in "${tests[@]}"; do cargo_args+=(-C "$t"); done
     out="$out_root/$(tr '/.' '__' <<<"${e%/}")"
     rm -rf "$out/mutants.out" "$out/mutants.out.old"
     mkdir -p "$out"
-    echo "== $e: cargo mutants ${file_args[*]} -- ${tests[*]}"
+    echo "== $e: cargo mutants ${file_args[*]} ${cargo_args[*]}"
     started=$(date +%s)
     rc=0
     # shellcheck disable=SC2086 # MUTANTS_ARGS is a word list
     cargo mutants "${mode[@]+"${mode[@]}"}" --no-shuffle --colors never -o "$out" \
-        "${file_args[@]}" ${MUTANTS_ARGS:-} -- "${tests[@]}" || rc=$?
+        "${file_args[@]}" "${cargo_args[@]}" ${MUTANTS_ARGS:-} || rc=$?
     restore=()
     mo="$out/mutants.out"
     # 0: all caught; 2: some missed; 3: some timed out. Anything else (1
