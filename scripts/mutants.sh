@@ -137,8 +137,10 @@ command -v cargo-mutants >/dev/null 2>&1 || {
 # The equivalent mutants docs/mutants.md lists: the backticked name that
 # starts a list item, as cargo-mutants prints it ("FILE: replace ..."),
 # optionally with ":LINE:COL" after FILE to single out one of several
-# mutants of the same name.
-equivalents=$(sed -nE 's/^[[:space:]]*[-*][[:space:]]+`(src\/[^`]+\.rs(:[0-9]+:[0-9]+)?: [^`]+)`.*/\1/p' "$DOC" 2>/dev/null || true)
+# mutants of the same name. Fenced code blocks (the format's example) are
+# passed over.
+equivalents=$(awk '/^[[:space:]]*```/ { fenced = !fenced; next } !fenced' "$DOC" 2>/dev/null |
+    sed -nE 's/^[[:space:]]*[-*][[:space:]]+`(src\/[^`]+\.rs(:[0-9]+:[0-9]+)?: [^`]+)`.*/\1/p' || true)
 is_equivalent() { # $1: "FILE:LINE:COL: name"
     local short
     short=$(sed -E 's/^([^:]+):[0-9]+:[0-9]+: /\1: /' <<<"$1")

@@ -250,12 +250,11 @@ async fn trust_grace_delays_the_close_until_it_ends() {
     let ended = w.client.wait_log(&["trust grace ended"]).await;
     closed_on_app(&mut a_conn).await;
     let line = w.closed_line(TO_A, "revoked").await;
-    // Closed when the grace ended, not before.
+    // Closed when the grace ended, not before. (By the clock: the poller
+    // logs the retirement after the swap the route acts on, so the close
+    // line may come first.)
     assert!(log_time(&ended) >= retire_at, "{ended}");
     assert!(log_time(&line) >= retire_at, "{line}");
-    let logs = w.client.logs();
-    let at = |l: &String| logs.iter().position(|x| x == l);
-    assert!(at(&ended) < at(&line), "closed before the grace ended");
     w.counted_once(TO_A, "revoked").await;
     w.b_untouched(b_conn).await;
 }
