@@ -31,9 +31,26 @@ if [[ $target == x86_64-unknown-linux-* && -s $order ]]; then
     # when the flags change.
     copy=$out/link-order/symbols-$(sha256sum "$order" | cut -c1-16).txt
     install -D -m 0644 "$order" "$copy"
-    build -C "link-arg=-Wl,--symbol-ordering-file=$(realpath "$copy")" -C link-arg=-Wl,--no-warn-symbol-ordering \
-        -C link-arg=-Wl,-z,pack-relative-relocs ||
-        { echo "build-release.sh: linking with $order failed (not LLD?); building without it" >&2; build; }
+    ordered() {
+        build -C "link-arg=-Wl,--symbol-ordering-file=$(realpath "$1")" -C link-arg=-Wl,--no-warn-symbol-ordering \
+            -C link-arg=-Wl,-z,pack-relative-relocs
+    }
+    if ordered "$copy"; then
+        # Names whose hash moved since the list was generated (a dependency
+        # changed) are carried over to this binary's names, and the binary is
+        # linked again with them: see scripts/link-order/refresh.py.
+        if command -v python3 >/dev/null && command -v nm >/dev/null; then
+            fresh=$out/link-order/refreshed-$(sha256sum "$copy" | cut -c1-16).txt
+            counts=$(python3 scripts/link-order/refresh.py "$out/$target/release/mtls-sidecar" "$copy" "$fresh")
+            echo "build-release.sh: link order: $counts" >&2
+            if [[ $counts != *"remapped 0,"* ]]; then
+                ordered "$fresh"
+            fi
+        fi
+    else
+        echo "build-release.sh: linking with $order failed (not LLD?); building without it" >&2
+        build
+    fi
 else
     build
 fi
