@@ -2,9 +2,10 @@
 # Offline validation of deploy/:
 #
 #  1. Kubernetes manifests as they are applied: each kustomization
-#     (deploy/kubernetes, deploy/kubernetes/pki) is built with
-#     `kubectl kustomize` (so the configMapGenerator's hash-suffixed name and
-#     the monitoring-selector patch are what gets checked), plus
+#     (deploy/kubernetes, deploy/kubernetes/pki, and deploy/kubernetes with
+#     the transparent component, through an overlay written under target/)
+#     is built with `kubectl kustomize` (so the configMapGenerator's
+#     hash-suffixed name and the patches are what gets checked), plus
 #     secret-example.yaml. The core-API objects of the result are validated
 #     against the API schemas bundled in kubernetes-validate (PyPI),
 #     strictly (unknown fields are errors), for the oldest Kubernetes the
@@ -32,8 +33,20 @@ K8S_VERSIONS=(1.29.0 1.37.0)
 CRD_GROUPS="cert-manager.io trust.cert-manager.io policy.cert-manager.io monitoring.coreos.com"
 # Not API objects at all (kubectl -k reads them).
 TOOL_GROUPS="kustomize.config.k8s.io"
-KUSTOMIZATIONS=(deploy/kubernetes deploy/kubernetes/pki)
 VENV=target/deploy-tools/venv
+# deploy/kubernetes/transparent is a kustomize Component: it is applied from
+# an overlay of the user's own, which this one stands for.
+OVERLAY=target/deploy-tools/transparent
+mkdir -p "$OVERLAY"
+cat >"$OVERLAY/kustomization.yaml" <<'EOF'
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - ../../../deploy/kubernetes
+components:
+  - ../../../deploy/kubernetes/transparent
+EOF
+KUSTOMIZATIONS=(deploy/kubernetes deploy/kubernetes/pki "$OVERLAY")
 
 have_kv() {
     "$1" -c "import kubernetes_validate.version as v, sys; sys.exit(v.__version__ != '$KV_VERSION')" 2>/dev/null
@@ -94,7 +107,9 @@ cp deploy/kubernetes/secret-example.yaml "$built/"
 # Sort files into core-API ones (validated) and custom-resource ones
 # (skipped here, tested in tests/deploy.rs). A file must not mix the two, so
 # nothing core can hide in a skipped file.
-mapfile -t CORE < <(CRD_GROUPS="$CRD_GROUPS" TOOL_GROUPS="$TOOL_GROUPS" "$PY" - "$built"/*.yaml <<'PY'
+# (Captured first, then split: `mapfile < <(...)` would drop the script's
+# exit status, and with it every error it reports.)
+core_list=$(CRD_GROUPS="$CRD_GROUPS" TOOL_GROUPS="$TOOL_GROUPS" "$PY" - "$built"/*.yaml <<'PY'
 import os, sys, yaml
 
 crd = set(os.environ["CRD_GROUPS"].split())
@@ -141,9 +156,37 @@ for path in sys.argv[1:]:
         if pol["spec"]["ingress"][0]["from"] != patch[0]["value"]:
             print("error: the monitoring-selector patch was not applied", file=sys.stderr)
             bad = True
+    # The transparent component: only the init container that loads the
+    # rules has a capability (NET_ADMIN, nothing else), it loads the
+    # generated rules, and the sidecar's UID is the one the rules skip.
+    if path.endswith("target_deploy-tools_transparent.yaml"):
+        by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+        pod = by[("Deployment", "controller")]["spec"]["template"]["spec"]
+        inits = {c["name"]: c for c in pod["initContainers"]}
+        names = [c["name"] for c in pod["initContainers"]]
+        if names[:2] != ["mtls-redirect", "mtls-sidecar"]:
+            print(f"error: transparent: init containers in the wrong order: {names}", file=sys.stderr)
+            bad = True
+        for c in pod["initContainers"] + pod["containers"]:
+            added = ((c.get("securityContext") or {}).get("capabilities") or {}).get("add") or []
+            want = ["NET_ADMIN"] if c["name"] == "mtls-redirect" else []
+            if added != want:
+                print(f"error: transparent: container {c['name']} adds {added}, want {want}", file=sys.stderr)
+                bad = True
+        cms = [v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v]
+        generated = [n for n in cms if n.startswith("controller-mtls-redirect-") and ("ConfigMap", n) in by]
+        if not generated:
+            print(f"error: transparent: the rules are not the generated ConfigMap: {cms}", file=sys.stderr)
+            bad = True
+        rules = by[("ConfigMap", generated[0])]["data"]["outbound.nft"] if generated else ""
+        uid = inits["mtls-sidecar"]["securityContext"].get("runAsUser")
+        if f"meta skuid {uid} return" not in rules.splitlines() and f"\tmeta skuid {uid} return" not in rules:
+            print(f"error: transparent: the rules do not skip the sidecar's UID {uid}", file=sys.stderr)
+            bad = True
 sys.exit(1 if bad else 0)
 PY
 ) || status=1
+mapfile -t CORE <<<"$core_list"
 
 if [ "${#CORE[@]}" -eq 0 ]; then
     echo "error: no core-API manifests built from deploy/kubernetes" >&2

@@ -117,6 +117,9 @@ pub fn run(args: &CheckArgs) -> u8 {
     if args.spki {
         return print_spki(args);
     }
+    if let Some(path) = &args.config {
+        return check_config(path);
+    }
     let req = match Request::from_args(args) {
         Ok(r) => r,
         Err(e) => {
@@ -140,6 +143,25 @@ pub fn run(args: &CheckArgs) -> u8 {
         0
     } else {
         1
+    }
+}
+
+/// `check --config FILE`: the file validated exactly as `run --config`
+/// validates it at start-up, without starting anything.
+fn check_config(path: &std::path::Path) -> u8 {
+    match crate::config::FileSpec::load(path) {
+        Ok(s) => {
+            println!(
+                "PASS  {}: {} route(s) valid",
+                path.display(),
+                s.routes.len()
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            2
+        }
     }
 }
 

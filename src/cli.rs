@@ -240,6 +240,11 @@ pub struct CheckArgs {
     /// instead of checking; --cert FILE alone is enough.
     #[arg(long)]
     pub spki: bool,
+    /// Validate a `run --config` file instead (routes, limits, transparent
+    /// destination rules): exit 0 when `run --config` would accept it, 2
+    /// naming the first problem.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["secret", "spki", "json"])]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Subcommand)]

@@ -48,8 +48,12 @@ pub struct Handoff {
     pub alpn: Option<Vec<u8>>,
     pub sni: Option<String>,
     pub unique_id: String,
-    /// The peer's leaf certificate (DER).
+    /// The peer's leaf certificate (DER): `_CN` is its subject CN.
     pub peer_cert: Option<Vec<u8>>,
+    /// The sidecar's own leaf certificate (DER), the one it presents:
+    /// `_SIG_ALG` and `_KEY_ALG` describe it, as the spec defines them
+    /// ("the certificate presented by the frontend") and HAProxy sends them.
+    pub local_cert: Option<Vec<u8>>,
     /// The allow-list entry that matched (`*` for `--allow-any-san`).
     pub matched: Option<String>,
     pub sans: Vec<String>,
@@ -112,18 +116,15 @@ fn local() -> Builder {
 }
 
 /// The `PP2_TYPE_SSL` value: client flags, verify (0: the certificate was
-/// verified), then the sub-TLVs.
+/// verified), then the sub-TLVs: the version, the peer's CN, the cipher,
+/// and the signature and key algorithms of the sidecar's own certificate.
 fn ssl_value(h: &Handoff) -> Vec<u8> {
     let mut v = vec![CLIENT_FLAGS];
     v.extend_from_slice(&0u32.to_be_bytes());
     if let Some(ver) = h.version.and_then(version_name) {
         push_tlv(&mut v, SUBTYPE_SSL_VERSION, ver.as_bytes());
     }
-    let cert = h
-        .peer_cert
-        .as_deref()
-        .and_then(|der| X509Certificate::from_der(der).ok().map(|(_, c)| c));
-    if let Some(cn) = cert.as_ref().and_then(|c| {
+    if let Some(cn) = parse(&h.peer_cert).and_then(|c| {
         c.subject()
             .iter_common_name()
             .next()
@@ -134,15 +135,20 @@ fn ssl_value(h: &Handoff) -> Vec<u8> {
     if let Some(c) = h.cipher.and_then(cipher_name) {
         push_tlv(&mut v, SUBTYPE_SSL_CIPHER, c.as_bytes());
     }
-    if let Some(c) = &cert {
+    if let Some(c) = parse(&h.local_cert) {
         if let Some(sig) = sig_alg_name(&c.signature_algorithm.algorithm.to_id_string()) {
             push_tlv(&mut v, SUBTYPE_SSL_SIG_ALG, sig.as_bytes());
         }
-        if let Some(key) = key_alg_name(c) {
+        if let Some(key) = key_alg_name(&c) {
             push_tlv(&mut v, SUBTYPE_SSL_KEY_ALG, key.as_bytes());
         }
     }
     v
+}
+
+fn parse(der: &Option<Vec<u8>>) -> Option<X509Certificate<'_>> {
+    der.as_deref()
+        .and_then(|der| X509Certificate::from_der(der).ok().map(|(_, c)| c))
 }
 
 /// OpenSSL's `SSL_get_version` names.
@@ -188,13 +194,23 @@ fn sig_alg_name(oid: &str) -> Option<&'static str> {
     })
 }
 
-/// HAProxy's key algorithm names: `RSA2048`, `EC256`, `ED25519`.
+/// HAProxy's key algorithm names, the type and OpenSSL's `EVP_PKEY_bits`:
+/// `RSA2048`, `EC256`, `EC521`; and `ED25519` (for which HAProxy 2.6 sends
+/// no `_KEY_ALG`).
 fn key_alg_name(c: &X509Certificate<'_>) -> Option<String> {
     use x509_parser::public_key::PublicKey;
     let spki = c.public_key();
     match spki.parsed().ok()? {
         PublicKey::RSA(rsa) => Some(format!("RSA{}", rsa.key_size())),
-        PublicKey::EC(ec) => Some(format!("EC{}", ec.key_size())),
+        // OpenSSL counts the bits of the curve's order: 521 for P-521,
+        // whose coordinates take 66 bytes (x509-parser's size: 528).
+        PublicKey::EC(ec) => {
+            let bits = match ec.key_size() {
+                528 => 521,
+                n => n,
+            };
+            Some(format!("EC{bits}"))
+        }
         _ => match spki.algorithm.algorithm.to_id_string().as_str() {
             "1.3.101.112" => Some("ED25519".to_string()),
             _ => None,
@@ -229,6 +245,7 @@ mod tests {
             sni: Some("replica-0.env-1.svc".into()),
             unique_id: "42".into(),
             peer_cert: None,
+            local_cert: None,
             matched: Some("controller.env-1.svc".into()),
             sans: vec!["controller.env-1.svc".into(), "spiffe://td/c".into()],
         };
@@ -258,7 +275,8 @@ mod tests {
             b"controller.env-1.svc\nspiffe://td/c"
         );
         let ssl = get(TYPE_SSL).unwrap();
-        assert_eq!(ssl[0], CLIENT_FLAGS);
+        // The spec's bits, not the constant: SSL, CERT_CONN, CERT_SESS.
+        assert_eq!(ssl[0], 0x01 + 0x02 + 0x04);
         assert_eq!(&ssl[1..5], &[0, 0, 0, 0], "verified");
         // Sub-TLVs: version then cipher (no certificate given here).
         assert_eq!(&ssl[5..8], &[SUBTYPE_SSL_VERSION, 0, 7]);
@@ -323,5 +341,113 @@ mod tests {
         if let Ok(bytes) = encode(&h) {
             assert!(Header::try_from(bytes.as_slice()).is_ok());
         }
+    }
+
+    /// The sub-TLVs of an SSL value, by type.
+    fn subs(ssl: &[u8]) -> Vec<(u8, String)> {
+        let mut b = &ssl[5..];
+        let mut out = Vec::new();
+        while !b.is_empty() {
+            let len = usize::from(u16::from_be_bytes([b[1], b[2]]));
+            out.push((b[0], String::from_utf8(b[3..3 + len].to_vec()).unwrap()));
+            b = &b[3 + len..];
+        }
+        out
+    }
+
+    /// A self-signed certificate whose key and signature use `alg`.
+    fn self_signed(alg: &'static rcgen::SignatureAlgorithm) -> Vec<u8> {
+        let key = rcgen::KeyPair::generate_for(alg).unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["x.test".to_string()]).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "local");
+        params.self_signed(&key).unwrap().der().to_vec()
+    }
+
+    #[test]
+    fn cn_is_the_peers_and_the_algorithms_are_the_local_certificates() {
+        let ca = crate::pki::DevCa::new("peer CA", 1).unwrap();
+        let peer = ca
+            .issue(&crate::pki::LeafSpec::dns(
+                "peer.svc",
+                crate::pki::Role::Client,
+                1,
+            ))
+            .unwrap();
+        use rcgen::{
+            PKCS_ECDSA_P256_SHA256, PKCS_ECDSA_P384_SHA384, PKCS_ECDSA_P521_SHA512, PKCS_ED25519,
+            PKCS_RSA_SHA256, PKCS_RSA_SHA384, PKCS_RSA_SHA512,
+        };
+        // HAProxy's names: OpenSSL's short name of the signature, and the
+        // key type with its size in bits.
+        for (alg, sig, key) in [
+            (&PKCS_ECDSA_P256_SHA256, "ecdsa-with-SHA256", "EC256"),
+            (&PKCS_ECDSA_P384_SHA384, "ecdsa-with-SHA384", "EC384"),
+            (&PKCS_ECDSA_P521_SHA512, "ecdsa-with-SHA512", "EC521"),
+            (&PKCS_ED25519, "ED25519", "ED25519"),
+            (&PKCS_RSA_SHA256, "RSA-SHA256", "RSA2048"),
+            (&PKCS_RSA_SHA384, "RSA-SHA384", "RSA2048"),
+            (&PKCS_RSA_SHA512, "RSA-SHA512", "RSA2048"),
+        ] {
+            let h = Handoff {
+                peer_cert: Some(peer.cert_der.to_vec()),
+                local_cert: Some(self_signed(alg)),
+                ..Default::default()
+            };
+            assert_eq!(
+                subs(&ssl_value(&h)),
+                [
+                    (SUBTYPE_SSL_CN, "peer.svc".to_string()),
+                    (SUBTYPE_SSL_SIG_ALG, sig.to_string()),
+                    (SUBTYPE_SSL_KEY_ALG, key.to_string()),
+                ],
+                "{sig}"
+            );
+        }
+        // rcgen cannot sign with RSASSA-PSS; its OID by itself.
+        assert_eq!(sig_alg_name("1.2.840.113549.1.1.10"), Some("RSASSA-PSS"));
+        assert_eq!(sig_alg_name("1.2.840.10040.4.3"), None, "DSA-SHA1");
+        // Without certificates (or with unparseable ones) nothing is said.
+        let h = Handoff {
+            peer_cert: Some(b"junk".to_vec()),
+            local_cert: Some(b"junk".to_vec()),
+            ..Default::default()
+        };
+        assert_eq!(ssl_value(&h), [CLIENT_FLAGS, 0, 0, 0, 0]);
+    }
+
+    /// Every suite the sidecar negotiates is named as `openssl ciphers
+    /// -stdname` names it (an independent table), and so is its version.
+    #[test]
+    fn cipher_and_version_names_are_openssls() {
+        let out = std::process::Command::new("openssl")
+            .args(["ciphers", "-stdname", "ALL"])
+            .output()
+            .expect("openssl (the CI machine has it) to name the suites");
+        let table = String::from_utf8(out.stdout).unwrap();
+        let openssl = |iana: &str| {
+            table.lines().find_map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                (w.len() > 3 && w[0] == iana).then(|| (w[2].to_string(), w[3].to_string()))
+            })
+        };
+        let suites = crate::crypto_provider().cipher_suites.clone();
+        assert_eq!(suites.len(), 9, "{suites:?}");
+        for s in suites {
+            let iana = format!("{:?}", s.suite()).replace("TLS13_", "TLS_");
+            let (name, version) = openssl(&iana).unwrap_or_else(|| panic!("{iana}"));
+            assert_eq!(cipher_name(s.suite()), Some(name.as_str()), "{iana}");
+            assert_eq!(
+                version_name(s.version().version),
+                Some(version.as_str()),
+                "{iana}"
+            );
+        }
+        assert_eq!(
+            cipher_name(CipherSuite::TLS_RSA_WITH_AES_128_GCM_SHA256),
+            None
+        );
+        assert_eq!(version_name(ProtocolVersion::TLSv1_1), None);
     }
 }

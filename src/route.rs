@@ -9,12 +9,15 @@
 //! does a connection take one of the `--max-connections` slots (waiting for
 //! one if all are taken). Accepting never waits on either.
 
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
+use rustls::AlertDescription;
 use rustls_pki_types::{CertificateDer, ServerName};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tracing::{debug, info, warn};
@@ -308,11 +311,19 @@ impl Route {
                 return;
             }
         };
-        debug!(route = %self.cfg.name, peer = %peer_addr, original_dst = %original, rule, dial = %to, "transparent: dialing the original destination's sidecar");
+        // Every line about this connection from here on (dial failure,
+        // handshake refused or complete, closed) carries the original
+        // destination and rule: a WARN-level span, so the WARN lines have it
+        // at any log level that shows them.
+        let span = tracing::warn_span!("transparent", original_dst = %original, rule);
+        let _entered = span.enter();
+        debug!(route = %self.cfg.name, peer = %peer_addr, dial = %to, "transparent: dialing the original destination's sidecar");
+        drop(_entered);
         let Some(tls) = t.tls.get(rule) else { return };
         let server_name = t.server_name(rule, to);
         let connect = dial(to, self.cfg.mark, self.cfg.connect_timeout);
         let connect = async move { connect.await.map(|(s, guard)| (Stream::Tcp(s), guard)) };
+        use tracing::Instrument;
         self.handle_client(
             &tls.connector,
             &server_name,
@@ -322,6 +333,7 @@ impl Route {
             peer_addr,
             ticket,
         )
+        .instrument(span)
         .await
     }
 
@@ -419,6 +431,15 @@ impl Route {
             sni: conn.server_name().map(str::to_string),
             unique_id: reg.conn.id.to_string(),
             peer_cert: reg.conn.chain.first().map(|c| c.as_ref().to_vec()),
+            // The identity in force now: the one presented in this handshake
+            // unless a rotation landed in between (then its successor).
+            local_cert: self
+                .store
+                .current()
+                .identity
+                .cert
+                .first()
+                .map(|c| c.as_ref().to_vec()),
             matched,
             sans: peer.map(|c| c.sans()).unwrap_or_default(),
         })
@@ -469,7 +490,8 @@ impl Route {
             if let Some(p) = tls.get_ref().1.alpn_protocol() {
                 debug!(route = %self.cfg.name, conn = reg.conn.id, alpn = %String::from_utf8_lossy(p), "ALPN negotiated");
             }
-            self.supervise(reg, local, tls).await;
+            let mut server = ServerVerdict::new(tls, &self.metrics.handshakes);
+            self.supervise(reg, local, &mut server).await;
         }
     }
 
@@ -517,7 +539,9 @@ impl Route {
     /// Runs one handshake under `--handshake-timeout`, unless its ticket is
     /// stopped first (`--max-handshakes` reached, or the drain ran out). On
     /// success it is counted and the connection registered; on failure it is
-    /// counted by reason and logged as one WARN line.
+    /// counted by reason and logged as one WARN line. A client route's
+    /// success is only timed here: it is counted once the server has shown
+    /// it accepted us ([`ServerVerdict`]), or here if we close it first.
     ///
     /// Callers pass the handshake boxed: inline, its TLS state would be laid
     /// out again at each level of futures wrapping it, and a task keeps the
@@ -549,14 +573,18 @@ impl Route {
         let (result, report) = with_report(bounded).await;
         let (reason, error) = match result {
             Ok(stream) => {
-                self.metrics.handshake_ok(started.elapsed());
+                let took = started.elapsed();
+                let admitted = self.admit(peer, report);
+                if self.cfg.mode == Mode::Server || admitted.is_none() {
+                    self.metrics.handshake_ok(took);
+                } else {
+                    self.metrics.handshake_duration.record(took.as_secs_f64());
+                }
                 // Boxed once here: the TLS stream (~1.2 KB of rustls state)
                 // then moves through supervise and forward as a pointer
                 // instead of being laid out again in each of their futures,
                 // which every live connection's task would carry.
-                return self
-                    .admit(peer, report)
-                    .map(|(reg, old)| (Box::new(stream), reg, old));
+                return admitted.map(|(reg, old)| (Box::new(stream), reg, old));
             }
             Err(e) => e,
         };
@@ -661,13 +689,25 @@ impl Route {
         report: &PeerReport,
         started: Instant,
     ) {
-        use crate::logsafe::{clean, clean_display, clean_list};
         self.metrics.handshake_failed(reason, started.elapsed());
+        self.log_refusal(peer, reason, error, report.cert.as_ref());
+    }
+
+    /// The WARN line of one refusal, unless this route's rate limit for
+    /// `reason` holds it back (counted in the "suppressed N" summary).
+    fn log_refusal(
+        &self,
+        peer: &str,
+        reason: FailureReason,
+        error: &dyn std::fmt::Display,
+        cert: Option<&crate::identity::CertInfo>,
+    ) {
+        use crate::logsafe::{clean, clean_display, clean_list};
         if !self.refusal_log.admit(reason) {
             return;
         }
         let error = clean_display(error);
-        match &report.cert {
+        match cert {
             Some(c) => warn!(
                 route = %self.cfg.name, peer = %peer, reason = reason.as_str(),
                 subject = %clean(&c.subject), serial = %c.serial, sans = %clean_list(&c.sans()),
@@ -680,11 +720,13 @@ impl Route {
         }
     }
 
-    /// Forwards until the connection ends or is told to close.
-    async fn supervise<P, T>(&self, reg: Registration, peer: P, target: T)
+    /// Forwards until the connection ends or is told to close. A client
+    /// route's server that turns out to have refused our certificate
+    /// ([`Settle`]) ends it as a refused handshake instead of a close.
+    async fn supervise<P, T>(&self, reg: Registration, peer: P, mut target: T)
     where
         P: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Settle,
     {
         let conn = reg.conn.clone();
         let expiry = conn.peer.as_ref().map(|c| {
@@ -707,11 +749,14 @@ impl Route {
         let totals = Totals::default();
         self.metrics.active.increment(1.0);
         let reason = tokio::select! {
-            r = forward(peer, target, &self.metrics.to_target, &self.metrics.from_target, &totals, self.cfg.half_close_linger) => r,
+            r = forward(peer, &mut target, &self.metrics.to_target, &self.metrics.from_target, &totals, self.cfg.half_close_linger) => r,
             r = conn.signal.closed() => r,
             _ = sleep_until_opt(deadline) => timed_out,
         };
         self.metrics.active.decrement(1.0);
+        if let Some(alert) = target.settle() {
+            return self.refused_by_server(&conn, alert);
+        }
         self.metrics.closed(reason);
         let to = totals.to_target.load(std::sync::atomic::Ordering::Relaxed);
         let from = totals
@@ -734,6 +779,23 @@ impl Route {
             }
         }
         drop(reg);
+    }
+
+    /// A client route's server refused us with `alert` once our handshake
+    /// had finished (TLS 1.3 servers judge the client's certificate after
+    /// their own Finished): a failed handshake, never a close. Its duration
+    /// was recorded when our side of the handshake ended.
+    fn refused_by_server(&self, conn: &LiveConn, alert: AlertDescription) {
+        let error = rustls::Error::AlertReceived(alert);
+        let reason = FailureReason::from_tls(&error);
+        metrics::counter!(
+            crate::metrics::HANDSHAKE_FAILURES,
+            "route" => self.cfg.name.clone(),
+            "reason" => reason.as_str()
+        )
+        .increment(1);
+        let error = format!("{error}, after our handshake finished: the server refused us");
+        self.log_refusal(&conn.peer_addr, reason, &error, conn.peer.as_ref());
     }
 
     /// Re-verifies every live connection whenever the store's trust shrinks,
@@ -771,6 +833,154 @@ impl Route {
     }
 }
 
+/// A client route's TLS stream to its server, until the server has shown
+/// that it accepted our certificate. Over TLS 1.3 our handshake finishes
+/// before the server has judged us: a refusal comes after it, as a fatal
+/// alert where the first record was expected. So the completed handshake
+/// is counted only on the server's first sign of acceptance (data, a
+/// session ticket, a clean close), or when the connection ends without a
+/// refusal; a fatal alert first is the handshake refused ([`Settle`]).
+/// Over TLS 1.2 the server's Finished already came after its verdict.
+///
+/// Watched as the forwarding reads, in place: no timer, no task, and
+/// nothing read or written is held back.
+struct ServerVerdict<'m, IO> {
+    tls: Box<tokio_rustls::client::TlsStream<IO>>,
+    handshakes: &'m metrics::Counter,
+    verdict: Verdict,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Nothing from the server yet.
+    Awaited,
+    /// Counted as a completed handshake.
+    Accepted,
+    /// A fatal alert came first.
+    Refused(AlertDescription),
+}
+
+impl<'m, IO: AsyncRead + AsyncWrite + Unpin> ServerVerdict<'m, IO> {
+    fn new(
+        tls: Box<tokio_rustls::client::TlsStream<IO>>,
+        handshakes: &'m metrics::Counter,
+    ) -> Self {
+        let mut s = ServerVerdict {
+            tls,
+            handshakes,
+            verdict: Verdict::Awaited,
+        };
+        if s.tls.get_ref().1.protocol_version() != Some(rustls::ProtocolVersion::TLSv1_3) {
+            s.accept();
+        }
+        s
+    }
+
+    fn accept(&mut self) {
+        self.verdict = Verdict::Accepted;
+        self.handshakes.increment(1);
+    }
+
+    /// Judges what one read of the server's stream returned.
+    fn observe(&mut self, read: &Poll<std::io::Result<()>>) {
+        if self.verdict != Verdict::Awaited {
+            return;
+        }
+        match read {
+            // Plaintext, or a clean close (close_notify).
+            Poll::Ready(Ok(())) => self.accept(),
+            Poll::Ready(Err(e)) => {
+                let tls = e.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>());
+                if let Some(rustls::Error::AlertReceived(alert)) = tls {
+                    self.verdict = Verdict::Refused(*alert);
+                }
+            }
+            // A session ticket: sent only once the server accepted us.
+            Poll::Pending if self.tls.get_ref().1.tls13_tickets_received() > 0 => self.accept(),
+            Poll::Pending => {}
+        }
+    }
+}
+
+/// The end of a forwarded connection's target side.
+trait Settle {
+    /// Called once forwarding has stopped: the alert with which a client
+    /// route's server refused our certificate, if it did.
+    fn settle(&mut self) -> Option<AlertDescription>;
+}
+
+impl Settle for Stream {
+    fn settle(&mut self) -> Option<AlertDescription> {
+        None
+    }
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> Settle for &mut ServerVerdict<'_, IO> {
+    /// Forwarding may have stopped on something else first (a write to the
+    /// server failing on the reset that followed its alert, a close signal):
+    /// one last read without waiting looks at what the server sent. Still
+    /// undecided, the handshake counts as completed.
+    fn settle(&mut self) -> Option<AlertDescription> {
+        if self.verdict == Verdict::Awaited {
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            let mut byte = [0u8; 1];
+            let read = Pin::new(&mut *self.tls).poll_read(&mut cx, &mut ReadBuf::new(&mut byte));
+            self.observe(&read);
+        }
+        match self.verdict {
+            Verdict::Refused(alert) => Some(alert),
+            Verdict::Awaited => {
+                self.accept();
+                None
+            }
+            Verdict::Accepted => None,
+        }
+    }
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for ServerVerdict<'_, IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let read = Pin::new(&mut *this.tls).poll_read(cx, buf);
+        this.observe(&read);
+        read
+    }
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ServerVerdict<'_, IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut *self.get_mut().tls).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut *self.get_mut().tls).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tls.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut *self.get_mut().tls).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut *self.get_mut().tls).poll_shutdown(cx)
+    }
+}
+
 /// A hidden fault for the test of what happens when a route's accept loop
 /// dies: `MTLS_SIDECAR_TEST_FAULT=route-panic:NAME:N` makes route NAME's
 /// loop panic on its Nth accepted connection. Never set in production.
@@ -794,4 +1004,221 @@ pub enum RouteError {
         addr: String,
         source: std::io::Error,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    //! [`ServerVerdict`] over an in-memory pipe, where whatever the server
+    //! sent is readable at once: each read is one poll, as forwarding does.
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::PrivateKeyDer;
+    use rustls::{ClientConfig, ServerConfig, SupportedProtocolVersion};
+    use tokio::io::{duplex, DuplexStream};
+
+    use crate::pki::{DevCa, Issued, LeafSpec, Role};
+
+    const NAME: &str = "replica-0.test";
+
+    type Server = tokio_rustls::server::TlsStream<DuplexStream>;
+
+    fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+        Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+    }
+
+    fn roots(ca: &DevCa) -> Arc<rustls::RootCertStore> {
+        let mut roots = rustls::RootCertStore::empty();
+        let cert = CertificateDer::from_pem_slice(ca.cert_pem.as_bytes()).unwrap();
+        roots.add(cert).unwrap();
+        Arc::new(roots)
+    }
+
+    fn key(id: &Issued) -> PrivateKeyDer<'static> {
+        PrivateKeyDer::from_pem_slice(id.key_pem.as_bytes()).unwrap()
+    }
+
+    /// One connection: whether the server trusts our CA, the version both
+    /// speak, and the TLS 1.3 tickets the server sends once it accepted us.
+    struct Setup {
+        trusted: bool,
+        version: &'static SupportedProtocolVersion,
+        tickets: usize,
+    }
+
+    const TLS13: Setup = Setup {
+        trusted: true,
+        version: &rustls::version::TLS13,
+        tickets: 0,
+    };
+
+    /// Runs the handshake; returns our side once the server is done with
+    /// its own, and the server's side if it accepted us.
+    async fn connect(
+        setup: Setup,
+    ) -> (
+        Box<tokio_rustls::client::TlsStream<DuplexStream>>,
+        Option<Server>,
+    ) {
+        let ca = DevCa::new("test CA", 1).unwrap();
+        let other = DevCa::new("another CA", 1).unwrap();
+        let server_id = ca.issue(&LeafSpec::dns(NAME, Role::Server, 1)).unwrap();
+        let client_id = ca
+            .issue(&LeafSpec::dns("controller.test", Role::Client, 1))
+            .unwrap();
+        let versions = &[setup.version];
+        let client_ca = if setup.trusted { &ca } else { &other };
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            roots(client_ca),
+            provider(),
+        )
+        .build()
+        .unwrap();
+        let mut sc = ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(versions)
+            .unwrap()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(vec![server_id.cert_der.clone()], key(&server_id))
+            .unwrap();
+        sc.send_tls13_tickets = setup.tickets;
+        let cc = ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(versions)
+            .unwrap()
+            .with_root_certificates(roots(&ca))
+            .with_client_auth_cert(vec![client_id.cert_der.clone()], key(&client_id))
+            .unwrap();
+        let (ours, theirs) = duplex(64 * 1024);
+        let server = tokio::spawn(TlsAcceptor::from(Arc::new(sc)).accept(theirs));
+        let name = ServerName::try_from(NAME).unwrap();
+        let client = TlsConnector::from(Arc::new(cc))
+            .connect(name, ours)
+            .await
+            .unwrap();
+        let server = server.await.unwrap().ok();
+        (Box::new(client), server)
+    }
+
+    fn counter() -> (Arc<AtomicU64>, metrics::Counter) {
+        let n = Arc::new(AtomicU64::new(0));
+        (n.clone(), metrics::Counter::from_arc(n))
+    }
+
+    fn count(n: &AtomicU64) -> u64 {
+        n.load(Ordering::SeqCst)
+    }
+
+    /// One read, never waiting: what forwarding's read returns on a wake-up.
+    fn read_once<IO>(v: &mut ServerVerdict<'_, IO>) -> Poll<std::io::Result<usize>>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin,
+    {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut buf = [0u8; 64];
+        let mut buf = ReadBuf::new(&mut buf);
+        let read = Pin::new(v).poll_read(&mut cx, &mut buf);
+        read.map_ok(|()| buf.filled().len())
+    }
+
+    #[tokio::test]
+    async fn an_alert_first_is_the_refusal_and_never_a_completed_handshake() {
+        let (tls, server) = connect(Setup {
+            trusted: false,
+            ..TLS13
+        })
+        .await;
+        assert!(server.is_none(), "the server refused us");
+        let (n, c) = counter();
+        let mut v = ServerVerdict::new(tls, &c);
+        assert!(matches!(read_once(&mut v), Poll::Ready(Err(_))));
+        assert_eq!((&mut v).settle(), Some(AlertDescription::UnknownCA));
+        assert_eq!(count(&n), 0);
+    }
+
+    /// Forwarding may stop before reading the alert (a write failing on the
+    /// reset that follows it): the last look still finds it.
+    #[tokio::test]
+    async fn an_alert_still_unread_when_forwarding_stops_is_the_refusal() {
+        let (tls, _) = connect(Setup {
+            trusted: false,
+            ..TLS13
+        })
+        .await;
+        let (n, c) = counter();
+        let mut v = ServerVerdict::new(tls, &c);
+        assert_eq!((&mut v).settle(), Some(AlertDescription::UnknownCA));
+        assert_eq!((&mut v).settle(), Some(AlertDescription::UnknownCA));
+        assert_eq!(count(&n), 0);
+    }
+
+    #[tokio::test]
+    async fn the_first_data_counts_the_handshake_once() {
+        let (tls, server) = connect(TLS13).await;
+        let mut server = server.expect("accepted");
+        let (n, c) = counter();
+        let mut v = ServerVerdict::new(tls, &c);
+        assert!(read_once(&mut v).is_pending());
+        assert_eq!(count(&n), 0, "nothing from the server yet");
+        for _ in 0..2 {
+            server.write_all(b"hi").await.unwrap();
+            server.flush().await.unwrap();
+            assert!(matches!(read_once(&mut v), Poll::Ready(Ok(2))));
+            assert_eq!(count(&n), 1);
+        }
+        assert_eq!((&mut v).settle(), None);
+        assert_eq!(count(&n), 1);
+    }
+
+    #[tokio::test]
+    async fn a_session_ticket_counts_the_handshake_before_any_data() {
+        let (tls, _server) = connect(Setup {
+            tickets: 2,
+            ..TLS13
+        })
+        .await;
+        let (n, c) = counter();
+        let mut v = ServerVerdict::new(tls, &c);
+        assert_eq!(count(&n), 0);
+        assert!(read_once(&mut v).is_pending());
+        assert_eq!(count(&n), 1);
+        assert_eq!((&mut v).settle(), None);
+        assert_eq!(count(&n), 1);
+    }
+
+    #[tokio::test]
+    async fn a_clean_close_counts_the_handshake() {
+        let (tls, server) = connect(TLS13).await;
+        let mut server = server.expect("accepted");
+        server.shutdown().await.unwrap();
+        let (n, c) = counter();
+        let mut v = ServerVerdict::new(tls, &c);
+        assert!(matches!(read_once(&mut v), Poll::Ready(Ok(0))));
+        assert_eq!(count(&n), 1);
+    }
+
+    #[tokio::test]
+    async fn a_server_that_said_nothing_is_counted_once_when_forwarding_stops() {
+        let (tls, _server) = connect(TLS13).await;
+        let (n, c) = counter();
+        let mut v = ServerVerdict::new(tls, &c);
+        assert!(read_once(&mut v).is_pending());
+        assert_eq!(count(&n), 0);
+        assert_eq!((&mut v).settle(), None);
+        assert_eq!(count(&n), 1);
+        assert_eq!((&mut v).settle(), None);
+        assert_eq!(count(&n), 1);
+    }
+
+    /// A TLS 1.2 server sends its Finished only after judging us.
+    #[tokio::test]
+    async fn over_tls12_the_handshake_is_counted_when_it_ends() {
+        let version = &rustls::version::TLS12;
+        let (tls, _server) = connect(Setup { version, ..TLS13 }).await;
+        let (n, c) = counter();
+        let mut v = ServerVerdict::new(tls, &c);
+        assert_eq!(count(&n), 1);
+        assert!(read_once(&mut v).is_pending());
+        assert_eq!((&mut v).settle(), None);
+        assert_eq!(count(&n), 1);
+    }
 }

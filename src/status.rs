@@ -184,6 +184,35 @@ pub struct RouteStatus {
     pub proxy_protocol: bool,
     /// The credential source this route uses (matches a `credentials[].source`).
     pub credentials: String,
+    /// Transparent client routes: the destination rules, in order (the
+    /// first match wins).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub destinations: Option<Vec<DestinationStatus>>,
+}
+
+/// One destination rule of a transparent route.
+#[derive(Debug, Serialize)]
+pub struct DestinationStatus {
+    /// `CIDR:PORT`, as normalised (`10.77.0.5/32:2100`, `[fd00::/8]:2100`).
+    #[serde(rename = "match")]
+    pub matches: String,
+    pub tls_port: u16,
+    pub expect_san: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_name: Option<String>,
+}
+
+fn destinations(rules: &crate::transparent::Destinations) -> Vec<DestinationStatus> {
+    rules
+        .rules
+        .iter()
+        .map(|r| DestinationStatus {
+            matches: r.matches.to_string(),
+            tls_port: r.tls_port,
+            expect_san: r.expect_san.iter().map(|p| p.to_string()).collect(),
+            server_name: r.server_name.clone(),
+        })
+        .collect()
 }
 
 /// One credential store: the revision in force and the poller's history.
@@ -294,6 +323,7 @@ pub fn status(shared: &Shared, now: SystemTime) -> Status {
                     spki_pins: r.cfg.spki_pins.iter().map(crate::pin::encode).collect(),
                     proxy_protocol: r.cfg.proxy_protocol,
                     credentials: r.store.source().to_string(),
+                    destinations: r.cfg.transparent.as_deref().map(destinations),
                 }
             })
             .collect(),

@@ -302,22 +302,45 @@ async fn each_client_side_failure_is_counted_under_its_own_reason() {
     assert_eq!(echo.accepted(), 1);
 }
 
-/// Over TLS 1.3 the client finishes its handshake before the server has
-/// judged the client certificate, so a server that refuses ours says so
-/// only with an alert after it. That is still a refused handshake
-/// (PRODUCT.md: `protocol`, any other TLS alert; every refusal a WARN).
-#[tokio::test(flavor = "multi_thread")]
-#[ignore = "fails today: the client route counts this as a completed handshake, \
-            then a target_error close, with no WARN and no protocol failure"]
-async fn a_server_refusing_our_certificate_over_tls13_is_a_protocol_failure() {
+/// Every close reason of one route, summed.
+fn closes(m: &Exposition, route: &str) -> f64 {
+    m.series(CLOSED)
+        .iter()
+        .filter(|s| s.labels.get("route").map(String::as_str) == Some(route))
+        .map(|s| s.value)
+        .sum()
+}
+
+/// Sends a ping through the route and waits for its echo.
+async fn ping(app: &mut TcpStream) {
+    app.write_all(b"ping").await.unwrap();
+    let mut buf = [0u8; 4];
+    tokio::time::timeout(DEADLINE, app.read_exact(&mut buf))
+        .await
+        .expect("echoed in time")
+        .unwrap();
+    assert_eq!(&buf, b"ping");
+}
+
+/// The route's completed handshakes.
+fn completed(m: &Exposition, route: &str) -> f64 {
+    m.get(HANDSHAKES, &[("route", route)])
+}
+
+/// A server with the right identity that trusts another CA for its
+/// clients refuses our certificate. Whenever the refusal arrives (inside
+/// the handshake over TLS 1.2, after ours finished over TLS 1.3), the
+/// route counts one `protocol` failure and logs one WARN naming the route,
+/// the server and its alert; it counts no completed handshake and no
+/// closed connection (PRODUCT.md: `protocol`, any other TLS alert; every
+/// refusal a WARN), and the application gets nothing.
+async fn refused_by_the_server(server: fn(&Creds, &str) -> Remote, extra: &[&str]) {
     let creds = Creds::new();
     let foreign = Pki::new("foreign CA");
-    let remote = serve(Remote::Tls(server_config(
-        &creds.replica,
-        Some(&foreign.ca.cert_pem),
-    )))
-    .await;
-    let sc = start_client(&creds.client_dir, &remote, &["--admin", "127.0.0.1:0"]).await;
+    let remote = serve(server(&creds, &foreign.ca.cert_pem)).await;
+    let mut args = vec!["--admin", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let sc = start_client(&creds.client_dir, &remote, &args).await;
     let mut app = TcpStream::connect(sc.addr("client")).await.unwrap();
     app.write_all(b"from the application").await.unwrap();
     assert!(read_until_closed(&mut app).await.is_empty());
@@ -325,10 +348,106 @@ async fn a_server_refusing_our_certificate_over_tls13_is_a_protocol_failure() {
         .wait_field("handshake refused", "reason", "protocol")
         .await;
     assert!(line.contains(" WARN "), "{line}");
+    assert_eq!(field(&line, "route"), "client", "{line}");
+    assert_eq!(field(&line, "peer"), remote, "{line}");
+    // The verifier refuses an unknown issuer with an unknown_ca alert.
+    assert!(line.contains("fatal alert: UnknownCA"), "{line}");
     let series = [("route", "client"), ("reason", "protocol")];
     let m = scrape_until(&sc.admin(), "the refusal counted", |m| {
         m.get(FAILURES, &series) == 1.0
     })
     .await;
-    assert_eq!(m.get(HANDSHAKES, &[("route", "client")]), 0.0);
+    let all = failures(&m, &["client"]);
+    assert_eq!(all.values().sum::<f64>(), 1.0, "{all:?}");
+    assert_eq!(completed(&m, "client"), 0.0);
+    assert_eq!(closes(&m, "client"), 0.0, "{:#?}", m.samples);
+    assert_eq!(sc.warn_lines(&["handshake refused"]).len(), 1);
+}
+
+/// Over TLS 1.3 the client finishes its handshake before the server has
+/// judged the client certificate, so a server that refuses ours says so
+/// only with an alert after it. That is still a refused handshake.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_refusing_our_certificate_over_tls13_is_a_protocol_failure() {
+    refused_by_the_server(
+        |creds, client_ca| Remote::Tls(server_config(&creds.replica, Some(client_ca))),
+        &[],
+    )
+    .await;
+}
+
+/// The same refusal from a TLS 1.2-only server comes inside the handshake;
+/// it ends the same way.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_refusing_our_certificate_over_tls12_is_a_protocol_failure() {
+    refused_by_the_server(
+        |creds, client_ca| Remote::Tls(tls12_server(&creds.replica, client_ca)),
+        &["--tls-min-version", "1.2"],
+    )
+    .await;
+}
+
+/// Against a server sidecar (which sends no session ticket), a client
+/// route's handshake counts as completed once the server has shown that it
+/// accepted us, never before: on its first data, or when the connection
+/// ends without a refusal; and only once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_route_counts_its_handshake_once_the_server_accepted_it() {
+    let creds = Creds::new();
+    let echo = echo_target().await;
+    let admin = ["--admin", "127.0.0.1:0"];
+    let (server, client) = creds.pair(&echo.addr.to_string(), &admin, &admin).await;
+    let (server_admin, client_admin) = (server.admin(), client.admin());
+
+    // The server accepted us, and has sent nothing since: not yet counted.
+    let mut app = TcpStream::connect(client.addr("client")).await.unwrap();
+    scrape_until(&server_admin, "the server's handshake", |m| {
+        completed(m, "server") == 1.0
+    })
+    .await;
+    assert_eq!(completed(&scrape(&client_admin).await, "client"), 0.0);
+    // Its first data shows it accepted us: counted while still open.
+    ping(&mut app).await;
+    scrape_until(
+        &client_admin,
+        "the handshake counted on the first data",
+        |m| completed(m, "client") == 1.0,
+    )
+    .await;
+    drop(app);
+    let m = client.wait_closed("client", "completed", 1.0).await;
+    assert_eq!(completed(&m, "client"), 1.0, "counted once");
+
+    // Closed before the server said anything (the application resets):
+    // no refusal, so the handshake counts as completed when it ends.
+    let app = TcpStream::connect(client.addr("client")).await.unwrap();
+    scrape_until(&server_admin, "the second server handshake", |m| {
+        completed(m, "server") == 2.0
+    })
+    .await;
+    assert_eq!(completed(&scrape(&client_admin).await, "client"), 1.0);
+    app.set_zero_linger().unwrap();
+    drop(app);
+    let m = client.wait_closed("client", "peer_error", 1.0).await;
+    assert_eq!(completed(&m, "client"), 2.0);
+    assert_eq!(failures(&m, &["client"]).values().sum::<f64>(), 0.0);
+    assert!(client.warn_lines(&["handshake refused"]).is_empty());
+}
+
+/// A TLS 1.3 server sends session tickets only once it has accepted the
+/// client: the first one counts the handshake, before any data.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_ticket_from_the_server_counts_the_handshake() {
+    let creds = Creds::new();
+    let ca = &creds.pki.ca.cert_pem;
+    // rustls' defaults: two tickets after the client's Finished.
+    let remote = serve(Remote::Tls(server_config(&creds.replica, Some(ca)))).await;
+    let sc = start_client(&creds.client_dir, &remote, &["--admin", "127.0.0.1:0"]).await;
+    let mut app = TcpStream::connect(sc.addr("client")).await.unwrap();
+    scrape_until(&sc.admin(), "the handshake counted on a ticket", |m| {
+        completed(m, "client") == 1.0
+    })
+    .await;
+    // Still open, nothing exchanged yet: it was the ticket.
+    ping(&mut app).await;
 }

@@ -3,33 +3,16 @@
 //! and public-key pins refusing inside the handshake (`pin_mismatch`).
 
 mod common;
+#[path = "handoff/support.rs"]
+mod support;
 
 use std::sync::Arc;
 
 use common::*;
 use mtls_sidecar::pki::Role;
 use ppp::v2::{Addresses, Command, Header};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
-
-/// A target that reads everything a connection sends until EOF and hands
-/// the bytes back through the returned channel.
-async fn recording_target() -> (String, tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>) {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap().to_string();
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let mut got = Vec::new();
-                let _ = s.read_to_end(&mut got).await;
-                let _ = tx.send(got);
-            });
-        }
-    });
-    (addr, rx)
-}
+use support::recording_target;
+use tokio::io::AsyncWriteExt;
 
 fn tlv(h: &Header<'_>, kind: u8) -> Option<Vec<u8>> {
     h.tlvs()

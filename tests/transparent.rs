@@ -1,5 +1,5 @@
 //! Transparent mode against the real kernel: network namespaces of the
-//! test's own, the shipped nftables rules (deploy/nftables/) loaded into
+//! test's own, the shipped nftables and iptables rules (deploy/transparent/) loaded into
 //! them, the real binary inside them, and an application that dials
 //! `10.77.0.2:2100` or `[fd00:77::2]:2100` as if no sidecar existed.
 //!
@@ -15,9 +15,10 @@
 //!   (transparent, --mark)   va 10.77.0.1  vb 10.77.0.2, .3 / fd00:77::1, ::2
 //! ```
 //!
-//! Needs root, `ip` and `nft`. Where they are missing the tests fail,
-//! unless `MTLS_SIDECAR_SKIP_NETNS=1` is set: then they print why and pass
-//! as skipped. CI installs both (.ci/run).
+//! Needs root, `ip` and `nft` (and `iptables`/`ip6tables` for the
+//! iptables rules). Where they are missing the tests fail, unless
+//! `MTLS_SIDECAR_SKIP_NETNS=1` is set: then they print one line saying why
+//! and pass as skipped. CI installs them (.ci/run).
 
 mod common;
 
@@ -33,19 +34,29 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 const MARK: &str = "0x6d74";
-const OUTBOUND_NFT: &str = include_str!("../deploy/nftables/outbound.nft");
-const INBOUND_NFT: &str = include_str!("../deploy/nftables/inbound.nft");
+const OUTBOUND_NFT: &str = include_str!("../deploy/transparent/nftables/outbound.nft");
+const INBOUND_NFT: &str = include_str!("../deploy/transparent/nftables/inbound.nft");
+const OUTBOUND_IPT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/deploy/transparent/iptables/outbound.sh"
+);
+const INBOUND_IPT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/deploy/transparent/iptables/inbound.sh"
+);
+/// The Kubernetes example's copy of the outbound rules.
+const K8S_OUTBOUND_NFT: &str = include_str!("../deploy/kubernetes/transparent/outbound.nft");
 /// The shipped outbound rules' loop guard.
 const MARK_SKIP: &str = "meta mark $SIDECAR_MARK return";
 
 // ---- Namespaces ----
 
-/// Why namespaces cannot be used here, if they cannot.
-fn netns_unavailable() -> Option<String> {
+/// Why namespaces (with these tools) cannot be used here, if they cannot.
+fn netns_unavailable(tools: &[&str]) -> Option<String> {
     if unsafe { libc::geteuid() } != 0 {
         return Some("not root".into());
     }
-    for tool in ["ip", "nft"] {
+    for tool in tools {
         let found = Command::new(tool)
             .arg("-V")
             .stdout(Stdio::null())
@@ -53,7 +64,9 @@ fn netns_unavailable() -> Option<String> {
             .status()
             .is_ok();
         if !found {
-            return Some(format!("no `{tool}` (apt-get install iproute2 nftables)"));
+            return Some(format!(
+                "no `{tool}` (apt-get install iproute2 nftables iptables)"
+            ));
         }
     }
     None
@@ -62,7 +75,12 @@ fn netns_unavailable() -> Option<String> {
 /// True when the test must not run (and says so); panics when namespaces
 /// are unavailable and skipping was not asked for.
 fn skip(test: &str) -> bool {
-    let Some(why) = netns_unavailable() else {
+    skip_without(test, &["ip", "nft"])
+}
+
+/// [`skip`], for a test that needs `tools`.
+fn skip_without(test: &str, tools: &[&str]) -> bool {
+    let Some(why) = netns_unavailable(tools) else {
         return false;
     };
     if std::env::var("MTLS_SIDECAR_SKIP_NETNS").as_deref() == Ok("1") {
@@ -131,6 +149,21 @@ impl Netns {
             "nft -f failed: {}\n{rules}",
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    /// Runs a shipped iptables script in the namespace with `env` set.
+    fn sh(&self, script: &str, env: &[(&str, &str)], args: &[&str]) {
+        run(Command::new("ip")
+            .args(["netns", "exec", &self.name, "sh", script])
+            .args(args)
+            .envs(env.iter().copied()));
+    }
+
+    /// `iptables`/`ip6tables ARGS` in the namespace: its output.
+    fn ipt(&self, tool: &str, args: &[&str]) -> String {
+        run(Command::new("ip")
+            .args(["netns", "exec", &self.name, tool])
+            .args(args))
     }
 
     fn nft_list(&self, what: &[&str]) -> String {
@@ -401,6 +434,18 @@ fn client_config(c: &Creds, listen: &str, rules: &str) -> String {
     )
 }
 
+/// [`two_hosts`], credentials, and on B the application (port 2100) and
+/// another plaintext server (2101) that no test may reach; the calling
+/// thread is left in B.
+async fn hosts_and_apps() -> (Netns, Netns, Creds, App, App) {
+    let (a, b) = two_hosts();
+    let c = creds();
+    b.enter();
+    let app = App::listen("[::]:2100").await;
+    let other_port = App::listen("[::]:2101").await;
+    (a, b, c, app, other_port)
+}
+
 // ---- The tests ----
 
 /// The controller dials replicas by their own addresses, IPv4 and IPv6; the
@@ -414,12 +459,7 @@ async fn redirected_connections_reach_the_replica_and_nothing_else_does() {
     if skip("redirected_connections_reach_the_replica_and_nothing_else_does") {
         return;
     }
-    let (a, b) = two_hosts();
-    let c = creds();
-
-    b.enter();
-    let app = App::listen("[::]:2100").await;
-    let other_port = App::listen("[::]:2101").await;
+    let (a, b, c, app, other_port) = hosts_and_apps().await;
     let _server = server_sidecar(&b, &c, &[]).await;
 
     a.nft(&outbound_rules("{ 2100, 2101 }"));
@@ -466,17 +506,41 @@ expect_san = ["{REPLICA}"]
     client
         .wait_log(&["original_dst=[fd00:77::2]:2100", "dial=[fd00:77::2]:6877"])
         .await;
+    // Every line about a diverted connection names its original
+    // destination, the close line included.
+    client
+        .wait_log(&["connection closed", "original_dst=10.77.0.2:2100"])
+        .await;
+
+    // /status lists the rules in force, in order, normalised.
+    let st = status(admin).await;
+    let dests = st["routes"][0]["destinations"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no destinations in {st}"));
+    assert_eq!(dests.len(), 4, "{st}");
+    assert_eq!(dests[0]["match"], "10.77.0.3/32:2100");
+    assert_eq!(
+        dests[0]["expect_san"],
+        serde_json::json!(["other.env-1.svc"])
+    );
+    assert_eq!(dests[1]["match"], "10.77.0.0/24:2100");
+    assert_eq!(dests[1]["tls_port"], 6877);
+    assert_eq!(dests[1]["expect_san"], serde_json::json!([REPLICA]));
+    assert_eq!(dests[1]["server_name"], REPLICA);
+    assert_eq!(dests[2]["match"], "[fd00:77::/64]:2100");
+    assert!(dests[2].get("server_name").is_none(), "{st}");
 
     // No rule for port 2101: closed without a byte, never forwarded.
     let s = dial("10.77.0.2:2101").await;
     assert_eq!(closed_after(s, b"secret").await, b"");
-    client
+    let line = client
         .wait_field(
             "no destination rule matches 10.77.0.2:2101",
             "reason",
             "no_destination",
         )
         .await;
+    assert!(has_field(&line, "original_dst", "10.77.0.2:2101"), "{line}");
 
     // Not redirected: straight to the listener.
     let s = dial("127.0.0.1:15001").await;
@@ -500,6 +564,13 @@ expect_san = ["{REPLICA}"]
         1.0,
     )
     .await;
+    client
+        .wait_log(&[
+            "handshake refused",
+            "bad_san",
+            "original_dst=10.77.0.3:2100",
+        ])
+        .await;
 
     assert!(other_port.peers().is_empty(), "port 2101 was reached");
     assert_eq!(app.peers().len(), 2, "only the two verified connections");
@@ -518,13 +589,15 @@ expect_san = ["{REPLICA}"]
         12.0,
     )
     .await;
-    assert_eq!(
+    // The counter moves before the line is written, and the lines reach
+    // this test through a reader thread: wait for them, then count.
+    let lines = || {
         client
             .warn_lines(&["connection refused: no destination"])
-            .len(),
-        10,
-        "at most ten no_destination lines per window"
-    );
+            .len()
+    };
+    eventually("ten no_destination lines", || lines() >= 10).await;
+    assert_eq!(lines(), 10, "at most ten no_destination lines per window");
     assert!(other_port.peers().is_empty(), "port 2101 was reached");
 }
 
@@ -701,8 +774,9 @@ async fn mark_without_the_capability_exits_2_at_start_up() {
     }
 }
 
-/// `run --config` refuses malformed and dead rules before starting: exit 2
-/// naming the rule and the problem.
+/// `run --config` and `check --config` refuse malformed, overlapping and
+/// dead rules before starting: exit 2 naming the rule (for an overlap, both
+/// rules) and the problem. A good file passes `check --config`.
 #[test]
 fn bad_destination_rules_exit_2() {
     let c = creds();
@@ -718,6 +792,16 @@ fn bad_destination_rules_exit_2() {
             rule("10.0.0.0/8:2100") + &rule("10.77.0.0/16:2100"),
             "destination[1].match",
         ),
+        // Both rules named: the later one and the earlier one covering it.
+        (
+            rule("10.0.0.0/8:2100") + &rule("10.1.0.0/16:2100"),
+            "destination[0] (10.0.0.0/8:2100)",
+        ),
+        (
+            rule("10.1.0.0/16:2100") + &rule("10.1.0.0/16:2100"),
+            "destination[1].match: 10.1.0.0/16:2100 overlaps",
+        ),
+        (rule("[::ffff:10.0.0.0/104]:2100"), "IPv4-mapped"),
         (rule("10.0.0.1/8:2100"), "host bits"),
         (rule("fd00::/8:2100"), "brackets"),
         (rule("10.0.0.0/8"), "CIDR:PORT"),
@@ -729,9 +813,182 @@ fn bad_destination_rules_exit_2() {
     ] {
         let path = c.root.join("bad.toml");
         std::fs::write(&path, format!("{base}{rules}")).unwrap();
-        let (code, text) = run_bin_within(&["run", "--config", path.to_str().unwrap()], DEADLINE)
-            .expect("exits at start-up");
+        let path = path.to_str().unwrap();
+        let (code, text) =
+            run_bin_within(&["run", "--config", path], DEADLINE).expect("exits at start-up");
         assert_eq!(code, 2, "{rules}: {text}");
         assert!(text.contains(needle), "{rules}: want {needle:?} in {text}");
+        let (code, text) = run_bin(&["check", "--config", path]);
+        assert_eq!(code, 2, "check --config: {rules}: {text}");
+        assert!(
+            text.contains(needle),
+            "check --config: want {needle:?} in {text}"
+        );
     }
+    // Positive control: the narrower rule first is an exception, not an
+    // overlap error.
+    let path = c.root.join("good.toml");
+    let good = rule("10.1.2.3:2100") + &rule("10.1.0.0/16:2100") + &rule("[fd00::/8]:2100");
+    std::fs::write(&path, format!("{base}{good}")).unwrap();
+    let (code, text) = run_bin(&["check", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("PASS"), "{text}");
+}
+
+/// The shipped iptables rules (deploy/transparent/iptables) do what the
+/// nftables ones do: inbound capture hands a peer dialing the application's
+/// port to the server sidecar; outbound capture diverts the controller's
+/// connections (IPv4 and IPv6) to the transparent client sidecar, whose own
+/// connections (marked) are left alone, so they cross B's inbound capture
+/// with the default tls_port; an unmatched captured port is refused.
+/// Running the scripts again changes nothing; `delete` removes them.
+#[tokio::test]
+async fn the_iptables_rules_capture_the_same_way() {
+    let test = "the_iptables_rules_capture_the_same_way";
+    if skip_without(test, &["ip", "nft", "iptables", "ip6tables"]) {
+        return;
+    }
+    let (a, b, c, app, other_port) = hosts_and_apps().await;
+    let inbound = [("APP_PORTS", "2100"), ("SIDECAR_PORT", "6877")];
+    b.sh(INBOUND_IPT, &inbound, &[]);
+    b.sh(INBOUND_IPT, &inbound, &[]);
+    let _server = server_sidecar(&b, &c, &[]).await;
+
+    // A plaintext peer dialing the application's port meets the sidecar.
+    a.enter();
+    let s = dial("10.77.0.2:2100").await;
+    let got = closed_after(s, b"plaintext command\n").await;
+    assert_eq!(got.first(), Some(&21), "a TLS alert, not the echo: {got:?}");
+
+    let outbound = [
+        ("SIDECAR_MARK", MARK),
+        ("SIDECAR_PORT", "15001"),
+        ("APP_PORTS", "2100,2101"),
+        ("APP_NETS_V4", "10.77.0.0/24"),
+        ("APP_NETS_V6", "fd00:77::/64"),
+    ];
+    a.sh(OUTBOUND_IPT, &outbound, &[]);
+    a.sh(OUTBOUND_IPT, &outbound, &[]);
+    for tool in ["iptables", "ip6tables"] {
+        let rules = a.ipt(tool, &["-t", "nat", "-S"]);
+        assert_eq!(
+            rules
+                .matches("-A OUTPUT -p tcp -j MTLS_SIDECAR_OUT")
+                .count(),
+            1,
+            "{tool}: one jump after two runs:\n{rules}"
+        );
+        assert_eq!(rules.matches("REDIRECT").count(), 1, "{tool}:\n{rules}");
+    }
+    let rules = format!(
+        r#"
+[[route.destination]]
+match = "10.77.0.0/24:2100"
+expect_san = ["{REPLICA}"]
+[[route.destination]]
+match = "[fd00:77::/64]:2100"
+expect_san = ["{REPLICA}"]
+"#
+    );
+    let client = client_sidecar(&a, &c, &client_config(&c, "[::]:15001", &rules)).await;
+    for to in ["10.77.0.2:2100", "[fd00:77::2]:2100"] {
+        let mut s = dial(to).await;
+        assert_eq!(roundtrip(&mut s, b"via iptables").await, b"via iptables");
+    }
+    client
+        .wait_log(&["original_dst=[fd00:77::2]:2100", "dial=[fd00:77::2]:2100"])
+        .await;
+    eventually("two connections at the application", || {
+        app.peers().len() == 2
+    })
+    .await;
+    app.only_local_peers();
+    let s = dial("10.77.0.2:2101").await;
+    assert_eq!(closed_after(s, b"secret").await, b"");
+    client
+        .wait_field(
+            "no destination rule matches",
+            "original_dst",
+            "10.77.0.2:2101",
+        )
+        .await;
+    assert!(other_port.peers().is_empty(), "port 2101 was reached");
+
+    // Removed, nothing is diverted: the plaintext dial meets B's TLS port.
+    a.sh(OUTBOUND_IPT, &outbound, &["delete"]);
+    for tool in ["iptables", "ip6tables"] {
+        let rules = a.ipt(tool, &["-t", "nat", "-S"]);
+        assert!(!rules.contains("MTLS_SIDECAR_OUT"), "{tool}:\n{rules}");
+    }
+    let s = dial("10.77.0.2:2100").await;
+    let got = closed_after(s, b"plaintext command\n").await;
+    assert_eq!(got.first(), Some(&21), "a TLS alert, not the echo: {got:?}");
+    assert_eq!(app.peers().len(), 2);
+}
+
+/// The Kubernetes example (deploy/kubernetes/transparent) loads the shipped
+/// outbound rules, not a drifted copy: the same rule lines and defines,
+/// plus only the UID skip its sidecar needs (it has no NET_ADMIN for
+/// --mark). Its sidecar config validates and listens where the rules
+/// redirect to, and the rules load into a real namespace.
+#[test]
+fn the_kubernetes_example_loads_the_shipped_rules() {
+    let rules = |t: &str| -> Vec<String> {
+        t.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with("define "))
+            .map(String::from)
+            .collect()
+    };
+    let defines = |t: &str| -> Vec<(String, String)> {
+        t.lines()
+            .filter_map(|l| l.strip_prefix("define "))
+            .map(|l| {
+                let (name, value) = l.split_once(" = ").expect("define NAME = VALUE");
+                let value = value.split('#').next().unwrap().trim();
+                (name.to_string(), value.to_string())
+            })
+            .collect()
+    };
+    let mut want = rules(OUTBOUND_NFT);
+    let at = want.iter().position(|l| l == MARK_SKIP).expect("mark skip") + 1;
+    want.insert(at, "meta skuid 1337 return".to_string());
+    assert_eq!(rules(K8S_OUTBOUND_NFT), want);
+    let k8s = defines(K8S_OUTBOUND_NFT);
+    let names = |d: &[(String, String)]| d.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&k8s), names(&defines(OUTBOUND_NFT)));
+    let value = |name: &str| {
+        k8s.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
+
+    let toml_text = include_str!("../deploy/kubernetes/transparent/controller-sidecar.toml");
+    let spec: mtls_sidecar::config::FileSpec = toml::from_str(toml_text).expect("parses");
+    let settings = spec.validate().expect("validates");
+    assert_eq!(settings.routes.len(), 1);
+    let route = &settings.routes[0];
+    let dests = route.transparent.as_ref().expect("a transparent route");
+    assert_eq!(
+        route.listen.to_string(),
+        format!("127.0.0.1:{}", value("SIDECAR_PORT"))
+    );
+    // What the rules capture is what the route has a rule for.
+    assert_eq!(
+        dests.rules[0].matches.to_string(),
+        format!(
+            "{}:{}",
+            value("APP_NETS_V4").trim_matches(|c| c == '{' || c == '}' || c == ' '),
+            value("APP_PORTS").trim_matches(|c| c == '{' || c == '}' || c == ' ')
+        )
+    );
+
+    if skip("the_kubernetes_example_loads_the_shipped_rules") {
+        return;
+    }
+    let ns = Netns::new("k");
+    ns.nft(K8S_OUTBOUND_NFT);
+    let loaded = ns.nft_list(&["table", "inet", "mtls_sidecar_out"]);
+    assert!(loaded.contains("meta skuid 1337 return"), "{loaded}");
 }

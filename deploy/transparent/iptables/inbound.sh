@@ -1,0 +1,60 @@
+#!/bin/sh
+# Inbound capture for a server sidecar, with iptables and ip6tables: the same
+# rules as ../nftables/inbound.nft.
+#
+# Peers keep dialing the application's native port (2100) on this host; the
+# kernel diverts those connections to the server sidecar's TLS port, which
+# authenticates the peer and forwards to the application on 127.0.0.1:2100.
+# A plaintext peer meets the TLS listener and is refused (not_tls); it never
+# reaches the application.
+#
+# Run as root (or with CAP_NET_ADMIN) in the application's network namespace:
+#     APP_PORTS=2100 SIDECAR_PORT=6877 sh inbound.sh
+#     sh inbound.sh delete         # removes everything it added
+# Running it again is safe (its chain is flushed and refilled, the jump to it
+# added once). See docs/transparent.md.
+set -eu
+
+# The application's ports that peers dial (comma-separated, at most 15).
+APP_PORTS=${APP_PORTS-2100}
+# The server route's listen port (it must listen on the address peers dial,
+# or on 0.0.0.0 / [::]: REDIRECT keeps the destination address and changes
+# the port).
+SIDECAR_PORT=${SIDECAR_PORT-6877}
+
+CHAIN=MTLS_SIDECAR_IN
+
+# $1: iptables or ip6tables.
+install() {
+    # nat/PREROUTING sees each new connection arriving from another host; the
+    # sidecar's own connection to 127.0.0.1:2100 is local (nat/OUTPUT) and
+    # never passes here.
+    $1 -t nat -N "$CHAIN" 2>/dev/null || $1 -t nat -F "$CHAIN"
+    $1 -t nat -A "$CHAIN" -i lo -j RETURN
+    $1 -t nat -A "$CHAIN" -p tcp -m multiport --dports "$APP_PORTS" \
+        -j REDIRECT --to-ports "$SIDECAR_PORT"
+    $1 -t nat -C PREROUTING -p tcp -j "$CHAIN" 2>/dev/null ||
+        $1 -t nat -A PREROUTING -p tcp -j "$CHAIN"
+}
+
+# $1: iptables or ip6tables.
+remove() {
+    while $1 -t nat -D PREROUTING -p tcp -j "$CHAIN" 2>/dev/null; do :; done
+    $1 -t nat -F "$CHAIN" 2>/dev/null || true
+    $1 -t nat -X "$CHAIN" 2>/dev/null || true
+}
+
+case "${1-}" in
+delete)
+    remove iptables
+    remove ip6tables
+    ;;
+"")
+    install iptables
+    install ip6tables
+    ;;
+*)
+    echo "usage: inbound.sh [delete]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# Mutation-tests the admission code (the files that decide who gets in) with
+# cargo-mutants, each file with only the test targets that exercise it, so
+# one file takes minutes rather than the whole suite per mutant.
+#
+#   scripts/mutants.sh [--in-place] [FILE|DIR...]
+#
+# With no FILE: every admission file in the table below, or, when
+# MUTANTS_BASE=REV is set, those changed since REV (committed or not).
+# A FILE must be in the table (a file under a DIR entry counts as that DIR).
+#
+# --in-place (or MUTANTS_IN_PLACE=1) mutates the working tree itself and
+# reuses target/: fast, but do not edit the files while it runs. The files
+# must be unmodified against HEAD when it starts, and are restored from HEAD
+# if it is interrupted. Without it cargo-mutants works in a copy of the
+# tree (safe while you edit, but it builds from scratch). CI, on a clean
+# clone, uses --in-place.
+#
+# Prints caught / missed / unviable / timeout per entry and exits 1 if any
+# entry has a missed mutant that docs/mutants.md does not list as
+# equivalent (format: see the top of docs/mutants.md). MUTANTS_ARGS adds
+# arguments to every cargo-mutants call (e.g. "--timeout 300").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Entry -> cargo test arguments. A DIR entry ends in "/" and covers every .rs
+# file below it. Keep the targets few: each mutant runs all of them. The
+# owner of an entry's section in docs/mutants.md keeps its line here right.
+declare -A TARGETS=(
+    [src/tls/verify.rs]="--test client_reverify --test ca_hints --test rotation --test refusals --test eku --test crl"
+    [src/identity/]="--lib --test patterns --test eku"
+    [src/credentials/validate.rs]="--lib --test rotation --test secret --test certs"
+    [src/credentials/trust.rs]="--lib --test rotation --test ca_renewal --test crl"
+    [src/credentials/store.rs]="--lib --test store --test rotation --test settle"
+    [src/credentials/crl.rs]="--lib --test crl"
+    [src/transparent.rs]="--lib --test transparent"
+    [src/transparent/]="--lib --test transparent"
+    [src/proxy_header.rs]="--lib --test handoff"
+    [src/pin.rs]="--lib --test handoff --test refusals"
+)
+# The order they run and are reported in (the order of docs/mutants.md).
+ORDER=(
+    src/tls/verify.rs
+    src/identity/
+    src/credentials/validate.rs
+    src/credentials/trust.rs
+    src/credentials/store.rs
+    src/credentials/crl.rs
+    src/transparent.rs
+    src/transparent/
+    src/proxy_header.rs
+    src/pin.rs
+)
+DOC=docs/mutants.md
+
+usage() {
+    sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+
+in_place=${MUTANTS_IN_PLACE:-0}
+args=()
+for a in "$@"; do
+    case "$a" in
+    --in-place) in_place=1 ;;
+    -h | --help) usage ;;
+    -*)
+        echo "mutants.sh: unknown option $a" >&2
+        usage
+        ;;
+    *) args+=("$a") ;;
+    esac
+done
+
+# The table entry a path belongs to (empty: none).
+entry_of() {
+    local p=${1#./}
+    if [ -n "${TARGETS[$p]+x}" ]; then
+        echo "$p"
+        return
+    fi
+    [ -n "${TARGETS[$p/]+x}" ] && { echo "$p/"; return; }
+    local e
+    for e in "${ORDER[@]}"; do
+        case "$e" in */) [[ "$p" == "$e"* ]] && { echo "$e"; return; } ;; esac
+    done
+}
+
+# The .rs files of an entry as they are in the tree now (none: absent).
+files_of() {
+    case "$1" in
+    */) [ -d "$1" ] && find "$1" -name '*.rs' | sort ;;
+    *) [ -f "$1" ] && echo "$1" ;;
+    esac
+    return 0
+}
+
+entries=()
+add_entry() {
+    local e
+    for e in "${entries[@]+"${entries[@]}"}"; do [ "$e" = "$1" ] && return; done
+    entries+=("$1")
+}
+if [ ${#args[@]} -gt 0 ]; then
+    for p in "${args[@]}"; do
+        e=$(entry_of "$p")
+        if [ -z "$e" ]; then
+            echo "mutants.sh: $p is not an admission file known to this script;" \
+                "add it to TARGETS with the test targets that exercise it" >&2
+            exit 2
+        fi
+        add_entry "$e"
+    done
+elif [ -n "${MUTANTS_BASE:-}" ]; then
+    base=$(git merge-base "$MUTANTS_BASE" HEAD) || {
+        echo "mutants.sh: MUTANTS_BASE=$MUTANTS_BASE is not a revision here" >&2
+        exit 2
+    }
+    # Committed since the base, plus uncommitted changes.
+    while IFS= read -r p; do
+        e=$(entry_of "$p")
+        [ -n "$e" ] && add_entry "$e"
+    done < <(git diff --name-only "$base" -- src)
+    if [ ${#entries[@]} -eq 0 ]; then
+        echo "mutants: no admission file changed since $MUTANTS_BASE"
+        exit 0
+    fi
+else
+    entries=("${ORDER[@]}")
+fi
+
+command -v cargo-mutants >/dev/null 2>&1 || {
+    echo "mutants.sh: cargo-mutants is not installed (cargo install --locked cargo-mutants)" >&2
+    exit 2
+}
+
+# The equivalent mutants docs/mutants.md lists: the backticked name that
+# starts a list item, as cargo-mutants prints it ("FILE: replace ..."),
+# optionally with ":LINE:COL" after FILE to single out one of several
+# mutants of the same name. Fenced code blocks (the format's example) are
+# passed over.
+equivalents=$(awk '/^[[:space:]]*```/ { fenced = !fenced; next } !fenced' "$DOC" 2>/dev/null |
+    sed -nE 's/^[[:space:]]*[-*][[:space:]]+`(src\/[^`]+\.rs(:[0-9]+:[0-9]+)?: [^`]+)`.*/\1/p' || true)
+is_equivalent() { # $1: "FILE:LINE:COL: name"
+    local short
+    short=$(sed -E 's/^([^:]+):[0-9]+:[0-9]+: /\1: /' <<<"$1")
+    grep -Fxq -e "$1" -e "$short" <<<"$equivalents"
+}
+
+# How many mutants a cargo-mutants list file names (0 when it is absent).
+count() {
+    if [ -f "$1" ]; then grep -c . "$1" || true; else echo 0; fi
+}
+
+restore=()
+restore_files() {
+    if [ ${#restore[@]} -gt 0 ] && ! git diff --quiet -- "${restore[@]}"; then
+        echo "mutants.sh: restoring ${restore[*]} from HEAD (interrupted run)" >&2
+        git checkout -q -- "${restore[@]}"
+    fi
+}
+trap restore_files EXIT
+trap 'exit 130' INT TERM
+
+out_root=target/mutants
+mkdir -p "$out_root"
+failed=0
+summary=()
+for e in "${entries[@]}"; do
+    mapfile -t files < <(files_of "$e")
+    if [ ${#files[@]} -eq 0 ]; then
+        echo "== $e: not in this tree, skipped"
+        continue
+    fi
+    # "--test a --lib" -> "--test=a" "--lib": one word each, for -C.
+    read -r -a tests <<<"$(sed -E 's/--test +/--test=/g' <<<"${TARGETS[$e]}")"
+    mode=()
+    if [ "$in_place" = 1 ]; then
+        if ! git diff --quiet HEAD -- "${files[@]}"; then
+            echo "mutants.sh: ${files[*]} has uncommitted changes; commit them or run without --in-place" >&2
+            exit 2
+        fi
+        mode=(--in-place)
+        restore=("${files[@]}")
+    fi
+    file_args=()
+    for f in "${files[@]}"; do file_args+=(--file "$f"); done
+    # As cargo arguments (-C), not test arguments (after --): -C reaches the
+    # build of each mutant as well, which otherwise builds every test target
+    # of the crate (minutes a mutant) to run a few.
+    cargo_args=()
+    for t in "${tests[@]}"; do cargo_args+=(-C "$t"); done
+    out="$out_root/$(tr '/.' '__' <<<"${e%/}")"
+    rm -rf "$out/mutants.out" "$out/mutants.out.old"
+    mkdir -p "$out"
+    echo "== $e: cargo mutants ${file_args[*]} ${cargo_args[*]}"
+    started=$(date +%s)
+    rc=0
+    # shellcheck disable=SC2086 # MUTANTS_ARGS is a word list
+    cargo mutants "${mode[@]+"${mode[@]}"}" --no-shuffle --colors never -o "$out" \
+        "${file_args[@]}" "${cargo_args[@]}" ${MUTANTS_ARGS:-} || rc=$?
+    restore=()
+    mo="$out/mutants.out"
+    # 0: all caught; 2: some missed; 3: some timed out. Anything else (1
+    # usage, 4 the unmutated tree fails its tests) means no figures.
+    case $rc in 0 | 2 | 3) ;; *)
+        echo "== $e: cargo-mutants failed (exit $rc); see $mo/debug.log" >&2
+        failed=1
+        summary+=("$e: cargo-mutants failed (exit $rc)")
+        continue
+        ;;
+    esac
+    caught=$(count "$mo/caught.txt") missed=$(count "$mo/missed.txt")
+    unviable=$(count "$mo/unviable.txt") timeout=$(count "$mo/timeout.txt")
+    unexplained=()
+    equivalent=0
+    if [ -f "$mo/missed.txt" ]; then
+        while IFS= read -r m; do
+            [ -z "$m" ] && continue
+            if is_equivalent "$m"; then
+                equivalent=$((equivalent + 1))
+            else
+                unexplained+=("$m")
+            fi
+        done <"$mo/missed.txt"
+    fi
+    line="$e: caught $caught, missed $missed ($equivalent listed equivalent), unviable $unviable, timeout $timeout ($(($(date +%s) - started))s)"
+    echo "== $line"
+    summary+=("$line")
+    if [ ${#unexplained[@]} -gt 0 ]; then
+        failed=1
+        echo "   missed, and not listed as equivalent in $DOC:"
+        printf '     %s\n' "${unexplained[@]}"
+    fi
+    [ -s "$mo/timeout.txt" ] && { echo "   timed out:"; sed 's/^/     /' "$mo/timeout.txt"; }
+done
+
+echo
+echo "mutants at $(git rev-parse --short HEAD), $(date -u +%F):"
+printf '  %s\n' "${summary[@]+"${summary[@]}"}"
+if [ "$failed" != 0 ]; then
+    echo "mutants: survivors above need a test (or a line in $DOC saying why they are equivalent)" >&2
+    exit 1
+fi
