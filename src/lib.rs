@@ -29,6 +29,7 @@ pub mod pending;
 pub mod pin;
 pub mod pki;
 pub mod preauth;
+pub mod process_metrics;
 pub mod proxy_header;
 pub mod publish;
 pub mod reason;

@@ -243,15 +243,14 @@ fn build_info() {
 
 /// `process_resident_memory_bytes`, `process_open_fds`, `process_max_fds`,
 /// `process_cpu_seconds_total`, `process_start_time_seconds` (and the
-/// crate's virtual-memory and thread gauges), from `metrics-process`,
-/// refreshed every [`PROCESS_INTERVAL`] by a task on the running runtime
-/// (once, synchronously, outside one). `process_cpu_seconds_total` is
-/// exported as a gauge: the crate's counter form truncates to whole
-/// seconds, too coarse for `rate()` on a sidecar that uses milliseconds.
+/// virtual-memory and thread gauges), read from `/proc/self` by
+/// [`crate::process_metrics`], refreshed every [`PROCESS_INTERVAL`] by a
+/// task on the running runtime (once, synchronously, outside one).
+/// `process_cpu_seconds_total` is a gauge holding fractional seconds, so
+/// that `rate()` works on a sidecar that uses milliseconds of CPU.
 fn process_metrics() {
-    let collector = metrics_process::Collector::default();
-    collector.describe();
-    collector.collect();
+    crate::process_metrics::describe();
+    crate::process_metrics::collect();
 }
 
 /// Starts the task refreshing the process metrics every
@@ -267,12 +266,11 @@ pub fn spawn_process_refresh() {
         return;
     }
     rt.spawn(async move {
-        let collector = metrics_process::Collector::default();
         let mut tick = tokio::time::interval(PROCESS_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            collector.collect();
+            crate::process_metrics::collect();
         }
     });
 }

@@ -240,11 +240,14 @@ impl Route {
         info!(route = %self.cfg.name, "stopped accepting");
     }
 
+    /// One connection, from handshake to close. Each mode's future is boxed:
+    /// a connection's task holds only its own mode's state, not the largest
+    /// of the three (a server connection's task was 2.3 times its own size,
+    /// ~2 KiB more per connection, once transparent routes existed).
     async fn handle(&self, stream: Stream, peer_addr: String, ticket: Ticket) {
         match &self.tls {
             RouteTls::Server { acceptor, .. } => {
-                self.handle_server(acceptor, stream, peer_addr, ticket)
-                    .await
+                Box::pin(self.handle_server(acceptor, stream, peer_addr, ticket)).await
             }
             RouteTls::Client {
                 connector,
@@ -260,7 +263,7 @@ impl Route {
                     Ok((s, ()))
                 };
                 let target = self.cfg.target.to_string();
-                self.handle_client(
+                Box::pin(self.handle_client(
                     connector,
                     server_name,
                     connect,
@@ -268,10 +271,12 @@ impl Route {
                     stream,
                     peer_addr,
                     ticket,
-                )
+                ))
                 .await
             }
-            RouteTls::Transparent(t) => self.handle_transparent(t, stream, peer_addr, ticket).await,
+            RouteTls::Transparent(t) => {
+                Box::pin(self.handle_transparent(t, stream, peer_addr, ticket)).await
+            }
         }
     }
 
