@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{CredentialSpec, FileSpec, Mode, RouteSpec};
+pub use crate::identity::Role;
 use crate::logging::LogFormat;
-pub use crate::pki::Role;
 use crate::sandbox::SandboxMode;
 
 /// A transparent mutual-TLS sidecar proxy for plaintext controller/replica ports.

@@ -11,13 +11,8 @@ use rcgen::{
     RevokedCertParams, SanType, SerialNumber,
 };
 
-/// Which extended key usage a leaf carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Role {
-    Server,
-    Client,
-    Both,
-}
+/// The role a leaf is issued for lives with the other identity facts.
+pub use crate::identity::Role;
 
 /// A certificate authority whose key is in memory.
 pub struct DevCa {

@@ -14,6 +14,16 @@ mod uri;
 
 pub use uri::{Uri, UriPattern};
 
+/// Which extended key usage a certificate carries, and so which side of a
+/// connection it may authenticate: a server route's own certificate needs
+/// serverAuth, a client route's clientAuth (`certs issue --role` mints it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Role {
+    Server,
+    Client,
+    Both,
+}
+
 /// The facts about one certificate that logs, metrics, status and the SAN
 /// checks need, parsed once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
