@@ -526,3 +526,62 @@ async fn a_watchdog_for_another_pid_is_ignored() {
     let (code, _) = sc.wait_exit().await;
     assert_eq!(code, Some(0));
 }
+
+/// Two sockets from `systemd-socket-activate`, told apart by name
+/// (`--fdname=tls:admin`): the TLS port passed to it, and a unix socket it
+/// binds itself for the admin endpoint. The sidecar takes each by name
+/// (`--listen systemd:tls --admin systemd:admin`) and serves mutual TLS on
+/// one and `/readyz` and `/status` on the other, sandboxed.
+#[tokio::test]
+async fn systemd_socket_activate_passes_named_sockets_for_route_and_admin() {
+    let Some(tool) = socket_activate() else {
+        return;
+    };
+    let s = Setup::new().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let admin_sock = tmp.path().join("admin.sock");
+    let listen_admin = format!("--listen={}", admin_sock.display());
+    let (bin, target) = (bin(), s.echo.addr.to_string());
+    let args = [
+        "--fdname=tls:admin",
+        &listen_admin,
+        &bin,
+        "server",
+        "--listen",
+        "systemd:tls",
+        "--admin",
+        "systemd:admin",
+        "--target",
+        &target,
+        "--tls-dir",
+        s.tls.to_str().unwrap(),
+        "--allow-san",
+        CONTROLLER,
+    ];
+    let cmd = passing(
+        &tool,
+        Some(s.listener.as_raw_fd()),
+        None,
+        &["LISTEN_PID"],
+        &args,
+    );
+    // The tool execs the sidecar in place: the child is the sidecar.
+    let sc = Sidecar::from_command(cmd);
+    let admin_path = admin_sock.display().to_string();
+    sc.wait_log(&["Listening on", &admin_path]).await;
+
+    let pending = queue_handshake(&s.addr(), s.client()).await;
+    let mut c = served(pending).await;
+    assert_eq!(roundtrip(&mut c, b"named").await, b"named");
+    let admin = format!("unix:{admin_path}");
+    let ready = http::request(&admin, "GET", "/readyz").await;
+    assert_eq!(ready.code, 200, "{}", ready.body);
+    let status = http::request(&admin, "GET", "/status").await;
+    let status: serde_json::Value =
+        serde_json::from_str(&status.body).unwrap_or_else(|e| panic!("{e}\n{}", status.body));
+    assert_eq!(status["sandbox"]["filesystem"], "enforced", "{status}");
+    sc.signal(libc::SIGTERM);
+    drop(c);
+    let (code, logs) = sc.wait_exit().await;
+    assert_eq!(code, Some(0), "{}", logs.join("\n"));
+}
