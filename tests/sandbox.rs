@@ -189,6 +189,46 @@ fn with_the_sandbox_off_the_outside_accesses_are_allowed() {
     assert_eq!(outcome(&report, "read", 2).0, "refused");
 }
 
+/// Credential files copied into a new directory `name` of the setting's
+/// temporary directory, beside a file that is none of them.
+struct Beside {
+    dir: PathBuf,
+    sibling: PathBuf,
+}
+
+impl Beside {
+    fn new(s: &Setup, name: &str) -> Beside {
+        let dir = s.tmp.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        for name in ["tls.crt", "tls.key", "ca.crt"] {
+            std::fs::copy(s.tls_dir.join(name), dir.join(name)).unwrap();
+        }
+        let sibling = dir.join("sibling.txt");
+        std::fs::write(&sibling, "beside the credentials, not one of them").unwrap();
+        Beside { dir, sibling }
+    }
+
+    /// Checks a report of reads [a credential file, another credential
+    /// file, the sibling]: the credentials readable, the sibling refused,
+    /// the files granted rather than their directory.
+    fn check(&self, report: &Value) {
+        assert_eq!(report["sandbox"]["filesystem"], "enforced", "{report}");
+        let (r, a) = outcome(report, "read", 0);
+        assert_eq!(r, "allowed", "reading a credential file: {a}");
+        let (r, a) = outcome(report, "read", 1);
+        assert_eq!(r, "allowed", "reading another credential file: {a}");
+        let (r, a) = outcome(report, "read", 2);
+        assert_eq!(r, "refused", "reading a file beside the credentials: {a}");
+        let dir = std::fs::canonicalize(&self.dir).unwrap();
+        let granted = report["sandbox"]["read_only"].to_string();
+        assert!(
+            granted.contains(&dir.join("tls.key").display().to_string())
+                && !granted.contains(&format!("{:?}", dir.display().to_string())),
+            "the files, not their directory: {granted}"
+        );
+    }
+}
+
 /// The review finding: credential files named by a relative path live in
 /// the working directory, wherever the process was started (`/` for a
 /// systemd service); granting that directory would make everything beside
@@ -197,45 +237,44 @@ fn with_the_sandbox_off_the_outside_accesses_are_allowed() {
 #[test]
 fn credential_files_in_the_working_directory_are_granted_alone() {
     let s = Setup::new();
-    let work = s.tmp.path().join("work");
-    std::fs::create_dir(&work).unwrap();
-    for name in ["tls.crt", "tls.key", "ca.crt"] {
-        std::fs::copy(s.tls_dir.join(name), work.join(name)).unwrap();
-    }
-    let sibling = work.join("sibling.txt");
-    std::fs::write(&sibling, "beside the credentials, not one of them").unwrap();
+    let work = Beside::new(&s, "work");
     let config = write_config_with(
         s.tmp.path(),
         "cert = \"tls.crt\"\nkey = \"tls.key\"\nca = \"ca.crt\"",
         &s.target(),
         "",
     );
-    let mut cmd = probe_command(
-        &config,
-        &[],
-        &[&work.join("tls.key"), Path::new("ca.crt"), &sibling],
-        &[],
-    );
-    cmd.current_dir(&work);
-    let report = report(cmd);
-    assert_eq!(report["sandbox"]["filesystem"], "enforced", "{report}");
-    // Positive controls: the credential files, by either spelling.
-    let (r, a) = outcome(&report, "read", 0);
-    assert_eq!(r, "allowed", "reading a credential file: {a}");
-    let (r, a) = outcome(&report, "read", 1);
-    assert_eq!(
-        r, "allowed",
-        "reading a credential file by its relative path: {a}"
-    );
-    let (r, a) = outcome(&report, "read", 2);
-    assert_eq!(r, "refused", "reading a file beside the credentials: {a}");
-    let work = std::fs::canonicalize(&work).unwrap();
-    let granted = report["sandbox"]["read_only"].to_string();
-    assert!(
-        granted.contains(&work.join("tls.key").display().to_string())
-            && !granted.contains(&format!("{:?}", work.display().to_string())),
-        "the files, not their directory: {granted}"
-    );
+    let reads: [&Path; 3] = [
+        &work.dir.join("tls.key"),
+        Path::new("ca.crt"),
+        &work.sibling,
+    ];
+    let mut cmd = probe_command(&config, &[], &reads, &[]);
+    cmd.current_dir(&work.dir);
+    work.check(&report(cmd));
+}
+
+/// The same for credential files directly in the home directory (`$HOME`),
+/// named by absolute paths.
+#[test]
+fn credential_files_in_the_home_directory_are_granted_alone() {
+    let s = Setup::new();
+    let home = Beside::new(&s, "home");
+    let credentials = ["cert", "key", "ca"]
+        .iter()
+        .zip(["tls.crt", "tls.key", "ca.crt"])
+        .map(|(k, f)| format!("{k} = {:?}", home.dir.join(f).display().to_string()))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let config = write_config_with(s.tmp.path(), &credentials, &s.target(), "");
+    let reads: [&Path; 3] = [
+        &home.dir.join("tls.key"),
+        &home.dir.join("ca.crt"),
+        &home.sibling,
+    ];
+    let mut cmd = probe_command(&config, &[], &reads, &[]);
+    cmd.env("HOME", &home.dir);
+    home.check(&report(cmd));
 }
 
 /// Makes `cmd` run as on a kernel without Landlock: a seccomp filter fails

@@ -153,7 +153,7 @@ impl Plan {
         // Only sockets the process creates itself: not one systemd passed.
         for a in prepared.listen_addrs() {
             if let Addr::Unix(p) = a {
-                plan.socket_dirs.insert(parent_dir(p));
+                plan.socket_dirs.insert(parent_dir(&scope.absolute(p)));
             }
         }
         for route in prepared.routes() {
@@ -262,14 +262,11 @@ fn is_symlink(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink())
 }
 
-/// The directory a path names its file in (`.` for a bare file name, `/`
-/// for the root itself).
+/// The directory a path names its file in (`/` for the root itself; empty
+/// for a bare file name, which [`Scope::absolute`] leaves only when the
+/// working directory is unknown, and which [`Scope::too_broad`] refuses).
 fn parent_dir(p: &Path) -> PathBuf {
-    match p.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        Some(_) => PathBuf::from("."),
-        None => p.to_path_buf(),
-    }
+    p.parent().unwrap_or(p).to_path_buf()
 }
 
 /// What relative paths are relative to, and which directories are too
@@ -302,8 +299,9 @@ impl Scope {
     /// resolved: a swap must keep working); as it is when that is unknown.
     fn absolute(&self, p: &Path) -> PathBuf {
         match &self.cwd {
-            Some(cwd) if p.is_relative() => cwd.join(p),
-            _ => p.to_path_buf(),
+            // Joining an absolute path yields it unchanged.
+            Some(cwd) => cwd.join(p),
+            None => p.to_path_buf(),
         }
     }
 
@@ -311,7 +309,7 @@ impl Scope {
     /// credentials; judged on both its spelling and its resolved form.
     fn too_broad(&self, dir: &Path) -> bool {
         let broad = |d: &Path| {
-            // "/" is one component, "/etc" two, a relative "." one.
+            // "/" is one component, "/etc" two, a bare file's "" none.
             d.components().count() <= 2
                 || Some(d) == self.cwd.as_deref()
                 || Some(d) == self.home.as_deref()
@@ -681,6 +679,35 @@ mod tests {
         let mut plan = Plan::default();
         plan.allow_credentials(&CredentialSource::Dir("tls".into()), &scope(work, work));
         assert_eq!(plan.read_dirs, want);
+    }
+
+    /// A credential directory that is itself a symlink may be swapped to a
+    /// sibling of its target (a `..data`-style swap one level up): the
+    /// target's parent stays readable.
+    #[test]
+    fn a_symlinked_directory_allows_its_targets_siblings() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = std::fs::canonicalize(tmp.path()).unwrap().join("store");
+        std::fs::create_dir_all(store.join("rev-1")).unwrap();
+        let link = tmp.path().join("current");
+        std::os::unix::fs::symlink(store.join("rev-1"), &link).unwrap();
+        let mut plan = Plan::default();
+        let home = Path::new("/h/u");
+        plan.allow_credentials(&CredentialSource::Dir(link.clone()), &scope(home, home));
+        let want: BTreeSet<PathBuf> = [link, store].into();
+        assert_eq!(plan.read_dirs, want);
+    }
+
+    /// Without a known working directory a bare file name stays relative,
+    /// and its directory (empty) is too broad: the file alone.
+    #[test]
+    fn a_bare_file_name_without_a_working_directory_is_granted_alone() {
+        let mut plan = Plan::default();
+        let f = Path::new("k.pem");
+        plan.allow_credentials(&files(f, f, f), &Scope::default());
+        assert!(plan.read_dirs.is_empty(), "{:?}", plan.read_dirs);
+        let want: BTreeSet<PathBuf> = [f.to_path_buf()].into();
+        assert_eq!(plan.read_files, want);
     }
 
     /// A credential directory is granted whole wherever it is (`..data`
