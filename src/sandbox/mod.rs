@@ -710,6 +710,24 @@ mod tests {
         assert_eq!(plan.read_files, want);
     }
 
+    /// `require` refuses while other threads run: Landlock (before ABI 8)
+    /// would restrict only the calling thread. (Were the check gone, this
+    /// would sandbox the test's own thread and return Ok.)
+    #[test]
+    fn require_refuses_while_other_threads_run() {
+        let (stop, parked) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || {
+            let _ = parked.recv();
+        });
+        let r = apply(&Plan::default(), SandboxMode::Require);
+        drop(stop);
+        other.join().unwrap();
+        assert!(
+            matches!(r, Err(SandboxError::Threads(n)) if n >= 1),
+            "{r:?}"
+        );
+    }
+
     /// A credential directory is granted whole wherever it is (`..data`
     /// swaps), even where a file would be granted alone.
     #[test]
