@@ -981,9 +981,16 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ServerVerdict<'_, IO> {
     }
 }
 
-/// A hidden fault for the test of what happens when a route's accept loop
-/// dies: `MTLS_SIDECAR_TEST_FAULT=route-panic:NAME:N` makes route NAME's
-/// loop panic on its Nth accepted connection. Never set in production.
+/// A hidden test hook, read by the shipped binary on purpose:
+/// `MTLS_SIDECAR_TEST_FAULT=route-panic:NAME:N` makes route NAME's accept
+/// loop panic on its Nth accepted connection, and does nothing else. The
+/// test of what happens when a route's loop dies (tests/limits.rs) also runs
+/// against the release build (`MTLS_SIDECAR_BIN` in .ci/run), which a cargo
+/// feature or `cfg(test)` gate would strip of the hook. Keeping it grants
+/// nothing: whoever can set this process's environment already controls it
+/// (`LD_PRELOAD`, its config, its credentials), and all it can do is stop
+/// a route, which killing the process does too. Not documented for
+/// operators; never set it in production.
 fn test_fault(route: &str) -> Option<u64> {
     let spec = std::env::var("MTLS_SIDECAR_TEST_FAULT").ok()?;
     let rest = spec.strip_prefix("route-panic:")?;

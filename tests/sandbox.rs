@@ -20,13 +20,18 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// A one-route server config: credentials in `tls_dir`, forwarding to
 /// `target`, with `extra` top-level lines.
 fn write_config(dir: &Path, tls_dir: &Path, target: &str, extra: &str) -> PathBuf {
+    let credentials = format!("tls_dir = {:?}", tls_dir.display().to_string());
+    write_config_with(dir, &credentials, target, extra)
+}
+
+/// The same, with the credentials given by `credentials` (TOML lines).
+fn write_config_with(dir: &Path, credentials: &str, target: &str, extra: &str) -> PathBuf {
     let file = dir.join("sidecar.toml");
     std::fs::write(
         &file,
         format!(
-            "{extra}\ntls_dir = {tls:?}\n\n[[route]]\nname = \"probe\"\nmode = \"server\"\n\
+            "{extra}\n{credentials}\n\n[[route]]\nname = \"probe\"\nmode = \"server\"\n\
              listen = \"127.0.0.1:0\"\ntarget = {target:?}\nallow_san = [\"{CONTROLLER}\"]\n",
-            tls = tls_dir.display().to_string(),
         ),
     )
     .unwrap();
@@ -36,6 +41,11 @@ fn write_config(dir: &Path, tls_dir: &Path, target: &str, extra: &str) -> PathBu
 /// Runs the probe; returns its JSON report (panics, with its stderr, on a
 /// non-zero exit).
 fn probe(config: &Path, extra: &[&str], reads: &[&Path], connects: &[String]) -> Value {
+    report(probe_command(config, extra, reads, connects))
+}
+
+/// The probe's command line.
+fn probe_command(config: &Path, extra: &[&str], reads: &[&Path], connects: &[String]) -> Command {
     let mut cmd = Command::new(bin());
     cmd.arg("sandbox-probe")
         .arg("--config")
@@ -47,6 +57,12 @@ fn probe(config: &Path, extra: &[&str], reads: &[&Path], connects: &[String]) ->
     for c in connects {
         cmd.arg("--connect").arg(c);
     }
+    cmd
+}
+
+/// Runs a probe command; returns its JSON report (panics, with its stderr,
+/// on a non-zero exit).
+fn report(mut cmd: Command) -> Value {
     let out = cmd
         .stdin(Stdio::null())
         .output()
@@ -171,6 +187,94 @@ fn with_the_sandbox_off_the_outside_accesses_are_allowed() {
     // The command line overrides the file.
     let report = s.run("sandbox = \"off\"", &["--sandbox", "best-effort"]);
     assert_eq!(outcome(&report, "read", 2).0, "refused");
+}
+
+/// Credential files copied into a new directory `name` of the setting's
+/// temporary directory, beside a file that is none of them.
+struct Beside {
+    dir: PathBuf,
+    sibling: PathBuf,
+}
+
+impl Beside {
+    fn new(s: &Setup, name: &str) -> Beside {
+        let dir = s.tmp.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        for name in ["tls.crt", "tls.key", "ca.crt"] {
+            std::fs::copy(s.tls_dir.join(name), dir.join(name)).unwrap();
+        }
+        let sibling = dir.join("sibling.txt");
+        std::fs::write(&sibling, "beside the credentials, not one of them").unwrap();
+        Beside { dir, sibling }
+    }
+
+    /// Checks a report of reads [a credential file, another credential
+    /// file, the sibling]: the credentials readable, the sibling refused,
+    /// the files granted rather than their directory.
+    fn check(&self, report: &Value) {
+        assert_eq!(report["sandbox"]["filesystem"], "enforced", "{report}");
+        let (r, a) = outcome(report, "read", 0);
+        assert_eq!(r, "allowed", "reading a credential file: {a}");
+        let (r, a) = outcome(report, "read", 1);
+        assert_eq!(r, "allowed", "reading another credential file: {a}");
+        let (r, a) = outcome(report, "read", 2);
+        assert_eq!(r, "refused", "reading a file beside the credentials: {a}");
+        let dir = std::fs::canonicalize(&self.dir).unwrap();
+        let granted = report["sandbox"]["read_only"].to_string();
+        assert!(
+            granted.contains(&dir.join("tls.key").display().to_string())
+                && !granted.contains(&format!("{:?}", dir.display().to_string())),
+            "the files, not their directory: {granted}"
+        );
+    }
+}
+
+/// The review finding: credential files named by a relative path live in
+/// the working directory, wherever the process was started (`/` for a
+/// systemd service); granting that directory would make everything beside
+/// them readable. Only the files themselves are: a sibling is refused. (The
+/// same rule grants a file at `/` or in `/etc` alone: unit tests.)
+#[test]
+fn credential_files_in_the_working_directory_are_granted_alone() {
+    let s = Setup::new();
+    let work = Beside::new(&s, "work");
+    let config = write_config_with(
+        s.tmp.path(),
+        "cert = \"tls.crt\"\nkey = \"tls.key\"\nca = \"ca.crt\"",
+        &s.target(),
+        "",
+    );
+    let reads: [&Path; 3] = [
+        &work.dir.join("tls.key"),
+        Path::new("ca.crt"),
+        &work.sibling,
+    ];
+    let mut cmd = probe_command(&config, &[], &reads, &[]);
+    cmd.current_dir(&work.dir);
+    work.check(&report(cmd));
+}
+
+/// The same for credential files directly in the home directory (`$HOME`),
+/// named by absolute paths.
+#[test]
+fn credential_files_in_the_home_directory_are_granted_alone() {
+    let s = Setup::new();
+    let home = Beside::new(&s, "home");
+    let credentials = ["cert", "key", "ca"]
+        .iter()
+        .zip(["tls.crt", "tls.key", "ca.crt"])
+        .map(|(k, f)| format!("{k} = {:?}", home.dir.join(f).display().to_string()))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let config = write_config_with(s.tmp.path(), &credentials, &s.target(), "");
+    let reads: [&Path; 3] = [
+        &home.dir.join("tls.key"),
+        &home.dir.join("ca.crt"),
+        &home.sibling,
+    ];
+    let mut cmd = probe_command(&config, &[], &reads, &[]);
+    cmd.env("HOME", &home.dir);
+    home.check(&report(cmd));
 }
 
 /// Makes `cmd` run as on a kernel without Landlock: a seccomp filter fails

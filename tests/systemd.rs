@@ -2,37 +2,57 @@
 //! socket activation (a listening socket the test owns, passed as fd 3 with
 //! `LISTEN_FDS`/`LISTEN_FDNAMES`/`LISTEN_PID`, as systemd passes it) and
 //! the watchdog (`WATCHDOG_USEC`/`WATCHDOG_PID`, pings read from a
-//! `NOTIFY_SOCKET` datagram socket the test binds).
+//! `NOTIFY_SOCKET` datagram socket the test binds); and socket activation
+//! by systemd's own `systemd-socket-activate`, across a restart.
 
 mod common;
 
+use std::io::Write;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixDatagram;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
 use mtls_sidecar::pki::Role;
+use rustls::pki_types::ServerName;
+use tokio::net::TcpStream;
 
 /// `bin args…` as systemd would start it. `fd`, when given, becomes fd 3
 /// (`LISTEN_FDS=1`, `LISTEN_FDNAMES=names`); the variables named in
 /// `own_pid` are set to the binary's own pid, which only exists once it
 /// runs: a shell sets them and `exec`s it, keeping its pid.
 fn as_systemd_would(fd: Option<RawFd>, names: &str, own_pid: &[&str], args: &[&str]) -> Command {
+    passing(Path::new(&bin()), fd, Some(names), own_pid, args)
+}
+
+/// `program args…` given fd 3 as [`as_systemd_would`] gives it, with
+/// `LISTEN_FDNAMES` only when `names` is given.
+fn passing(
+    program: &Path,
+    fd: Option<RawFd>,
+    names: Option<&str>,
+    own_pid: &[&str],
+    args: &[&str],
+) -> Command {
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg("for v in $PID_VARS; do export \"$v=$$\"; done; unset PID_VARS; exec \"$@\"")
         .arg("sh")
-        .arg(bin())
+        .arg(program)
         .args(args)
         .env("PID_VARS", own_pid.join(" "))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     if let Some(fd) = fd {
-        cmd.env("LISTEN_FDS", "1").env("LISTEN_FDNAMES", names);
+        cmd.env("LISTEN_FDS", "1");
+        if let Some(names) = names {
+            cmd.env("LISTEN_FDNAMES", names);
+        }
         // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork
         // and exec.
         unsafe {
@@ -122,13 +142,44 @@ impl Setup {
         self.listener.local_addr().unwrap().to_string()
     }
 
-    async fn connect(&self) -> std::io::Result<ClientTls> {
-        let cfg = client_config(
+    fn client(&self) -> Arc<rustls::ClientConfig> {
+        client_config(
             Some(&self.pki.leaf(CONTROLLER, Role::Client)),
             &self.pki.ca.cert_pem,
-        );
-        tls_connect(&self.addr(), REPLICA, cfg).await
+        )
     }
+
+    async fn connect(&self) -> std::io::Result<ClientTls> {
+        tls_connect(&self.addr(), REPLICA, self.client()).await
+    }
+}
+
+/// Connects to `addr` now and runs the mTLS handshake in a task. The
+/// connect completing proves the connection was taken into the backlog
+/// (not refused), whether or not anything serves the socket yet; the
+/// ClientHello waits there for whoever accepts it.
+async fn queue_handshake(
+    addr: &str,
+    cfg: Arc<rustls::ClientConfig>,
+) -> tokio::task::JoinHandle<std::io::Result<ClientTls>> {
+    let tcp = TcpStream::connect(addr)
+        .await
+        .expect("the connection is queued, not refused");
+    tokio::spawn(async move {
+        let name = ServerName::try_from(REPLICA).expect("server name");
+        tokio_rustls::TlsConnector::from(cfg)
+            .connect(name, tcp)
+            .await
+    })
+}
+
+/// Waits for a queued handshake (see [`queue_handshake`]) to complete.
+async fn served(pending: tokio::task::JoinHandle<std::io::Result<ClientTls>>) -> ClientTls {
+    tokio::time::timeout(DEADLINE, pending)
+        .await
+        .expect("the queued handshake completes")
+        .expect("join")
+        .expect("the queued connection is served, not refused")
 }
 
 #[tokio::test]
@@ -160,22 +211,152 @@ async fn a_connection_made_while_the_sidecar_restarts_is_queued_and_served() {
 
     // Nobody serves the socket now; the connect still completes (backlog)
     // and the ClientHello waits there.
-    let pending = tokio::spawn({
-        let cfg = client_config(
-            Some(&s.pki.leaf(CONTROLLER, Role::Client)),
-            &s.pki.ca.cert_pem,
-        );
-        let addr = s.addr();
-        async move { tls_connect(&addr, REPLICA, cfg).await }
-    });
+    let pending = queue_handshake(&s.addr(), s.client()).await;
     let second = activated(&s.listener, &s.tls, &s.echo.addr.to_string()).await;
-    let mut c = tokio::time::timeout(DEADLINE, pending)
-        .await
-        .expect("the queued handshake completes")
-        .expect("join")
-        .expect("the queued connection is served, not refused");
+    let mut c = served(pending).await;
     assert_eq!(roundtrip(&mut c, b"queued").await, b"queued");
     drop(second);
+}
+
+/// `systemd-socket-activate` on `PATH`, or `None` after one line saying the
+/// test is skipped (CI installs it: Debian's `systemd` package).
+fn socket_activate() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join("systemd-socket-activate"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        eprintln!("skipped: systemd-socket-activate is not installed (Debian package systemd)");
+    }
+    found
+}
+
+/// What `systemd-socket-activate` execs: systemd's `Restart=`, played by a
+/// shell that holds the passed socket and, for each line on its stdin,
+/// runs one generation of the sidecar on it (`LISTEN_PID` set to that
+/// generation's pid) and says when it exits.
+const RESTART_LOOP: &str = r#"n=0
+while read -r _; do
+    n=$((n + 1))
+    GENERATION=$n sh -c 'echo "generation $GENERATION pid $$" >&2; export LISTEN_PID=$$; exec "$@" </dev/null' sh "$@"
+    echo "generation $n exited $?" >&2
+done"#;
+
+/// Kills a process group when dropped, unless disarmed: the sidecar
+/// generations are grandchildren of the test, out of [`Sidecar`]'s reach.
+struct KillGroup(i32);
+
+impl KillGroup {
+    fn disarm(mut self) {
+        self.0 = 0;
+    }
+}
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        if self.0 > 0 {
+            // SAFETY: kill has no memory effects.
+            unsafe { libc::kill(-self.0, libc::SIGKILL) };
+        }
+    }
+}
+
+/// The pid from a "generation N pid PID" line.
+fn generation_pid(line: &str) -> i32 {
+    line.split_whitespace()
+        .last()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {line:?}"))
+}
+
+/// The real `systemd-socket-activate` holds the listening socket (passed to
+/// it, as systemd passes sockets on, since it cannot bind port 0 itself),
+/// names it with `--fdname`, and starts the service on the first connection
+/// attempt; a restart loop keeps the socket across sidecar generations.
+/// Both a connection made before any sidecar runs and one made between two
+/// generations are queued and served with mutual TLS, not refused. Once
+/// nothing holds the socket any more, a connect is refused (the control:
+/// the test kept no copy of it).
+#[tokio::test]
+async fn systemd_socket_activate_keeps_the_socket_across_a_restart() {
+    let Some(tool) = socket_activate() else {
+        return;
+    };
+    let Setup {
+        _tmp,
+        pki,
+        tls,
+        echo,
+        listener,
+    } = Setup::new().await;
+    let addr = listener.local_addr().unwrap().to_string();
+    let cfg = client_config(Some(&pki.leaf(CONTROLLER, Role::Client)), &pki.ca.cert_pem);
+    let (bin, target) = (bin(), echo.addr.to_string());
+    let args = [
+        "--fdname=tls",
+        "sh",
+        "-c",
+        RESTART_LOOP,
+        "restart-loop",
+        &bin,
+        "server",
+        "--listen",
+        "systemd:tls",
+        "--target",
+        &target,
+        "--tls-dir",
+        tls.to_str().unwrap(),
+        "--allow-san",
+        CONTROLLER,
+    ];
+    let (next_generation, mut go) = std::io::pipe().expect("pipe");
+    let mut cmd = passing(
+        &tool,
+        Some(listener.as_raw_fd()),
+        None,
+        &["LISTEN_PID"],
+        &args,
+    );
+    cmd.stdin(next_generation).process_group(0);
+    let sc = Sidecar::from_command(cmd);
+    let group = KillGroup(sc.pid() as i32);
+    drop(listener);
+    sc.wait_log(&["Listening on", &addr]).await;
+
+    // Before any sidecar: the connection attempt makes the tool exec the
+    // loop, which starts nothing until told.
+    let first = queue_handshake(&addr, cfg.clone()).await;
+    sc.wait_log(&["Execing"]).await;
+    go.write_all(b"start\n").unwrap();
+    let mut c = served(first).await;
+    assert_eq!(roundtrip(&mut c, b"before ready").await, b"before ready");
+    drop(c);
+
+    // Restart: the first generation drains and exits; the socket stays
+    // held, a connection made now waits for the second generation.
+    let pid = generation_pid(&sc.wait_log(&["generation 1 pid"]).await);
+    // SAFETY: kill has no memory effects.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    sc.wait_log(&["generation 1 exited 0"]).await;
+    let second = queue_handshake(&addr, cfg.clone()).await;
+    go.write_all(b"start\n").unwrap();
+    let mut c = served(second).await;
+    assert_eq!(roundtrip(&mut c, b"mid-restart").await, b"mid-restart");
+    drop(c);
+    let listening = sc.log_count(&format!("listen={addr} "));
+    assert_eq!(listening, 2, "both generations served the passed socket");
+
+    let pid = generation_pid(&sc.wait_log(&["generation 2 pid"]).await);
+    // SAFETY: kill has no memory effects.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    sc.wait_log(&["generation 2 exited 0"]).await;
+    drop(go);
+    let (code, logs) = sc.wait_exit().await;
+    group.disarm();
+    assert_eq!(code, Some(0), "{}", logs.join("\n"));
+    let refused = TcpStream::connect(&addr).await;
+    assert!(refused.is_err(), "nothing holds the socket any more");
 }
 
 #[tokio::test]
@@ -344,4 +525,63 @@ async fn a_watchdog_for_another_pid_is_ignored() {
     );
     let (code, _) = sc.wait_exit().await;
     assert_eq!(code, Some(0));
+}
+
+/// Two sockets from `systemd-socket-activate`, told apart by name
+/// (`--fdname=tls:admin`): the TLS port passed to it, and a unix socket it
+/// binds itself for the admin endpoint. The sidecar takes each by name
+/// (`--listen systemd:tls --admin systemd:admin`) and serves mutual TLS on
+/// one and `/readyz` and `/status` on the other, sandboxed.
+#[tokio::test]
+async fn systemd_socket_activate_passes_named_sockets_for_route_and_admin() {
+    let Some(tool) = socket_activate() else {
+        return;
+    };
+    let s = Setup::new().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let admin_sock = tmp.path().join("admin.sock");
+    let listen_admin = format!("--listen={}", admin_sock.display());
+    let (bin, target) = (bin(), s.echo.addr.to_string());
+    let args = [
+        "--fdname=tls:admin",
+        &listen_admin,
+        &bin,
+        "server",
+        "--listen",
+        "systemd:tls",
+        "--admin",
+        "systemd:admin",
+        "--target",
+        &target,
+        "--tls-dir",
+        s.tls.to_str().unwrap(),
+        "--allow-san",
+        CONTROLLER,
+    ];
+    let cmd = passing(
+        &tool,
+        Some(s.listener.as_raw_fd()),
+        None,
+        &["LISTEN_PID"],
+        &args,
+    );
+    // The tool execs the sidecar in place: the child is the sidecar.
+    let sc = Sidecar::from_command(cmd);
+    let admin_path = admin_sock.display().to_string();
+    sc.wait_log(&["Listening on", &admin_path]).await;
+
+    let pending = queue_handshake(&s.addr(), s.client()).await;
+    let mut c = served(pending).await;
+    assert_eq!(roundtrip(&mut c, b"named").await, b"named");
+    let admin = format!("unix:{admin_path}");
+    let ready = http::request(&admin, "GET", "/readyz").await;
+    assert_eq!(ready.code, 200, "{}", ready.body);
+    let status = http::request(&admin, "GET", "/status").await;
+    let status: serde_json::Value =
+        serde_json::from_str(&status.body).unwrap_or_else(|e| panic!("{e}\n{}", status.body));
+    assert_eq!(status["sandbox"]["filesystem"], "enforced", "{status}");
+    sc.signal(libc::SIGTERM);
+    drop(c);
+    let (code, logs) = sc.wait_exit().await;
+    assert_eq!(code, Some(0), "{}", logs.join("\n"));
 }

@@ -8,10 +8,12 @@
 //!
 //! * reading its credential directories (whole, so `..data` swaps keep
 //!   working), the directories explicit `--cert/--key/--ca` files live in
-//!   (and those their symlinks point into), the config file, `/proc/self`,
-//!   and, when a target is a host name, the resolver's files;
-//! * creating and removing files nowhere but unix sockets in the directories
-//!   its unix listeners live in; executing nothing;
+//!   (and those their symlinks point into) unless such a directory is too
+//!   broad to grant whole (see [`Scope`]: then only the file itself), the
+//!   config file, `/proc/self`, and, when a target is a host name, the
+//!   resolver's files;
+//! * creating, writing or removing no file at all (its unix sockets were
+//!   created before); executing nothing;
 //! * where the kernel's Landlock ABI has network rules (≥ 4): binding only
 //!   its listen ports and connecting only to its target ports (plus TCP 53
 //!   when a target is a host name).
@@ -134,12 +136,13 @@ impl Plan {
     /// The allow-list of a prepared sidecar; `config_file` is the file it
     /// was configured from, if any.
     pub fn for_prepared(prepared: &Prepared, config_file: Option<&Path>) -> Plan {
+        let scope = Scope::of_process();
         let mut plan = Plan::default();
         for store in prepared.stores() {
-            plan.allow_credentials(store.source());
+            plan.allow_credentials(store.source(), &scope);
         }
         if let Some(f) = config_file {
-            plan.read_files.insert(f.to_path_buf());
+            plan.read_files.insert(scope.absolute(f));
         }
         plan.read_dirs.insert(PathBuf::from("/proc/self"));
         for l in prepared.listeners() {
@@ -150,7 +153,7 @@ impl Plan {
         // Only sockets the process creates itself: not one systemd passed.
         for a in prepared.listen_addrs() {
             if let Addr::Unix(p) = a {
-                plan.socket_dirs.insert(parent_dir(p));
+                plan.socket_dirs.insert(parent_dir(&scope.absolute(p)));
             }
         }
         for route in prepared.routes() {
@@ -171,28 +174,31 @@ impl Plan {
             // DNS answers too big for UDP are retried over TCP.
             plan.connect_ports.insert(53);
             for f in RESOLVER_FILES {
-                plan.allow_resolver_file(Path::new(f));
+                plan.allow_resolver_file(Path::new(f), &scope);
             }
         }
         plan
     }
 
-    fn allow_credentials(&mut self, source: &CredentialSource) {
+    fn allow_credentials(&mut self, source: &CredentialSource, scope: &Scope) {
         match source {
             CredentialSource::Dir(dir) => {
+                // The directory itself is granted whole, however broad:
+                // the operator named it as the credential directory.
+                let dir = scope.absolute(dir);
                 self.read_dirs.insert(dir.clone());
                 // A directory that is itself a symlink may be swapped to a
                 // sibling of its target: the target's parent stays readable.
-                if is_symlink(dir) {
-                    if let Some(p) = canonical_parent(dir) {
-                        self.read_dirs.insert(p);
+                if is_symlink(&dir) {
+                    if let Ok(target) = std::fs::canonicalize(&dir) {
+                        self.allow_beside(&target, scope);
                     }
                 }
-                let root = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
+                let root = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
                 for name in CREDENTIAL_NAMES {
-                    if let Some(p) = canonical_parent(&dir.join(name)) {
-                        if !p.starts_with(&root) {
-                            self.read_dirs.insert(p);
+                    if let Ok(target) = std::fs::canonicalize(dir.join(name)) {
+                        if !target.starts_with(&root) {
+                            self.allow_beside(&target, scope);
                         }
                     }
                 }
@@ -200,12 +206,27 @@ impl Plan {
             CredentialSource::Files { cert, key, ca, crl } => {
                 // A `--crl` file is read on every poll, like the others.
                 for f in [cert, key, ca].into_iter().chain(crl.as_ref()) {
-                    self.read_dirs.insert(parent_dir(f));
-                    if let Some(p) = canonical_parent(f) {
-                        self.read_dirs.insert(p);
+                    let f = scope.absolute(f);
+                    self.allow_beside(&f, scope);
+                    if let Ok(target) = std::fs::canonicalize(&f) {
+                        self.allow_beside(&target, scope);
                     }
                 }
             }
+        }
+    }
+
+    /// Keeps `path` readable: the directory it lives in, so that a file
+    /// replaced by rename (a new inode, which a rule on the old one would
+    /// not cover) stays readable; or only `path` itself when that directory
+    /// is too broad to grant whole ([`Scope::too_broad`]). A credential file
+    /// directly in `/`, say, must not make the whole filesystem readable.
+    fn allow_beside(&mut self, path: &Path, scope: &Scope) {
+        let dir = parent_dir(path);
+        if scope.too_broad(&dir) {
+            self.read_files.insert(path.to_path_buf());
+        } else {
+            self.read_dirs.insert(dir);
         }
     }
 
@@ -222,7 +243,7 @@ impl Plan {
         }
     }
 
-    fn allow_resolver_file(&mut self, f: &Path) {
+    fn allow_resolver_file(&mut self, f: &Path, scope: &Scope) {
         if !f.exists() {
             return;
         }
@@ -230,8 +251,8 @@ impl Plan {
         // /etc/resolv.conf is often a symlink to a file its owner replaces
         // by rename (systemd-resolved): keep the directory it lives in.
         if is_symlink(f) {
-            if let Some(p) = canonical_parent(f) {
-                self.read_dirs.insert(p);
+            if let Ok(target) = std::fs::canonicalize(f) {
+                self.allow_beside(&target, scope);
             }
         }
     }
@@ -241,19 +262,60 @@ fn is_symlink(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink())
 }
 
-/// The directory a path names its file in (`.` for a bare file name).
+/// The directory a path names its file in (`/` for the root itself; empty
+/// for a bare file name, which [`Scope::absolute`] leaves only when the
+/// working directory is unknown, and which [`Scope::too_broad`] refuses).
 fn parent_dir(p: &Path) -> PathBuf {
-    match p.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    }
+    p.parent().unwrap_or(p).to_path_buf()
 }
 
-/// The directory the fully resolved path lives in, when it resolves.
-fn canonical_parent(p: &Path) -> Option<PathBuf> {
-    std::fs::canonicalize(p)
-        .ok()
-        .and_then(|c| c.parent().map(Path::to_path_buf))
+/// What relative paths are relative to, and which directories are too
+/// broad to grant whole when a credential file sits directly in one: the
+/// root, a top-level directory (`/etc`, `/home`, `/tmp`…), the home
+/// directory and the working directory (where a relative `--cert` lives:
+/// `/` itself for a systemd service). A file there is granted alone; a
+/// credential *directory* named as such is always granted whole.
+#[derive(Debug, Clone, Default)]
+pub struct Scope {
+    /// The working directory (canonical), when it can be read.
+    cwd: Option<PathBuf>,
+    /// `$HOME` (canonical), when set and it exists.
+    home: Option<PathBuf>,
+}
+
+impl Scope {
+    /// The scope of this process.
+    pub fn of_process() -> Scope {
+        let canonical = |p: PathBuf| std::fs::canonicalize(&p).unwrap_or(p);
+        Scope {
+            cwd: std::env::current_dir().ok().map(canonical),
+            home: std::env::var_os("HOME")
+                .filter(|h| !h.is_empty())
+                .map(|h| canonical(PathBuf::from(h))),
+        }
+    }
+
+    /// `p` against the working directory when relative (symlinks are not
+    /// resolved: a swap must keep working); as it is when that is unknown.
+    fn absolute(&self, p: &Path) -> PathBuf {
+        match &self.cwd {
+            // Joining an absolute path yields it unchanged.
+            Some(cwd) => cwd.join(p),
+            None => p.to_path_buf(),
+        }
+    }
+
+    /// True when granting all of `dir` would grant far more than
+    /// credentials; judged on both its spelling and its resolved form.
+    fn too_broad(&self, dir: &Path) -> bool {
+        let broad = |d: &Path| {
+            // "/" is one component, "/etc" two, a bare file's "" none.
+            d.components().count() <= 2
+                || Some(d) == self.cwd.as_deref()
+                || Some(d) == self.home.as_deref()
+        };
+        broad(dir) || std::fs::canonicalize(dir).is_ok_and(|r| broad(&r))
+    }
 }
 
 /// Resolves every host-name target once, before the sandbox: the resolver
@@ -401,21 +463,13 @@ fn restrict(plan: &Plan, mode: SandboxMode) -> Result<SandboxStatus, SandboxErro
         .map_err(wrap)?;
     let read_dir = AccessFs::ReadFile | AccessFs::ReadDir;
     let read_file: BitFlags<AccessFs> = AccessFs::ReadFile.into();
-    let sockets = AccessFs::MakeSock | AccessFs::RemoveFile;
     let mut skipped = Vec::new();
     let mut read_only = Vec::new();
-    let fs_rules = plan
-        .read_dirs
-        .iter()
-        .chain(&plan.read_files)
-        .map(|p| (p, true))
-        // Unix sockets are created (and a stale one removed) before the
-        // sandbox exists; after it, nothing may create or remove a file.
-        // Landlock's RemoveFile would cover every file of those
-        // directories, so the socket directories get no right at all and
-        // are listed for /status only.
-        .chain(std::iter::empty::<(&PathBuf, bool)>());
-    for (path, read) in fs_rules {
+    // Unix sockets are created (and a stale one removed) before the sandbox
+    // exists; after it, nothing may create or remove a file. Landlock's
+    // RemoveFile would cover every file of those directories, so the socket
+    // directories get no right at all and are listed for /status only.
+    for path in plan.read_dirs.iter().chain(&plan.read_files) {
         let fd = match PathFd::new(path) {
             Ok(fd) => fd,
             Err(e) => {
@@ -431,17 +485,11 @@ fn restrict(plan: &Plan, mode: SandboxMode) -> Result<SandboxStatus, SandboxErro
                 continue;
             }
         };
-        let access = match (read, path.is_dir()) {
-            (false, _) => sockets,
-            (true, true) => read_dir,
-            (true, false) => read_file,
-        };
+        let access = if path.is_dir() { read_dir } else { read_file };
         ruleset = ruleset
             .add_rule(PathBeneath::new(fd, access))
             .map_err(wrap)?;
-        if read {
-            read_only.push(path.display().to_string());
-        }
+        read_only.push(path.display().to_string());
     }
     for port in &plan.bind_ports {
         ruleset = ruleset
@@ -548,6 +596,23 @@ mod tests {
         assert_eq!(plan.hostname_targets, ["replica.svc:6877"]);
     }
 
+    /// A scope whose working and home directories are given.
+    fn scope(cwd: &Path, home: &Path) -> Scope {
+        Scope {
+            cwd: Some(cwd.to_path_buf()),
+            home: Some(home.to_path_buf()),
+        }
+    }
+
+    fn files(cert: &Path, key: &Path, ca: &Path) -> CredentialSource {
+        CredentialSource::Files {
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            ca: ca.to_path_buf(),
+            crl: None,
+        }
+    }
+
     #[test]
     fn explicit_files_allow_their_directories() {
         let tmp = tempfile::tempdir().unwrap();
@@ -558,17 +623,121 @@ mod tests {
         std::fs::write(real.join("c.pem"), "x").unwrap();
         std::os::unix::fs::symlink(real.join("c.pem"), links.join("c.pem")).unwrap();
         let mut plan = Plan::default();
-        plan.allow_credentials(&CredentialSource::Files {
-            cert: links.join("c.pem"),
-            key: PathBuf::from("k.pem"),
-            ca: links.join("c.pem"),
-            crl: None,
+        let c = links.join("c.pem");
+        plan.allow_credentials(
+            &files(&c, &c, &c),
+            &scope(Path::new("/x/y"), Path::new("/h/u")),
+        );
+        let want: BTreeSet<PathBuf> = [links, std::fs::canonicalize(&real).unwrap()].into();
+        assert_eq!(plan.read_dirs, want);
+        assert!(plan.read_files.is_empty(), "{:?}", plan.read_files);
+    }
+
+    /// The review finding: a file at the root, in a top-level directory, in
+    /// the home directory or (relative) in the working directory must not
+    /// make that whole directory readable: only the file is.
+    #[test]
+    fn a_file_in_a_broad_directory_is_granted_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let work = std::fs::canonicalize(tmp.path()).unwrap();
+        let home = Path::new("/nonexistent-home/alice");
+        let narrow = work.join("tls");
+        let cases: [(&Path, PathBuf); 5] = [
+            (
+                Path::new("/mtls-sidecar-test.pem"),
+                "/mtls-sidecar-test.pem".into(),
+            ),
+            (
+                Path::new("/etc/mtls-sidecar-test.pem"),
+                "/etc/mtls-sidecar-test.pem".into(),
+            ),
+            (&home.join("key.pem"), home.join("key.pem")),
+            (Path::new("key.pem"), work.join("key.pem")),
+            (&work.join("ca.pem"), work.join("ca.pem")),
+        ];
+        for (given, granted) in cases {
+            let mut plan = Plan::default();
+            let cert = narrow.join("tls.crt");
+            plan.allow_credentials(&files(&cert, given, &cert), &scope(&work, home));
+            let dirs: BTreeSet<PathBuf> = [narrow.clone()].into();
+            assert_eq!(plan.read_dirs, dirs, "{given:?}");
+            let files: BTreeSet<PathBuf> = [granted].into();
+            assert_eq!(plan.read_files, files, "{given:?}");
+        }
+    }
+
+    /// A relative path is made absolute against the working directory
+    /// (its directory granted when narrow enough), not kept as `.`-based.
+    #[test]
+    fn relative_paths_are_made_absolute() {
+        let work = Path::new("/srv/app");
+        let mut plan = Plan::default();
+        let rel = Path::new("tls/tls.crt");
+        plan.allow_credentials(&files(rel, rel, rel), &scope(work, Path::new("/root")));
+        let want: BTreeSet<PathBuf> = [work.join("tls")].into();
+        assert_eq!(plan.read_dirs, want);
+        let mut plan = Plan::default();
+        plan.allow_credentials(&CredentialSource::Dir("tls".into()), &scope(work, work));
+        assert_eq!(plan.read_dirs, want);
+    }
+
+    /// A credential directory that is itself a symlink may be swapped to a
+    /// sibling of its target (a `..data`-style swap one level up): the
+    /// target's parent stays readable.
+    #[test]
+    fn a_symlinked_directory_allows_its_targets_siblings() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = std::fs::canonicalize(tmp.path()).unwrap().join("store");
+        std::fs::create_dir_all(store.join("rev-1")).unwrap();
+        let link = tmp.path().join("current");
+        std::os::unix::fs::symlink(store.join("rev-1"), &link).unwrap();
+        let mut plan = Plan::default();
+        let home = Path::new("/h/u");
+        plan.allow_credentials(&CredentialSource::Dir(link.clone()), &scope(home, home));
+        let want: BTreeSet<PathBuf> = [link, store].into();
+        assert_eq!(plan.read_dirs, want);
+    }
+
+    /// Without a known working directory a bare file name stays relative,
+    /// and its directory (empty) is too broad: the file alone.
+    #[test]
+    fn a_bare_file_name_without_a_working_directory_is_granted_alone() {
+        let mut plan = Plan::default();
+        let f = Path::new("k.pem");
+        plan.allow_credentials(&files(f, f, f), &Scope::default());
+        assert!(plan.read_dirs.is_empty(), "{:?}", plan.read_dirs);
+        let want: BTreeSet<PathBuf> = [f.to_path_buf()].into();
+        assert_eq!(plan.read_files, want);
+    }
+
+    /// `require` refuses while other threads run: Landlock (before ABI 8)
+    /// would restrict only the calling thread. (Were the check gone, this
+    /// would sandbox the test's own thread and return Ok.)
+    #[test]
+    fn require_refuses_while_other_threads_run() {
+        let (stop, parked) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || {
+            let _ = parked.recv();
         });
-        assert!(plan.read_dirs.contains(&links));
-        assert!(plan
-            .read_dirs
-            .contains(&std::fs::canonicalize(&real).unwrap()));
-        assert!(plan.read_dirs.contains(Path::new(".")));
+        let r = apply(&Plan::default(), SandboxMode::Require);
+        drop(stop);
+        other.join().unwrap();
+        assert!(
+            matches!(r, Err(SandboxError::Threads(n)) if n >= 1),
+            "{r:?}"
+        );
+    }
+
+    /// A credential directory is granted whole wherever it is (`..data`
+    /// swaps), even where a file would be granted alone.
+    #[test]
+    fn a_credential_directory_is_granted_whole() {
+        let work = Path::new("/srv");
+        let mut plan = Plan::default();
+        plan.allow_credentials(&CredentialSource::Dir(work.into()), &scope(work, work));
+        let want: BTreeSet<PathBuf> = [work.to_path_buf()].into();
+        assert_eq!(plan.read_dirs, want);
+        assert!(plan.read_files.is_empty());
     }
 
     #[test]
@@ -583,7 +752,8 @@ mod tests {
             std::os::unix::fs::symlink(store.join(f), links.join(f)).unwrap();
         }
         let mut plan = Plan::default();
-        plan.allow_credentials(&CredentialSource::Dir(links.clone()));
+        let home = Path::new("/h/u");
+        plan.allow_credentials(&CredentialSource::Dir(links.clone()), &scope(home, home));
         let want: BTreeSet<PathBuf> = [links, std::fs::canonicalize(&store).unwrap()].into();
         assert_eq!(plan.read_dirs, want);
     }
