@@ -160,9 +160,7 @@ impl CrlSet {
 
     /// The CRLs whose nextUpdate is at or before `now_secs`.
     pub fn stale(&self, now_secs: i64) -> impl Iterator<Item = &CrlInfo> {
-        self.infos
-            .iter()
-            .filter(move |i| i.next_update.is_some_and(|n| n <= now_secs))
+        self.infos.iter().filter(move |i| i.is_stale(now_secs))
     }
 
     /// Every revoked entry of every CRL: (serial bytes, revocation time in
@@ -195,6 +193,11 @@ impl CrlSet {
 }
 
 impl CrlInfo {
+    /// True when its nextUpdate is at or before `now_secs`.
+    pub fn is_stale(&self, now_secs: i64) -> bool {
+        self.next_update.is_some_and(|n| n <= now_secs)
+    }
+
     /// The CRL number as big-endian bytes, when there is one.
     pub fn number_bytes(&self) -> Option<Vec<u8>> {
         self.number_value.as_ref().map(BigUint::to_bytes_be)
@@ -479,6 +482,98 @@ mod tests {
         let other = parse(crl(&b, 1, Vec::new()).pem.into_bytes(), &[&b]).unwrap();
         assert!(other.check_not_older(&in_force, path).is_ok());
         assert!(CrlSet::empty().check_not_older(&in_force, path).is_ok());
+    }
+
+    /// A DER TLV (lengths below 64 KiB).
+    fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
+        let n = content.len();
+        let mut out = vec![tag];
+        match n {
+            0..=127 => out.push(n as u8),
+            128..=255 => out.extend([0x81, n as u8]),
+            _ => out.extend([0x82, (n >> 8) as u8, n as u8]),
+        }
+        out.extend_from_slice(content);
+        out
+    }
+
+    /// A v2 CRL from `ca`, built by hand because rcgen always writes a CRL
+    /// number: its only extension is an authority key identifier (webpki
+    /// wants at least one), thisUpdate `this_update`, revoking `serials`.
+    fn crl_without_number(ca: &DevCa, this_update: SystemTime, serials: &[Vec<u8>]) -> Vec<u8> {
+        use aws_lc_rs::signature::{EcdsaKeyPair, ECDSA_P256_SHA256_ASN1_SIGNING};
+        use rustls_pki_types::PrivatePkcs8KeyDer;
+        // ecdsa-with-SHA256, the algorithm of DevCa's P-256 key.
+        const ALG: [u8; 12] = [
+            0x30, 0x0a, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02,
+        ];
+        let time = |t: SystemTime| {
+            let s = humantime::format_rfc3339_seconds(t)
+                .to_string()
+                .replace(['-', 'T', ':'], "");
+            tlv(0x18, s.as_bytes()) // GeneralizedTime
+        };
+        let ca_der = CertificateDer::from_pem_slice(ca.cert_pem.as_bytes()).unwrap();
+        let (_, ca_cert) = X509Certificate::from_der(ca_der.as_ref()).unwrap();
+        let mut tbs = tlv(0x02, &[1]); // v2
+        tbs.extend(ALG);
+        tbs.extend(ca_cert.subject().as_raw());
+        tbs.extend(time(this_update));
+        tbs.extend(time(this_update + Duration::from_secs(7 * 86_400)));
+        if !serials.is_empty() {
+            let entries: Vec<u8> = serials
+                .iter()
+                .flat_map(|s| tlv(0x30, &[tlv(0x02, s), time(this_update)].concat()))
+                .collect();
+            tbs.extend(tlv(0x30, &entries));
+        }
+        // authorityKeyIdentifier (2.5.29.35) { keyIdentifier [0] }: webpki
+        // and we ignore its value.
+        let aki = tlv(0x04, &tlv(0x30, &tlv(0x80, &[7; 20])));
+        let ext = tlv(0x30, &[tlv(0x06, &[0x55, 0x1d, 0x23]), aki].concat());
+        tbs.extend(tlv(0xa0, &tlv(0x30, &ext)));
+        let tbs = tlv(0x30, &tbs);
+        let key = PrivatePkcs8KeyDer::from_pem_slice(ca.key_pem.as_bytes()).unwrap();
+        let signer =
+            EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, key.secret_pkcs8_der())
+                .unwrap();
+        let sig = signer
+            .sign(&aws_lc_rs::rand::SystemRandom::new(), &tbs)
+            .unwrap();
+        let bits = tlv(0x03, &[&[0u8][..], sig.as_ref()].concat());
+        tlv(0x30, &[tbs, ALG.to_vec(), bits].concat())
+    }
+
+    #[test]
+    fn without_a_crl_number_this_update_decides_what_is_older() {
+        let a = DevCa::new("A", 1).unwrap();
+        let path = Path::new("dir/ca.crl");
+        let now = SystemTime::now();
+        let hour = Duration::from_secs(3600);
+        let at = |t: SystemTime| parse(crl_without_number(&a, t, &[vec![9]]), &[&a]).unwrap();
+        let in_force = at(now - 2 * hour);
+        let info = &in_force.infos[0];
+        assert_eq!((info.number.as_deref(), info.revoked), (None, 1));
+        assert!(info.number_bytes().is_none());
+
+        let e = at(now - 3 * hour)
+            .check_not_older(&in_force, path)
+            .unwrap_err();
+        assert!(
+            matches!(&e, CredError::CrlOlder { this, current, .. }
+                if this.starts_with("thisUpdate ") && current.starts_with("thisUpdate ")),
+            "{e}"
+        );
+        for t in [now - 2 * hour, now - hour] {
+            assert!(at(t).check_not_older(&in_force, path).is_ok());
+        }
+
+        // One side numbered, the other not: thisUpdate decides as well.
+        let numbered = parse(crl(&a, 5, Vec::new()).pem.into_bytes(), &[&a]).unwrap();
+        assert!(at(now - hour).check_not_older(&numbered, path).is_err());
+        assert!(at(now).check_not_older(&numbered, path).is_ok());
+        assert!(numbered.check_not_older(&in_force, path).is_ok());
+        assert!(in_force.check_not_older(&numbered, path).is_err());
     }
 
     #[test]
