@@ -205,28 +205,38 @@ async fn client_sidecar_talks_to_openssl_s_server() {
 /// `version` (e.g. `-tls1_2`) and requiring a client certificate from the
 /// CA in `dir`; returns it with the address it printed.
 async fn s_server(dir: &std::path::Path, version: &str) -> (Proc, String) {
+    s_server_with(dir, &[version]).await
+}
+
+/// `openssl s_server` on an ephemeral port with the identity and CA in
+/// `dir`, accepting one connection and requiring a client certificate,
+/// plus `extra` options; returns it with the address it printed.
+async fn s_server_with(dir: &std::path::Path, extra: &[&str]) -> (Proc, String) {
     // `-accept 127.0.0.1:0` binds an ephemeral port and prints it on an
     // "ACCEPT host:port" line, so there is no port to race for.
-    let server = Proc::spawn(
-        "openssl",
-        &[
-            "s_server",
-            "-accept",
-            "127.0.0.1:0",
-            "-naccept",
-            "1",
-            version,
-            "-Verify",
-            "1",
-            "-verify_return_error",
-            "-cert",
-            &path(dir, "tls.crt"),
-            "-key",
-            &path(dir, "tls.key"),
-            "-CAfile",
-            &path(dir, "ca.crt"),
-        ],
+    let (cert, key, ca) = (
+        path(dir, "tls.crt"),
+        path(dir, "tls.key"),
+        path(dir, "ca.crt"),
     );
+    let mut args = vec![
+        "s_server",
+        "-accept",
+        "127.0.0.1:0",
+        "-naccept",
+        "1",
+        "-Verify",
+        "1",
+        "-verify_return_error",
+        "-cert",
+        &cert,
+        "-key",
+        &key,
+        "-CAfile",
+        &ca,
+    ];
+    args.extend_from_slice(extra);
+    let server = Proc::spawn("openssl", &args);
     let out = server.wait_stdout("ACCEPT ").await;
     let target = out
         .lines()
@@ -451,43 +461,6 @@ async fn admitted(addr: &str, ident: &mtls_sidecar::pki::Issued, ca_pem: &str) -
     }
 }
 
-/// `openssl s_server -crl_check -CRL FILE` over the server identity in `dir`, with
-/// `crl` as its CRL file, accepting one connection and echoing lines
-/// reversed; returns it with its address.
-async fn s_server_with_crl(dir: &std::path::Path, crl: &str) -> (Proc, String) {
-    let server = Proc::spawn(
-        "openssl",
-        &[
-            "s_server",
-            "-accept",
-            "127.0.0.1:0",
-            "-naccept",
-            "1",
-            "-rev",
-            "-Verify",
-            "1",
-            "-verify_return_error",
-            "-crl_check",
-            "-CRL",
-            crl,
-            "-cert",
-            &path(dir, "tls.crt"),
-            "-key",
-            &path(dir, "tls.key"),
-            "-CAfile",
-            &path(dir, "ca.crt"),
-        ],
-    );
-    let out = server.wait_stdout("ACCEPT ").await;
-    let target = out
-        .lines()
-        .find_map(|l| l.strip_prefix("ACCEPT "))
-        .unwrap_or_else(|| panic!("no ACCEPT line in {out}"))
-        .trim()
-        .to_string();
-    (server, target)
-}
-
 /// A CRL written by `openssl ca -gencrl` is honoured by `server`, and for a
 /// revoked and a good client certificate our verdict is OpenSSL's.
 #[tokio::test(flavor = "multi_thread")]
@@ -514,7 +487,9 @@ async fn an_openssl_crl_gives_our_server_and_s_server_the_same_verdicts() {
     let ca_pem = &pki.ca.cert_pem;
     let crl_file = path(&dir, "ca.crl");
     for (ident, expected) in [(&leaked, false), (&good, true)] {
-        let (_openssl, addr) = s_server_with_crl(&dir, &crl_file).await;
+        // -rev: echo each line reversed, so an admitted client hears back.
+        let (_openssl, addr) =
+            s_server_with(&dir, &["-rev", "-crl_check", "-CRL", &crl_file]).await;
         let theirs = admitted(&addr, ident, ca_pem).await;
         let mine = admitted(&ours.addr("server"), ident, ca_pem).await;
         assert_eq!(theirs, expected, "openssl s_server's verdict");

@@ -501,12 +501,25 @@ mod tests {
     /// number: its only extension is an authority key identifier (webpki
     /// wants at least one), thisUpdate `this_update`, revoking `serials`.
     fn crl_without_number(ca: &DevCa, this_update: SystemTime, serials: &[Vec<u8>]) -> Vec<u8> {
+        hand_made_crl(ca, this_update, serials, ECDSA_SHA256)
+    }
+
+    /// ecdsa-with-SHA256 (1.2.840.10045.4.3.2): what DevCa's P-256 key signs with.
+    const ECDSA_SHA256: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02];
+    /// Ed25519 (1.3.101.112): a signature algorithm with no P-256 variant.
+    const ED25519: &[u8] = &[0x2b, 0x65, 0x70];
+
+    /// The same, its signature algorithm field saying `alg_oid` (the
+    /// signature itself is always ECDSA P-256 with SHA-256).
+    fn hand_made_crl(
+        ca: &DevCa,
+        this_update: SystemTime,
+        serials: &[Vec<u8>],
+        alg_oid: &[u8],
+    ) -> Vec<u8> {
         use aws_lc_rs::signature::{EcdsaKeyPair, ECDSA_P256_SHA256_ASN1_SIGNING};
         use rustls_pki_types::PrivatePkcs8KeyDer;
-        // ecdsa-with-SHA256, the algorithm of DevCa's P-256 key.
-        const ALG: [u8; 12] = [
-            0x30, 0x0a, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02,
-        ];
+        let alg = tlv(0x30, &tlv(0x06, alg_oid));
         let time = |t: SystemTime| {
             let s = humantime::format_rfc3339_seconds(t)
                 .to_string()
@@ -516,7 +529,7 @@ mod tests {
         let ca_der = CertificateDer::from_pem_slice(ca.cert_pem.as_bytes()).unwrap();
         let (_, ca_cert) = X509Certificate::from_der(ca_der.as_ref()).unwrap();
         let mut tbs = tlv(0x02, &[1]); // v2
-        tbs.extend(ALG);
+        tbs.extend(&alg);
         tbs.extend(ca_cert.subject().as_raw());
         tbs.extend(time(this_update));
         tbs.extend(time(this_update + Duration::from_secs(7 * 86_400)));
@@ -541,7 +554,7 @@ mod tests {
             .sign(&aws_lc_rs::rand::SystemRandom::new(), &tbs)
             .unwrap();
         let bits = tlv(0x03, &[&[0u8][..], sig.as_ref()].concat());
-        tlv(0x30, &[tbs, ALG.to_vec(), bits].concat())
+        tlv(0x30, &[tbs, alg, bits].concat())
     }
 
     #[test]
@@ -574,6 +587,21 @@ mod tests {
         assert!(at(now).check_not_older(&numbered, path).is_ok());
         assert!(numbered.check_not_older(&in_force, path).is_ok());
         assert!(in_force.check_not_older(&numbered, path).is_err());
+    }
+
+    #[test]
+    fn a_signature_algorithm_the_provider_lacks_for_that_key_is_named() {
+        let a = DevCa::new("A", 1).unwrap();
+        let now = SystemTime::now();
+        // Positive control: the same CRL saying ecdsa-with-SHA256 is accepted.
+        assert!(parse(hand_made_crl(&a, now, &[], ECDSA_SHA256), &[&a]).is_ok());
+        // Ed25519 is a signature algorithm the provider has, but never for
+        // a P-256 key: no verifier is tried, and the reason says so.
+        let e = parse(hand_made_crl(&a, now, &[], ED25519), &[&a]).unwrap_err();
+        assert!(
+            matches!(&e, CredError::CrlSignature { detail, .. } if detail.contains("not supported for its key")),
+            "{e}"
+        );
     }
 
     #[test]
