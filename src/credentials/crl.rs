@@ -276,8 +276,9 @@ fn check_signed_by_anchor(
     anchors: &[(CertificateDer<'static>, CertInfo)],
     provider: &CryptoProvider,
 ) -> Result<(), CredError> {
-    let mut candidates = 0;
-    let mut last_problem = String::new();
+    // Why the last CA with the CRL's issuer name did not sign it; None while
+    // no CA has that name.
+    let mut last_problem: Option<String> = None;
     for (der, _) in anchors {
         let Ok((_, ca)) = X509Certificate::from_der(der.as_ref()) else {
             continue;
@@ -285,26 +286,21 @@ fn check_signed_by_anchor(
         if ca.subject().as_raw() != info.issuer_raw.as_slice() {
             continue;
         }
-        candidates += 1;
         if let Ok(Some(ku)) = ca.key_usage() {
             if !ku.value.crl_sign() {
-                last_problem = "its key usage does not allow signing CRLs".to_string();
+                last_problem = Some("its key usage does not allow signing CRLs".to_string());
                 continue;
             }
         }
         match verify_signature(crl, &ca, provider) {
             Ok(()) => return Ok(()),
-            Err(problem) => last_problem = problem,
+            Err(problem) => last_problem = Some(problem),
         }
     }
     Err(CredError::CrlSignature {
         path: path.to_path_buf(),
         issuer: info.issuer.clone(),
-        detail: if candidates == 0 {
-            "no CA in ca.crt has this name".to_string()
-        } else {
-            last_problem
-        },
+        detail: last_problem.unwrap_or_else(|| "no CA in ca.crt has this name".to_string()),
     })
 }
 
