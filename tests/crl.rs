@@ -495,6 +495,10 @@ fn certs_revoke_writes_and_extends_a_crl_and_check_fails_a_revoked_identity() {
     ]);
     assert_eq!(code, 2, "{out}");
 
+    // Without ca.crl, check has no CRL step at all.
+    let (code, out) = run_bin(&["check", "--tls-dir", &p("leaked")]);
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("CRL"), "{out}");
     for leaf in ["leaked", "fine"] {
         std::fs::copy(&crl_path, tmp.path().join(leaf).join("ca.crl")).unwrap();
     }
