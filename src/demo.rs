@@ -4,7 +4,9 @@
 //! sidecar and a client sidecar in process on free loopback ports, and
 //! narrates what a platform engineer wants to see: traffic through the pair,
 //! a foreign certificate refused, a kubelet-style rotation that a live
-//! connection does not notice, and the metrics that prove it.
+//! connection does not notice, a leaked identity revoked with a CRL (its live
+//! connection closed, its next handshake refused), and the metrics that
+//! prove it.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -22,7 +24,7 @@ use crate::atomic_writer::AtomicDir;
 use crate::cli::DemoArgs;
 use crate::config::{CredentialSpec, FileSpec, Mode, RouteSpec};
 use crate::identity::CertInfo;
-use crate::pki::{DevCa, Issued, LeafSpec, Role};
+use crate::pki::{serial_of, CrlSpec, DevCa, Issued, LeafSpec, Role};
 
 const CONTROLLER: &str = "controller.demo.svc";
 const REPLICA: &str = "replica-0.demo.svc";
@@ -59,12 +61,20 @@ pub async fn run(_args: &DemoArgs) -> u8 {
 }
 
 fn publish(dir: &AtomicDir, leaf: &Issued, ca_pem: &str) -> Result<()> {
-    dir.publish(&[
+    publish_with_crl(dir, leaf, ca_pem, None)
+}
+
+fn publish_with_crl(dir: &AtomicDir, leaf: &Issued, ca_pem: &str, crl: Option<&str>) -> Result<()> {
+    let mut files = vec![
         ("tls.crt", leaf.cert_pem.as_bytes()),
         ("tls.key", leaf.key_pem.as_bytes()),
         ("ca.crt", ca_pem.as_bytes()),
-    ])
-    .context("publishing a credential revision")?;
+    ];
+    if let Some(crl) = crl {
+        files.push(("ca.crl", crl.as_bytes()));
+    }
+    dir.publish(&files)
+        .context("publishing a credential revision")?;
     Ok(())
 }
 
@@ -203,11 +213,22 @@ async fn walkthrough(root: &Path) -> Result<()> {
         String::from_utf8_lossy(&reply)
     );
 
-    // 6. The metrics that show all of it.
-    println!("6. From http://{admin}/metrics:");
+    // 6. One leaked identity revoked with a CRL, the CA untouched.
+    revoke_step(&server, &server_addr, &ca, &replica_dir, &rotated, &admin).await?;
+    let reply = roundtrip(&mut live, b"the controller is not revoked").await?;
+    println!(
+        "   the controller's own connection is untouched: {:?}\n",
+        String::from_utf8_lossy(&reply)
+    );
+
+    // 7. The metrics that show all of it.
+    println!("7. From http://{admin}/metrics:");
     for prefix in [
         "mtls_sidecar_tls_handshakes_total{",
         "mtls_sidecar_tls_handshake_failures_total{route=\"replica\",reason=\"unknown_ca\"}",
+        "mtls_sidecar_tls_handshake_failures_total{route=\"replica\",reason=\"revoked\"}",
+        "mtls_sidecar_connections_closed_total{route=\"replica\",reason=\"revoked\"}",
+        "mtls_sidecar_crl_next_update_timestamp_seconds",
         "mtls_sidecar_credential_reloads_total{",
         "mtls_sidecar_cert_not_after_timestamp_seconds{",
         "mtls_sidecar_connections_active{",
@@ -221,6 +242,61 @@ async fn walkthrough(root: &Path) -> Result<()> {
     drop(live);
     client.drain().await;
     server.drain().await;
+    Ok(())
+}
+
+/// Step 6: a second controller replica's identity leaks while it has a live
+/// connection; a CRL naming its serial is published next to the Secret's
+/// files (one `..data` swap). The server sidecar closes that connection as
+/// `revoked` and refuses its next handshake.
+async fn revoke_step(
+    server: &Running,
+    server_addr: &str,
+    ca: &DevCa,
+    replica_dir: &AtomicDir,
+    replica: &Issued,
+    admin: &Addr,
+) -> Result<()> {
+    let leaked = ca.issue(&LeafSpec::dns(CONTROLLER, Role::Client, 1))?;
+    let mut doomed = connect_direct(server_addr, Some(&leaked), &ca.cert_pem).await?;
+    roundtrip(&mut doomed, b"before the leak").await?;
+    let serial_bytes = serial_of(&leaked.cert_der).context("serial of the leaked certificate")?;
+    let crl = ca.crl(&CrlSpec::new(1, vec![serial_bytes], 7))?;
+    let mut generation = server.shared.stores[0].generation();
+    publish_with_crl(replica_dir, replica, &ca.cert_pem, Some(&crl.pem))?;
+    tokio::time::timeout(STEP_TIMEOUT, generation.changed())
+        .await
+        .context("the CRL was not applied in time")??;
+    let mut buf = [0u8; 16];
+    match tokio::time::timeout(STEP_TIMEOUT, doomed.read(&mut buf)).await {
+        Ok(Ok(0)) | Ok(Err(_)) => {}
+        Ok(Ok(_)) => bail!("the revoked connection sent data instead of closing"),
+        Err(_) => bail!("the revoked connection was not closed in time"),
+    }
+    // The close is counted as the connection's task ends: poll for it.
+    let deadline = tokio::time::Instant::now() + STEP_TIMEOUT;
+    let closed = loop {
+        let prefix = "mtls_sidecar_connections_closed_total{route=\"replica\",reason=\"revoked\"}";
+        let lines = metric_lines(admin, prefix).await?;
+        if let Some(l) = lines.into_iter().find(|l| !l.ends_with(" 0")) {
+            break l;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("no connection was counted as closed for revocation");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    if !try_direct(server_addr, Some(&leaked), &ca.cert_pem).await? {
+        bail!("a revoked certificate completed a new handshake");
+    }
+    println!("6. A second controller's key leaked while it had a live connection. Instead of");
+    println!(
+        "   rotating the CA, a CRL naming its serial ({}) was published as",
+        serial(&leaked)?
+    );
+    println!("   ca.crl next to tls.crt (one more ..data swap). Within one reload interval:");
+    println!("   its live connection was closed as revoked: {closed}");
+    println!("   and its new handshake was refused (reason revoked).");
     Ok(())
 }
 
@@ -279,13 +355,29 @@ fn tls_config(ident: Option<&Issued>, ca_pem: &str) -> Result<Arc<rustls::Client
     }))
 }
 
-/// Connects straight to the server sidecar; true when it refused us.
-async fn try_direct(addr: &str, ident: Option<&Issued>, ca_pem: &str) -> Result<bool> {
+type Direct = tokio_rustls::client::TlsStream<TcpStream>;
+
+/// A TLS handshake straight with the server sidecar: the outer error is
+/// ours (no TCP connection, bad configuration), the inner one the handshake's.
+async fn handshake(
+    addr: &str,
+    ident: Option<&Issued>,
+    ca_pem: &str,
+) -> Result<std::io::Result<Direct>> {
     let tcp = TcpStream::connect(addr).await?;
     let connector = tokio_rustls::TlsConnector::from(tls_config(ident, ca_pem)?);
-    let mut tls = match connector.connect(ServerName::try_from(REPLICA)?, tcp).await {
-        Ok(t) => t,
-        Err(_) => return Ok(true),
+    Ok(connector.connect(ServerName::try_from(REPLICA)?, tcp).await)
+}
+
+/// A TLS connection straight to the server sidecar.
+async fn connect_direct(addr: &str, ident: Option<&Issued>, ca_pem: &str) -> Result<Direct> {
+    Ok(handshake(addr, ident, ca_pem).await??)
+}
+
+/// Connects straight to the server sidecar; true when it refused us.
+async fn try_direct(addr: &str, ident: Option<&Issued>, ca_pem: &str) -> Result<bool> {
+    let Ok(mut tls) = handshake(addr, ident, ca_pem).await? else {
+        return Ok(true);
     };
     // TLS 1.3 reports a refused client certificate on the first read.
     let _ = tls.write_all(b"let me in").await;
@@ -300,11 +392,7 @@ async fn try_direct(addr: &str, ident: Option<&Issued>, ca_pem: &str) -> Result<
 /// The serial of the certificate the server sidecar presents now.
 async fn served_serial(addr: &str, ca_pem: &str, ca: &DevCa) -> Result<String> {
     let probe = ca.issue(&LeafSpec::dns(CONTROLLER, Role::Client, 1))?;
-    let tcp = TcpStream::connect(addr).await?;
-    let connector = tokio_rustls::TlsConnector::from(tls_config(Some(&probe), ca_pem)?);
-    let tls = connector
-        .connect(ServerName::try_from(REPLICA)?, tcp)
-        .await?;
+    let tls = connect_direct(addr, Some(&probe), ca_pem).await?;
     let der = tls
         .get_ref()
         .1

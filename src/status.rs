@@ -12,7 +12,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use crate::config::Mode;
-use crate::credentials::{fmt_time, CredentialStore, Credentials};
+use crate::credentials::{fmt_time, CredentialStore, Credentials, CrlInfo, CrlScope};
 use crate::identity::{time_to_epoch, CertInfo, SanPolicy};
 use crate::shared::Shared;
 
@@ -223,6 +223,11 @@ pub struct StoreStatus {
     pub revision: String,
     pub identity: CertStatus,
     pub trust_anchors: Vec<AnchorStatus>,
+    /// The CRLs in force (`ca.crl` or `--crl`), one per issuer; empty when
+    /// there is none.
+    pub crls: Vec<CrlStatus>,
+    /// Which certificates of a peer's chain the CRLs judge (`--crl-scope`).
+    pub crl_scope: CrlScope,
     pub last_poll: Option<String>,
     pub last_applied: Option<String>,
     pub last_rejected: Option<Rejected>,
@@ -254,6 +259,22 @@ pub struct AnchorStatus {
     pub not_after: String,
     /// Set while an anchor removed from `ca.crt` is kept for `--trust-grace`.
     pub retire_at: Option<String>,
+}
+
+/// One CRL in force.
+#[derive(Debug, Serialize)]
+pub struct CrlStatus {
+    /// The issuing CA's distinguished name.
+    pub issuer: String,
+    /// The CRL number in decimal; absent when the CRL carries none (it is
+    /// then ordered by `this_update`).
+    pub number: Option<String>,
+    pub this_update: String,
+    pub next_update: Option<String>,
+    /// True once `next_update` has passed (the CRL is still enforced).
+    pub stale: bool,
+    /// How many serials it revokes.
+    pub revoked: usize,
 }
 
 /// The last revision the poller refused.
@@ -351,6 +372,8 @@ fn store_status(store: &CredentialStore, now: SystemTime) -> StoreStatus {
                 retire_at: a.retire_at.map(rfc),
             })
             .collect(),
+        crls: crl_statuses(&creds.trust.crls.infos, now),
+        crl_scope: creds.trust.scope,
         last_poll: st.last_poll.map(rfc),
         last_applied: st.last_applied.map(rfc),
         last_rejected: st.last_rejected_error.map(|error| Rejected {
@@ -366,6 +389,21 @@ fn store_status(store: &CredentialStore, now: SystemTime) -> StoreStatus {
         }),
         last_reload_successful: st.last_reload_successful,
     }
+}
+
+fn crl_statuses(infos: &[CrlInfo], now: SystemTime) -> Vec<CrlStatus> {
+    let t = time_to_epoch(now);
+    infos
+        .iter()
+        .map(|c| CrlStatus {
+            issuer: c.issuer.clone(),
+            number: c.number.clone(),
+            this_update: fmt_time(c.this_update),
+            next_update: c.next_update.map(fmt_time),
+            stale: c.is_stale(t),
+            revoked: c.revoked,
+        })
+        .collect()
 }
 
 fn cert_status(c: &CertInfo, now: SystemTime) -> CertStatus {

@@ -4,7 +4,9 @@
 //! CA is accepted; a live connection whose certificate a rotated CRL revokes
 //! is closed as `revoked` while another stays up; a CRL signed by another
 //! CA, a truncated CRL and an older CRL each reject the revision whole and
-//! the last good one stays in force; removing `ca.crl` re-admits.
+//! the last good one stays in force (`/status` names the CRL in force:
+//! issuer, number, thisUpdate, nextUpdate, revoked count); removing `ca.crl`
+//! re-admits.
 
 mod common;
 
@@ -265,6 +267,16 @@ async fn a_rotated_crl_closes_the_revoked_live_connection_and_only_it() {
     assert!(is_refused(&addr, &pki.ca.cert_pem, &leaked).await);
 }
 
+/// The `crls` array of the first credential store on `/status`.
+async fn crl_status(admin: &str) -> Vec<serde_json::Value> {
+    let st = status(admin).await;
+    assert_eq!(st["credentials"][0]["crl_scope"], "leaf", "{st}");
+    st["credentials"][0]["crls"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no crls array: {st}"))
+        .clone()
+}
+
 /// Polls an async condition every 10 ms until it holds; panics after
 /// [`DEADLINE`].
 async fn eventually_async<F, Fut>(mut cond: F)
@@ -290,10 +302,27 @@ async fn foreign_truncated_and_older_crls_are_rejected_and_removal_readmits() {
     let in_force = crl(&pki, 2, &[&leaked]);
     publish(&dir, &replica, &pki.ca.cert_pem, Some(&in_force.der));
     let echo = echo_target().await;
-    let sc = start_server(dir.path(), &echo.addr.to_string(), &[]).await;
+    let sc = start_server(
+        dir.path(),
+        &echo.addr.to_string(),
+        &["--admin", "127.0.0.1:0"],
+    )
+    .await;
     let addr = sc.addr("server");
+    let admin = sc.admin();
     let ca = &pki.ca.cert_pem;
     assert!(is_refused(&addr, ca, &leaked).await);
+    let in_force_status = crl_status(&admin).await;
+    assert_eq!(in_force_status.len(), 1, "{in_force_status:?}");
+    let st = &in_force_status[0];
+    assert_eq!(st["issuer"], "CN=test CA");
+    assert_eq!(st["number"], "2");
+    assert_eq!(st["revoked"], 1);
+    assert_eq!(st["stale"], false);
+    let this_update = humantime::parse_rfc3339(st["this_update"].as_str().unwrap()).unwrap();
+    let next_update = humantime::parse_rfc3339(st["next_update"].as_str().unwrap()).unwrap();
+    let now = std::time::SystemTime::now();
+    assert!(this_update <= now && now < next_update, "{st}");
 
     // Each bad CRL revokes nothing: applying it would re-admit `leaked`.
     let cases: [(&str, Vec<u8>, &str); 3] = [
@@ -329,10 +358,21 @@ async fn foreign_truncated_and_older_crls_are_rejected_and_removal_readmits() {
         );
     }
     assert_eq!(sc.log_count("applied credential revision"), 0);
+    assert_eq!(crl_status(&admin).await, in_force_status, "/status moved");
+
+    // A newer CRL (number 3, two serials) is applied and /status says so.
+    let newer = crl(&pki, 3, &[&leaked, &pki.leaf(CONTROLLER, Role::Client)]);
+    publish(&dir, &replica, ca, Some(newer.pem.as_bytes()));
+    sc.wait_log(&["applied credential revision"]).await;
+    let st = crl_status(&admin).await;
+    assert_eq!(st[0]["number"], "3", "{st:?}");
+    assert_eq!(st[0]["revoked"], 2, "{st:?}");
+    assert!(is_refused(&addr, ca, &leaked).await);
 
     // Removing ca.crl is a rotation that re-admits.
     publish(&dir, &replica, ca, None);
-    sc.wait_log(&["applied credential revision"]).await;
+    nth_log(&sc, "applied credential revision", 2).await;
+    assert!(crl_status(&admin).await.is_empty());
     let mut back = tls_connect(&addr, REPLICA, client_config(Some(&leaked), ca))
         .await
         .expect("handshake");
@@ -455,6 +495,10 @@ fn certs_revoke_writes_and_extends_a_crl_and_check_fails_a_revoked_identity() {
     ]);
     assert_eq!(code, 2, "{out}");
 
+    // Without ca.crl, check has no CRL step at all.
+    let (code, out) = run_bin(&["check", "--tls-dir", &p("leaked")]);
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("CRL"), "{out}");
     for leaf in ["leaked", "fine"] {
         std::fs::copy(&crl_path, tmp.path().join(leaf).join("ca.crl")).unwrap();
     }

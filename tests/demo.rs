@@ -1,5 +1,5 @@
 //! The README's first command works: `mtls-sidecar demo` walks through the
-//! product with no setup and exits 0 quickly.
+//! product with no setup and exits 0 quickly, revocation step included.
 
 mod common;
 
@@ -17,7 +17,12 @@ fn demo_runs_clean_and_fast() {
         "reason=\"unknown_ca\"} 1",
         "served to new handshakes",
         "the live connection never noticed",
-        "mtls_sidecar_credential_reloads_total{result=\"applied\"} 1",
+        "its live connection was closed as revoked: \
+         mtls_sidecar_connections_closed_total{route=\"replica\",reason=\"revoked\"} 1",
+        "its new handshake was refused",
+        "mtls_sidecar_tls_handshake_failures_total{route=\"replica\",reason=\"revoked\"} 1",
+        "the controller's own connection is untouched",
+        "mtls_sidecar_credential_reloads_total{result=\"applied\"} 2",
         "temporary directory is removed",
     ] {
         assert!(out.contains(step), "missing {step:?} in:\n{out}");

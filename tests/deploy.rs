@@ -359,7 +359,18 @@ fn the_sidecar_is_a_hardened_native_sidecar_with_probes() {
             ["tls.crt", "tls.key"],
             "{f}: identity from the Secret"
         );
-        assert_eq!(paths("configMap"), ["ca.crt"], "{f}: trust from the bundle");
+        assert_eq!(
+            paths("configMap"),
+            ["ca.crt", "ca.crl"],
+            "{f}: trust from the bundle, then the CRL"
+        );
+        // The CRL's ConfigMap may be absent (nothing revoked yet): a
+        // required one would keep the pod from starting.
+        let crl = sources
+            .iter()
+            .find(|s| s["configMap"]["name"].as_str() == Some("mtls-crl"))
+            .unwrap_or_else(|| panic!("{f}: no mtls-crl source"));
+        assert_eq!(crl["configMap"]["optional"].as_bool(), Some(true), "{f}");
     }
 }
 

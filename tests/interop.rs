@@ -205,28 +205,38 @@ async fn client_sidecar_talks_to_openssl_s_server() {
 /// `version` (e.g. `-tls1_2`) and requiring a client certificate from the
 /// CA in `dir`; returns it with the address it printed.
 async fn s_server(dir: &std::path::Path, version: &str) -> (Proc, String) {
+    s_server_with(dir, &[version]).await
+}
+
+/// `openssl s_server` on an ephemeral port with the identity and CA in
+/// `dir`, accepting one connection and requiring a client certificate,
+/// plus `extra` options; returns it with the address it printed.
+async fn s_server_with(dir: &std::path::Path, extra: &[&str]) -> (Proc, String) {
     // `-accept 127.0.0.1:0` binds an ephemeral port and prints it on an
     // "ACCEPT host:port" line, so there is no port to race for.
-    let server = Proc::spawn(
-        "openssl",
-        &[
-            "s_server",
-            "-accept",
-            "127.0.0.1:0",
-            "-naccept",
-            "1",
-            version,
-            "-Verify",
-            "1",
-            "-verify_return_error",
-            "-cert",
-            &path(dir, "tls.crt"),
-            "-key",
-            &path(dir, "tls.key"),
-            "-CAfile",
-            &path(dir, "ca.crt"),
-        ],
+    let (cert, key, ca) = (
+        path(dir, "tls.crt"),
+        path(dir, "tls.key"),
+        path(dir, "ca.crt"),
     );
+    let mut args = vec![
+        "s_server",
+        "-accept",
+        "127.0.0.1:0",
+        "-naccept",
+        "1",
+        "-Verify",
+        "1",
+        "-verify_return_error",
+        "-cert",
+        &cert,
+        "-key",
+        &key,
+        "-CAfile",
+        &ca,
+    ];
+    args.extend_from_slice(extra);
+    let server = Proc::spawn("openssl", &args);
     let out = server.wait_stdout("ACCEPT ").await;
     let target = out
         .lines()
@@ -351,4 +361,213 @@ async fn python_ssl_client_with_the_wrong_san_is_refused() {
         .wait_field("handshake refused", "reason", "bad_san")
         .await;
     assert_eq!(srv.echo.accepted(), 0);
+}
+
+// ---- CRLs written by `openssl ca -gencrl` ----
+
+/// A minimal `openssl ca` around the CA that `mtls_sidecar::pki` minted: its
+/// certificate and key, an index of revoked serials, and a CRL number file
+/// only when `numbered` (without one, `openssl ca` writes a CRL with no CRL
+/// number; the authority key identifier keeps it a v2 CRL, which webpki
+/// requires).
+struct OpensslCa {
+    dir: std::path::PathBuf,
+}
+
+impl OpensslCa {
+    fn new(root: &std::path::Path, pki: &Pki, numbered: bool) -> OpensslCa {
+        let dir = root.join("openssl-ca");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("ca.crt"), &pki.ca.cert_pem).unwrap();
+        std::fs::write(dir.join("ca.key"), &pki.ca.key_pem).unwrap();
+        std::fs::write(dir.join("index.txt"), "").unwrap();
+        let crlnumber = if numbered {
+            std::fs::write(dir.join("crlnumber"), "01\n").unwrap();
+            "crlnumber = $dir/crlnumber\n"
+        } else {
+            ""
+        };
+        let conf = format!(
+            "[ ca ]\ndefault_ca = CA_default\n\
+             [ CA_default ]\ndir = {}\ndatabase = $dir/index.txt\n\
+             certificate = $dir/ca.crt\nprivate_key = $dir/ca.key\n{crlnumber}\
+             default_md = sha256\ndefault_crl_days = 7\ncrl_extensions = crl_ext\n\
+             [ crl_ext ]\nauthorityKeyIdentifier = keyid:always\n",
+            dir.display()
+        );
+        std::fs::write(dir.join("openssl.cnf"), conf).unwrap();
+        OpensslCa { dir }
+    }
+
+    fn openssl(&self, args: &[&str]) -> String {
+        let cnf = path(&self.dir, "openssl.cnf");
+        let out = std::process::Command::new("openssl")
+            .arg("ca")
+            .args(["-config", &cnf, "-batch"])
+            .args(args)
+            .output()
+            .expect("run openssl ca");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "openssl ca {args:?}:\n{text}");
+        text
+    }
+
+    /// Marks `leaf` revoked in the index.
+    fn revoke(&self, leaf: &mtls_sidecar::pki::Issued) {
+        let file = self.dir.join("revoke.crt");
+        std::fs::write(&file, &leaf.cert_pem).unwrap();
+        self.openssl(&["-revoke", file.to_str().unwrap()]);
+    }
+
+    /// `openssl ca -gencrl`, with thisUpdate set when given
+    /// (`YYYYMMDDHHMMSSZ`); returns the PEM.
+    fn gencrl(&self, this_update: Option<&str>) -> String {
+        let out = path(&self.dir, "crl.pem");
+        let mut args = vec!["-gencrl", "-out", &out];
+        if let Some(t) = this_update {
+            args.extend(["-crl_lastupdate", t]);
+        }
+        self.openssl(&args);
+        std::fs::read_to_string(&out).unwrap()
+    }
+}
+
+fn have_openssl() -> bool {
+    let found = std::process::Command::new("openssl")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        println!("skipped: openssl is not installed");
+    }
+    found
+}
+
+/// Connects presenting `ident` and says whether the server let it talk: it
+/// answers a line (our echo target echoes it, `s_server -rev` reverses it)
+/// rather than failing the handshake or the first read with an alert.
+async fn admitted(addr: &str, ident: &mtls_sidecar::pki::Issued, ca_pem: &str) -> bool {
+    let Ok(mut s) = tls_connect(addr, REPLICA, client_config(Some(ident), ca_pem)).await else {
+        return false;
+    };
+    let _ = s.write_all(b"ping\n").await;
+    let _ = s.flush().await;
+    let mut buf = [0u8; 16];
+    match tokio::time::timeout(DEADLINE, s.read(&mut buf)).await {
+        Ok(Ok(0)) | Ok(Err(_)) => false,
+        Ok(Ok(_)) => true,
+        Err(_) => panic!("no answer from {addr}"),
+    }
+}
+
+/// A CRL written by `openssl ca -gencrl` is honoured by `server`, and for a
+/// revoked and a good client certificate our verdict is OpenSSL's.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_openssl_crl_gives_our_server_and_s_server_the_same_verdicts() {
+    if !have_openssl() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("interop CA");
+    let leaked = pki.leaf(CONTROLLER, Role::Client);
+    let good = pki.leaf(CONTROLLER, Role::Client);
+    let ca = OpensslCa::new(tmp.path(), &pki, true);
+    ca.revoke(&leaked);
+    let crl = ca.gencrl(None);
+    let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+    std::fs::write(dir.join("ca.crl"), &crl).unwrap();
+    let echo = echo_target().await;
+    let ours = start_server(&dir, &echo.addr.to_string(), &["--admin", "127.0.0.1:0"]).await;
+    let st = status(&ours.admin()).await;
+    let crls = &st["credentials"][0]["crls"];
+    assert_eq!(crls[0]["number"], "1", "{st}");
+    assert_eq!(crls[0]["revoked"], 1, "{st}");
+
+    let ca_pem = &pki.ca.cert_pem;
+    let crl_file = path(&dir, "ca.crl");
+    for (ident, expected) in [(&leaked, false), (&good, true)] {
+        // -rev: echo each line reversed, so an admitted client hears back.
+        let (_openssl, addr) =
+            s_server_with(&dir, &["-rev", "-crl_check", "-CRL", &crl_file]).await;
+        let theirs = admitted(&addr, ident, ca_pem).await;
+        let mine = admitted(&ours.addr("server"), ident, ca_pem).await;
+        assert_eq!(theirs, expected, "openssl s_server's verdict");
+        assert_eq!(mine, theirs, "our verdict differs from openssl's");
+    }
+    let line = ours
+        .wait_field("handshake refused", "reason", "revoked")
+        .await;
+    let serial = mtls_sidecar::identity::CertInfo::parse(&leaked.cert_der)
+        .unwrap()
+        .serial;
+    assert!(has_field(&line, "serial", &serial), "{line}");
+    assert_eq!(
+        echo.accepted(),
+        1,
+        "only the good client reaches the target"
+    );
+}
+
+/// A CRL without a CRL number (`openssl ca` with no `crlnumber` file) is
+/// ordered by thisUpdate: an older one rejects the revision, a newer one is
+/// applied.
+#[tokio::test(flavor = "multi_thread")]
+async fn crls_without_a_number_are_ordered_by_this_update() {
+    if !have_openssl() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("interop CA");
+    let leaked = pki.leaf(CONTROLLER, Role::Client);
+    let ca = OpensslCa::new(tmp.path(), &pki, false);
+    // openssl's YYYYMMDDHHMMSSZ, `secs_ago` seconds ago.
+    let day = |secs_ago: u64| {
+        let t = std::time::SystemTime::now() - std::time::Duration::from_secs(secs_ago);
+        humantime::format_rfc3339_seconds(t)
+            .to_string()
+            .replace(['-', 'T', ':'], "")
+    };
+    // In force: thisUpdate two hours ago, revoking nothing.
+    let in_force = ca.gencrl(Some(&day(7200)));
+    let server = pki.leaf(REPLICA, Role::Server);
+    let dir = mtls_sidecar::atomic_writer::AtomicDir::new(&tmp.path().join("replica")).unwrap();
+    let publish = |crl: &str| {
+        dir.publish(&[
+            ("tls.crt", server.cert_pem.as_bytes()),
+            ("tls.key", server.key_pem.as_bytes()),
+            ("ca.crt", pki.ca.cert_pem.as_bytes()),
+            ("ca.crl", crl.as_bytes()),
+        ])
+        .unwrap()
+    };
+    publish(&in_force);
+    let echo = echo_target().await;
+    let sc = start_server(
+        dir.path(),
+        &echo.addr.to_string(),
+        &["--admin", "127.0.0.1:0", "--reload-interval", "100ms"],
+    )
+    .await;
+    let st = status(&sc.admin()).await;
+    assert!(st["credentials"][0]["crls"][0]["number"].is_null(), "{st}");
+    let addr = sc.addr("server");
+    let ca_pem = &pki.ca.cert_pem;
+    assert!(admitted(&addr, &leaked, ca_pem).await);
+
+    // Older by thisUpdate (three hours ago), and it would revoke `leaked`:
+    // rejected whole, `leaked` still admitted.
+    ca.revoke(&leaked);
+    publish(&ca.gencrl(Some(&day(3 * 3600))));
+    let line = sc.wait_log(&["rejected credential revision"]).await;
+    assert!(line.contains("older than the one in force"), "{line}");
+    assert!(line.contains("thisUpdate"), "{line}");
+    assert!(admitted(&addr, &leaked, ca_pem).await);
+
+    // Newer by thisUpdate (now): applied, `leaked` refused.
+    publish(&ca.gencrl(None));
+    sc.wait_log(&["applied credential revision"]).await;
+    assert!(!admitted(&addr, &leaked, ca_pem).await);
+    sc.wait_field("handshake refused", "reason", "revoked")
+        .await;
 }

@@ -160,9 +160,7 @@ impl CrlSet {
 
     /// The CRLs whose nextUpdate is at or before `now_secs`.
     pub fn stale(&self, now_secs: i64) -> impl Iterator<Item = &CrlInfo> {
-        self.infos
-            .iter()
-            .filter(move |i| i.next_update.is_some_and(|n| n <= now_secs))
+        self.infos.iter().filter(move |i| i.is_stale(now_secs))
     }
 
     /// Every revoked entry of every CRL: (serial bytes, revocation time in
@@ -195,6 +193,11 @@ impl CrlSet {
 }
 
 impl CrlInfo {
+    /// True when its nextUpdate is at or before `now_secs`.
+    pub fn is_stale(&self, now_secs: i64) -> bool {
+        self.next_update.is_some_and(|n| n <= now_secs)
+    }
+
     /// The CRL number as big-endian bytes, when there is one.
     pub fn number_bytes(&self) -> Option<Vec<u8>> {
         self.number_value.as_ref().map(BigUint::to_bytes_be)
@@ -273,8 +276,9 @@ fn check_signed_by_anchor(
     anchors: &[(CertificateDer<'static>, CertInfo)],
     provider: &CryptoProvider,
 ) -> Result<(), CredError> {
-    let mut candidates = 0;
-    let mut last_problem = String::new();
+    // Why the last CA with the CRL's issuer name did not sign it; None while
+    // no CA has that name.
+    let mut last_problem: Option<String> = None;
     for (der, _) in anchors {
         let Ok((_, ca)) = X509Certificate::from_der(der.as_ref()) else {
             continue;
@@ -282,26 +286,21 @@ fn check_signed_by_anchor(
         if ca.subject().as_raw() != info.issuer_raw.as_slice() {
             continue;
         }
-        candidates += 1;
         if let Ok(Some(ku)) = ca.key_usage() {
             if !ku.value.crl_sign() {
-                last_problem = "its key usage does not allow signing CRLs".to_string();
+                last_problem = Some("its key usage does not allow signing CRLs".to_string());
                 continue;
             }
         }
         match verify_signature(crl, &ca, provider) {
             Ok(()) => return Ok(()),
-            Err(problem) => last_problem = problem,
+            Err(problem) => last_problem = Some(problem),
         }
     }
     Err(CredError::CrlSignature {
         path: path.to_path_buf(),
         issuer: info.issuer.clone(),
-        detail: if candidates == 0 {
-            "no CA in ca.crt has this name".to_string()
-        } else {
-            last_problem
-        },
+        detail: last_problem.unwrap_or_else(|| "no CA in ca.crt has this name".to_string()),
     })
 }
 
@@ -479,6 +478,126 @@ mod tests {
         let other = parse(crl(&b, 1, Vec::new()).pem.into_bytes(), &[&b]).unwrap();
         assert!(other.check_not_older(&in_force, path).is_ok());
         assert!(CrlSet::empty().check_not_older(&in_force, path).is_ok());
+    }
+
+    /// A DER TLV (lengths below 64 KiB).
+    fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
+        let n = content.len();
+        let mut out = vec![tag];
+        match n {
+            0..=127 => out.push(n as u8),
+            128..=255 => out.extend([0x81, n as u8]),
+            _ => out.extend([0x82, (n >> 8) as u8, n as u8]),
+        }
+        out.extend_from_slice(content);
+        out
+    }
+
+    /// A v2 CRL from `ca`, built by hand because rcgen always writes a CRL
+    /// number: its only extension is an authority key identifier (webpki
+    /// wants at least one), thisUpdate `this_update`, revoking `serials`.
+    fn crl_without_number(ca: &DevCa, this_update: SystemTime, serials: &[Vec<u8>]) -> Vec<u8> {
+        hand_made_crl(ca, this_update, serials, ECDSA_SHA256)
+    }
+
+    /// ecdsa-with-SHA256 (1.2.840.10045.4.3.2): what DevCa's P-256 key signs with.
+    const ECDSA_SHA256: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02];
+    /// Ed25519 (1.3.101.112): a signature algorithm with no P-256 variant.
+    const ED25519: &[u8] = &[0x2b, 0x65, 0x70];
+
+    /// The same, its signature algorithm field saying `alg_oid` (the
+    /// signature itself is always ECDSA P-256 with SHA-256).
+    fn hand_made_crl(
+        ca: &DevCa,
+        this_update: SystemTime,
+        serials: &[Vec<u8>],
+        alg_oid: &[u8],
+    ) -> Vec<u8> {
+        use aws_lc_rs::signature::{EcdsaKeyPair, ECDSA_P256_SHA256_ASN1_SIGNING};
+        use rustls_pki_types::PrivatePkcs8KeyDer;
+        let alg = tlv(0x30, &tlv(0x06, alg_oid));
+        let time = |t: SystemTime| {
+            let s = humantime::format_rfc3339_seconds(t)
+                .to_string()
+                .replace(['-', 'T', ':'], "");
+            tlv(0x18, s.as_bytes()) // GeneralizedTime
+        };
+        let ca_der = CertificateDer::from_pem_slice(ca.cert_pem.as_bytes()).unwrap();
+        let (_, ca_cert) = X509Certificate::from_der(ca_der.as_ref()).unwrap();
+        let mut tbs = tlv(0x02, &[1]); // v2
+        tbs.extend(&alg);
+        tbs.extend(ca_cert.subject().as_raw());
+        tbs.extend(time(this_update));
+        tbs.extend(time(this_update + Duration::from_secs(7 * 86_400)));
+        if !serials.is_empty() {
+            let entries: Vec<u8> = serials
+                .iter()
+                .flat_map(|s| tlv(0x30, &[tlv(0x02, s), time(this_update)].concat()))
+                .collect();
+            tbs.extend(tlv(0x30, &entries));
+        }
+        // authorityKeyIdentifier (2.5.29.35) { keyIdentifier [0] }: webpki
+        // and we ignore its value.
+        let aki = tlv(0x04, &tlv(0x30, &tlv(0x80, &[7; 20])));
+        let ext = tlv(0x30, &[tlv(0x06, &[0x55, 0x1d, 0x23]), aki].concat());
+        tbs.extend(tlv(0xa0, &tlv(0x30, &ext)));
+        let tbs = tlv(0x30, &tbs);
+        let key = PrivatePkcs8KeyDer::from_pem_slice(ca.key_pem.as_bytes()).unwrap();
+        let signer =
+            EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, key.secret_pkcs8_der())
+                .unwrap();
+        let sig = signer
+            .sign(&aws_lc_rs::rand::SystemRandom::new(), &tbs)
+            .unwrap();
+        let bits = tlv(0x03, &[&[0u8][..], sig.as_ref()].concat());
+        tlv(0x30, &[tbs, alg, bits].concat())
+    }
+
+    #[test]
+    fn without_a_crl_number_this_update_decides_what_is_older() {
+        let a = DevCa::new("A", 1).unwrap();
+        let path = Path::new("dir/ca.crl");
+        let now = SystemTime::now();
+        let hour = Duration::from_secs(3600);
+        let at = |t: SystemTime| parse(crl_without_number(&a, t, &[vec![9]]), &[&a]).unwrap();
+        let in_force = at(now - 2 * hour);
+        let info = &in_force.infos[0];
+        assert_eq!((info.number.as_deref(), info.revoked), (None, 1));
+        assert!(info.number_bytes().is_none());
+
+        let e = at(now - 3 * hour)
+            .check_not_older(&in_force, path)
+            .unwrap_err();
+        assert!(
+            matches!(&e, CredError::CrlOlder { this, current, .. }
+                if this.starts_with("thisUpdate ") && current.starts_with("thisUpdate ")),
+            "{e}"
+        );
+        for t in [now - 2 * hour, now - hour] {
+            assert!(at(t).check_not_older(&in_force, path).is_ok());
+        }
+
+        // One side numbered, the other not: thisUpdate decides as well.
+        let numbered = parse(crl(&a, 5, Vec::new()).pem.into_bytes(), &[&a]).unwrap();
+        assert!(at(now - hour).check_not_older(&numbered, path).is_err());
+        assert!(at(now).check_not_older(&numbered, path).is_ok());
+        assert!(numbered.check_not_older(&in_force, path).is_ok());
+        assert!(in_force.check_not_older(&numbered, path).is_err());
+    }
+
+    #[test]
+    fn a_signature_algorithm_the_provider_lacks_for_that_key_is_named() {
+        let a = DevCa::new("A", 1).unwrap();
+        let now = SystemTime::now();
+        // Positive control: the same CRL saying ecdsa-with-SHA256 is accepted.
+        assert!(parse(hand_made_crl(&a, now, &[], ECDSA_SHA256), &[&a]).is_ok());
+        // Ed25519 is a signature algorithm the provider has, but never for
+        // a P-256 key: no verifier is tried, and the reason says so.
+        let e = parse(hand_made_crl(&a, now, &[], ED25519), &[&a]).unwrap_err();
+        assert!(
+            matches!(&e, CredError::CrlSignature { detail, .. } if detail.contains("not supported for its key")),
+            "{e}"
+        );
     }
 
     #[test]
