@@ -487,20 +487,21 @@ impl RouteSpec {
                         "only valid for server routes",
                     ));
                 }
+                // A transparent route's listener is plaintext too.
+                if !listen.is_local_only() && !self.unsafe_listen {
+                    return Err(invalid(
+                        p("--listen"),
+                        format!(
+                            "{listen} is reachable from other hosts and the client side is \
+                             plaintext; listen on loopback or unix:, or pass --unsafe-listen"
+                        ),
+                    ));
+                }
                 if let Some(rules) = &transparent {
                     // Each rule carries its own; see transparent_rules.
                     server_name = None;
                     SanPolicy::OneOf(rules.all_sans())
                 } else {
-                    if !listen.is_local_only() && !self.unsafe_listen {
-                        return Err(invalid(
-                            p("--listen"),
-                            format!(
-                                "{listen} is reachable from other hosts and the client side is \
-                             plaintext; listen on loopback or unix:, or pass --unsafe-listen"
-                            ),
-                        ));
-                    }
                     let sni = match &self.server_name {
                         Some(n) => n.clone(),
                         None => target
@@ -944,6 +945,20 @@ mod tests {
             "\"10.77.0.3\"",
             "destination[0].match",
         );
+        // Its listener is plaintext: loopback unless unsafe_listen says so.
+        let wide = "listen = \"[::]:15001\"";
+        bad(
+            "listen = \"127.0.0.1:15001\"",
+            wide,
+            "reachable from other hosts",
+        );
+        let spec: FileSpec = toml::from_str(&text.replacen(
+            "listen = \"127.0.0.1:15001\"",
+            &format!("{wide}\nunsafe_listen = true"),
+            1,
+        ))
+        .unwrap();
+        assert!(spec.validate().is_ok());
         bad("mark = 0x6d74", "mark = 0", "--mark");
         bad("mark = 7", "mark = 4294967296", "--mark");
         assert!(toml::from_str::<FileSpec>(&text.replace("tls_port", "tls_prot")).is_err());
