@@ -1,5 +1,5 @@
 //! What the credential store tells the rest of the sidecar, driven in
-//! process with an injected clock: `trust_shrunk` (routes re-verify their
+//! process, each poll given the time it judges at: `trust_shrunk` (routes re-verify their
 //! live connections) fires when an anchor goes or the CRLs change and not on
 //! a plain rotation; a revision that keeps the leaf and grows the bundle is
 //! applied; a stale CRL is reported once; the CRL scope is set once for
