@@ -344,8 +344,18 @@ async fn systemd_socket_activate_keeps_the_socket_across_a_restart() {
     let mut c = served(second).await;
     assert_eq!(roundtrip(&mut c, b"mid-restart").await, b"mid-restart");
     drop(c);
-    let listening = sc.log_count(&format!("listen={addr} "));
-    assert_eq!(listening, 2, "both generations served the passed socket");
+    // The second generation's "listening" line may still be in the pipe
+    // when its connection has been served: wait for it, then count.
+    let listening = format!("listen={addr} ");
+    eventually("the second generation's listening line", || {
+        sc.log_count(&listening) >= 2
+    })
+    .await;
+    assert_eq!(
+        sc.log_count(&listening),
+        2,
+        "both generations served the passed socket"
+    );
 
     let pid = generation_pid(&sc.wait_log(&["generation 2 pid"]).await);
     // SAFETY: kill has no memory effects.
