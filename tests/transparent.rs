@@ -446,6 +446,79 @@ async fn hosts_and_apps() -> (Netns, Netns, Creds, App, App) {
     (a, b, c, app, other_port)
 }
 
+/// The destination rules both diversion tests share: the replicas' IPv4
+/// and IPv6 networks on port 2100, and a rule that covers the listener
+/// itself.
+fn replica_rules() -> String {
+    format!(
+        r#"[[route.destination]]
+match = "10.77.0.0/24:2100"
+tls_port = 6877
+expect_san = ["{REPLICA}"]
+server_name = "{REPLICA}"
+[[route.destination]]
+match = "[fd00:77::/64]:2100"
+tls_port = 6877
+expect_san = ["{REPLICA}"]
+# Covers the listener itself: only the not-redirected check refuses a
+# connection made straight to it.
+[[route.destination]]
+match = "0.0.0.0/0:15001"
+tls_port = 6877
+expect_san = ["{REPLICA}"]
+"#
+    )
+}
+
+/// IPv4 and IPv6, as the application would dial them: each echo comes
+/// back, the application sees only its server sidecar's local connections,
+/// the client logs the original destination and the address it dialed.
+async fn reaches_the_replica(app: &App, client: &Sidecar) {
+    for to in ["10.77.0.2:2100", "[fd00:77::2]:2100"] {
+        let mut s = dial(to).await;
+        assert_eq!(s.peer_addr().unwrap(), to.parse::<SocketAddr>().unwrap());
+        assert_eq!(roundtrip(&mut s, b"hello replica").await, b"hello replica");
+        drop(s);
+    }
+    eventually("two connections at the application", || {
+        app.peers().len() == 2
+    })
+    .await;
+    app.only_local_peers();
+    client
+        .wait_log(&["original_dst=[fd00:77::2]:2100", "dial=[fd00:77::2]:6877"])
+        .await;
+}
+
+/// No rule for port 2101: closed without a byte, never forwarded, logged
+/// with its original destination; straight to the listener (not
+/// redirected): the same. Two `no_destination` closes, counted.
+async fn refuses_unmatched_and_direct(client: &Sidecar, admin: &str) {
+    // No rule for port 2101: closed without a byte, never forwarded.
+    let s = dial("10.77.0.2:2101").await;
+    assert_eq!(closed_after(s, b"secret").await, b"");
+    let line = client
+        .wait_field(
+            "no destination rule matches 10.77.0.2:2101",
+            "reason",
+            "no_destination",
+        )
+        .await;
+    assert!(has_field(&line, "original_dst", "10.77.0.2:2101"), "{line}");
+
+    // Not redirected: straight to the listener.
+    let s = dial("127.0.0.1:15001").await;
+    assert_eq!(closed_after(s, b"secret").await, b"");
+    client.wait_log(&["not redirected"]).await;
+    metric_reaches(
+        admin,
+        CLOSED,
+        &[("route", "out"), ("reason", "no_destination")],
+        2.0,
+    )
+    .await;
+}
+
 // ---- The tests ----
 
 /// The controller dials replicas by their own addresses, IPv4 and IPv6; the
@@ -470,42 +543,15 @@ async fn redirected_connections_reach_the_replica_and_nothing_else_does() {
 match = "10.77.0.3:2100"
 tls_port = 6877
 expect_san = ["other.env-1.svc"]
-[[route.destination]]
-match = "10.77.0.0/24:2100"
-tls_port = 6877
-expect_san = ["{REPLICA}"]
-server_name = "{REPLICA}"
-[[route.destination]]
-match = "[fd00:77::/64]:2100"
-tls_port = 6877
-expect_san = ["{REPLICA}"]
-# Covers the listener itself: only the not-redirected check refuses a
-# connection made straight to it.
-[[route.destination]]
-match = "0.0.0.0/0:15001"
-tls_port = 6877
-expect_san = ["{REPLICA}"]
-"#
+{}"#,
+        replica_rules()
     );
     // [::]:15001 takes IPv4 (as IPv4-mapped: the IPv4 lookup) and IPv6.
     let client = client_sidecar(&a, &c, &client_config(&c, "[::]:15001", &rules)).await;
     a.enter();
     let admin = "127.0.0.1:9902";
 
-    // IPv4 and IPv6, as the application would dial them.
-    for to in ["10.77.0.2:2100", "[fd00:77::2]:2100"] {
-        let mut s = dial(to).await;
-        assert_eq!(roundtrip(&mut s, b"hello replica").await, b"hello replica");
-        drop(s);
-    }
-    eventually("two connections at the application", || {
-        app.peers().len() == 2
-    })
-    .await;
-    app.only_local_peers();
-    client
-        .wait_log(&["original_dst=[fd00:77::2]:2100", "dial=[fd00:77::2]:6877"])
-        .await;
+    reaches_the_replica(&app, &client).await;
     // Every line about a diverted connection names its original
     // destination, the close line included.
     client
@@ -530,29 +576,7 @@ expect_san = ["{REPLICA}"]
     assert_eq!(dests[2]["match"], "[fd00:77::/64]:2100");
     assert!(dests[2].get("server_name").is_none(), "{st}");
 
-    // No rule for port 2101: closed without a byte, never forwarded.
-    let s = dial("10.77.0.2:2101").await;
-    assert_eq!(closed_after(s, b"secret").await, b"");
-    let line = client
-        .wait_field(
-            "no destination rule matches 10.77.0.2:2101",
-            "reason",
-            "no_destination",
-        )
-        .await;
-    assert!(has_field(&line, "original_dst", "10.77.0.2:2101"), "{line}");
-
-    // Not redirected: straight to the listener.
-    let s = dial("127.0.0.1:15001").await;
-    assert_eq!(closed_after(s, b"secret").await, b"");
-    client.wait_log(&["not redirected"]).await;
-    metric_reaches(
-        admin,
-        CLOSED,
-        &[("route", "out"), ("reason", "no_destination")],
-        2.0,
-    )
-    .await;
+    refuses_unmatched_and_direct(&client, admin).await;
 
     // 10.77.0.3's sidecar presents the replica identity, not other.env-1.svc.
     let s = dial("10.77.0.3:2100").await;
@@ -1051,71 +1075,17 @@ async fn tproxy_diverted_connections_reach_the_replica() {
         "-6", "route", "add", "local", "::/0", "dev", "lo", "table", "100",
     ]);
 
-    let rules = format!(
-        r#"tproxy = true
-[[route.destination]]
-match = "10.77.0.0/24:2100"
-tls_port = 6877
-expect_san = ["{REPLICA}"]
-server_name = "{REPLICA}"
-[[route.destination]]
-match = "[fd00:77::/64]:2100"
-tls_port = 6877
-expect_san = ["{REPLICA}"]
-# Covers the listener itself: only the not-diverted check refuses a
-# connection made straight to it.
-[[route.destination]]
-match = "0.0.0.0/0:15001"
-tls_port = 6877
-expect_san = ["{REPLICA}"]
-"#
-    );
+    let rules = format!("tproxy = true\n{}", replica_rules());
     let client = client_sidecar(&a, &c, &client_config(&c, "[::]:15001", &rules)).await;
     a.enter();
     let admin = "127.0.0.1:9902";
 
-    for to in ["10.77.0.2:2100", "[fd00:77::2]:2100"] {
-        let mut s = dial(to).await;
-        // No NAT: the application's socket sees the address it dialed.
-        assert_eq!(s.peer_addr().unwrap(), to.parse::<SocketAddr>().unwrap());
-        assert_eq!(roundtrip(&mut s, b"hello replica").await, b"hello replica");
-        drop(s);
-    }
-    eventually("two connections at the application", || {
-        app.peers().len() == 2
-    })
-    .await;
-    app.only_local_peers();
+    reaches_the_replica(&app, &client).await;
     client
         .wait_log(&["original_dst=10.77.0.2:2100", "dial=10.77.0.2:6877"])
         .await;
-    client
-        .wait_log(&["original_dst=[fd00:77::2]:2100", "dial=[fd00:77::2]:6877"])
-        .await;
 
-    // No rule for port 2101: closed without a byte, never forwarded.
-    let s = dial("10.77.0.2:2101").await;
-    assert_eq!(closed_after(s, b"secret").await, b"");
-    let line = client
-        .wait_field(
-            "no destination rule matches 10.77.0.2:2101",
-            "reason",
-            "no_destination",
-        )
-        .await;
-    assert!(has_field(&line, "original_dst", "10.77.0.2:2101"), "{line}");
-
-    // Not diverted: straight to the listener.
-    let s = dial("127.0.0.1:15001").await;
-    assert_eq!(closed_after(s, b"secret").await, b"");
-    client.wait_log(&["not redirected"]).await;
-    metric_reaches(
-        admin,
-        CLOSED,
-        &[("route", "out"), ("reason", "no_destination")],
-        2.0,
-    )
-    .await;
+    refuses_unmatched_and_direct(&client, admin).await;
     assert!(other_port.peers().is_empty(), "port 2101 was reached");
     assert_eq!(app.peers().len(), 2, "only the two verified connections");
 }
