@@ -234,7 +234,7 @@ impl StdListener {
 /// drops SYNs, and a real peer caught in the burst waits a whole SYN
 /// retransmit (1 s). The kernel caps this at `net.core.somaxconn` (4096 by
 /// default), as it does nginx's and HAProxy's larger backlogs.
-const BACKLOG: libc::c_int = 4096;
+pub(crate) const BACKLOG: libc::c_int = 4096;
 
 /// Listens again with [`BACKLOG`]: on a listening socket, `listen` only
 /// changes the queue's length.

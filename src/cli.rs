@@ -199,6 +199,10 @@ pub struct TransparentArgs {
     /// Port of the server sidecars at the original destinations [default: the destination's port].
     #[arg(long, value_name = "PORT", requires = "transparent")]
     pub tls_port: Option<u16>,
+    /// The connections are diverted by TPROXY, not REDIRECT: the listener gets IP_TRANSPARENT
+    /// and each connection's local address is its original destination; needs CAP_NET_ADMIN.
+    #[arg(long, requires = "transparent")]
+    pub tproxy: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -421,6 +425,7 @@ impl TransparentArgs {
         let expect_san = std::mem::take(&mut route.expect_san);
         let server_name = route.server_name.take();
         route.transparent = true;
+        route.tproxy = self.tproxy;
         route.destination = self
             .destination
             .iter()

@@ -132,6 +132,10 @@ pub struct RouteConfig {
     pub transparent: Option<std::sync::Arc<crate::transparent::Destinations>>,
     /// `SO_MARK` on every outbound socket of the route (`--mark`).
     pub mark: Option<u32>,
+    /// A transparent route diverted by TPROXY (`--tproxy`): the listener
+    /// has `IP_TRANSPARENT` and each connection's local address is its
+    /// original destination.
+    pub tproxy: bool,
 }
 
 /// Process-wide settings plus the routes.
@@ -218,6 +222,10 @@ pub struct RouteSpec {
     pub destination: Vec<crate::transparent::DestinationSpec>,
     /// `SO_MARK` for the route's outbound sockets (else the top-level one).
     pub mark: Option<u64>,
+    /// Transparent routes only: the connections are diverted by TPROXY, not
+    /// REDIRECT (`--tproxy`).
+    #[serde(default)]
+    pub tproxy: bool,
     #[serde(flatten)]
     pub credentials: CredentialSpec,
 }
@@ -611,6 +619,7 @@ impl RouteSpec {
             credentials,
             transparent,
             mark: self.mark.map(|m| mark(&p("--mark"), m)).transpose()?,
+            tproxy: self.tproxy,
         })
     }
 
@@ -623,6 +632,12 @@ impl RouteSpec {
         p: &dyn Fn(&str) -> String,
     ) -> Result<Option<std::sync::Arc<crate::transparent::Destinations>>, ConfigError> {
         if !self.transparent {
+            if self.tproxy {
+                return Err(invalid(
+                    p("--tproxy"),
+                    "only valid for transparent routes (transparent = true)",
+                ));
+            }
             if !self.destination.is_empty() {
                 return Err(invalid(
                     p("destination"),
@@ -643,6 +658,13 @@ impl RouteSpec {
                 p("--listen"),
                 "a transparent route listens on TCP: redirected connections cannot \
                  arrive on a unix socket",
+            ));
+        }
+        if self.tproxy && !matches!(listen, Addr::Tcp(_)) {
+            return Err(invalid(
+                p("--listen"),
+                "a tproxy route binds its own host:port listener (IP_TRANSPARENT \
+                 is set before bind)",
             ));
         }
         if !self.expect_san.is_empty() || self.server_name.is_some() {
@@ -944,6 +966,24 @@ mod tests {
             "\"10.77.0.3:2100\"",
             "\"10.77.0.3\"",
             "destination[0].match",
+        );
+        assert!(!out.tproxy, "REDIRECT unless tproxy = true");
+        let tp: FileSpec = toml::from_str(&text.replacen(
+            "transparent = true",
+            "transparent = true\ntproxy = true",
+            1,
+        ))
+        .unwrap();
+        assert!(tp.validate().unwrap().routes[0].tproxy);
+        bad(
+            "mark = 7",
+            "mark = 7\ntproxy = true",
+            "only valid for transparent",
+        );
+        bad(
+            "listen = \"127.0.0.1:15001\"\n            transparent = true",
+            "listen = \"systemd:out\"\n            transparent = true\ntproxy = true",
+            "IP_TRANSPARENT",
         );
         // Its listener is plaintext: loopback unless unsafe_listen says so.
         let wide = "listen = \"[::]:15001\"";

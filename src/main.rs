@@ -106,6 +106,12 @@ fn serve(
             return usage_error(&e);
         }
     }
+    // So does --tproxy (IP_TRANSPARENT on the listener).
+    if settings.routes.iter().any(|r| r.tproxy) {
+        if let Err(e) = mtls_sidecar::transparent::probe_tproxy() {
+            return usage_error(&e);
+        }
+    }
     let workers = worker_count(settings.worker_threads);
     raise_fd_limit(&settings);
     for r in &settings.routes {

@@ -116,7 +116,7 @@ impl Route {
             alpn: cfg.alpn.clone(),
             spki_pins: cfg.spki_pins.clone(),
         };
-        let tls = match cfg.mode {
+        let mut tls = match cfg.mode {
             Mode::Server => {
                 let (config, policy) = crate::tls::server_config(
                     &store,
@@ -156,12 +156,25 @@ impl Route {
                 }
             }
         };
-        let listener = cfg.listen.bind_std().map_err(|source| RouteError::Bind {
+        let listener = match (&cfg.listen, cfg.tproxy) {
+            (Addr::Tcp(a), true) => crate::transparent::bind_tproxy(a),
+            _ => cfg.listen.bind_std(),
+        }
+        .map_err(|source| RouteError::Bind {
             route: cfg.name.clone(),
             addr: cfg.listen.to_string(),
             source,
         })?;
         let bound = listener.local_addr().unwrap_or_else(|_| cfg.listen.clone());
+        if let (RouteTls::Transparent(t), StdListener::Tcp(l), true) =
+            (&mut tls, &listener, cfg.tproxy)
+        {
+            t.tproxy = Some(l.local_addr().map_err(|source| RouteError::Bind {
+                route: cfg.name.clone(),
+                addr: cfg.listen.to_string(),
+                source,
+            })?);
+        }
         let route = Route {
             metrics: RouteMetrics::new(&cfg.name),
             refusal_log: crate::logsafe::RefusalLog::new(&cfg.name),
@@ -291,14 +304,9 @@ impl Route {
         peer_addr: String,
         ticket: Ticket,
     ) {
-        use crate::transparent::{dial, original_dst, resolve, NoDestination};
+        use crate::transparent::{dial, NoDestination};
         let decided = match &stream {
-            Stream::Tcp(tcp) => resolve(
-                &t.rules,
-                original_dst(tcp),
-                tcp.local_addr(),
-                tcp.peer_addr(),
-            ),
+            Stream::Tcp(tcp) => t.resolve(tcp),
             Stream::Unix(_) => Err(NoDestination::NotTcp),
         };
         let (rule, original, to) = match decided {

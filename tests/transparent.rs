@@ -446,6 +446,79 @@ async fn hosts_and_apps() -> (Netns, Netns, Creds, App, App) {
     (a, b, c, app, other_port)
 }
 
+/// The destination rules both diversion tests share: the replicas' IPv4
+/// and IPv6 networks on port 2100, and a rule that covers the listener
+/// itself.
+fn replica_rules() -> String {
+    format!(
+        r#"[[route.destination]]
+match = "10.77.0.0/24:2100"
+tls_port = 6877
+expect_san = ["{REPLICA}"]
+server_name = "{REPLICA}"
+[[route.destination]]
+match = "[fd00:77::/64]:2100"
+tls_port = 6877
+expect_san = ["{REPLICA}"]
+# Covers the listener itself: only the not-redirected check refuses a
+# connection made straight to it.
+[[route.destination]]
+match = "0.0.0.0/0:15001"
+tls_port = 6877
+expect_san = ["{REPLICA}"]
+"#
+    )
+}
+
+/// IPv4 and IPv6, as the application would dial them: each echo comes
+/// back, the application sees only its server sidecar's local connections,
+/// the client logs the original destination and the address it dialed.
+async fn reaches_the_replica(app: &App, client: &Sidecar) {
+    for to in ["10.77.0.2:2100", "[fd00:77::2]:2100"] {
+        let mut s = dial(to).await;
+        assert_eq!(s.peer_addr().unwrap(), to.parse::<SocketAddr>().unwrap());
+        assert_eq!(roundtrip(&mut s, b"hello replica").await, b"hello replica");
+        drop(s);
+    }
+    eventually("two connections at the application", || {
+        app.peers().len() == 2
+    })
+    .await;
+    app.only_local_peers();
+    client
+        .wait_log(&["original_dst=[fd00:77::2]:2100", "dial=[fd00:77::2]:6877"])
+        .await;
+}
+
+/// No rule for port 2101: closed without a byte, never forwarded, logged
+/// with its original destination; straight to the listener (not
+/// redirected): the same. Two `no_destination` closes, counted.
+async fn refuses_unmatched_and_direct(client: &Sidecar, admin: &str) {
+    // No rule for port 2101: closed without a byte, never forwarded.
+    let s = dial("10.77.0.2:2101").await;
+    assert_eq!(closed_after(s, b"secret").await, b"");
+    let line = client
+        .wait_field(
+            "no destination rule matches 10.77.0.2:2101",
+            "reason",
+            "no_destination",
+        )
+        .await;
+    assert!(has_field(&line, "original_dst", "10.77.0.2:2101"), "{line}");
+
+    // Not redirected: straight to the listener.
+    let s = dial("127.0.0.1:15001").await;
+    assert_eq!(closed_after(s, b"secret").await, b"");
+    client.wait_log(&["not redirected"]).await;
+    metric_reaches(
+        admin,
+        CLOSED,
+        &[("route", "out"), ("reason", "no_destination")],
+        2.0,
+    )
+    .await;
+}
+
 // ---- The tests ----
 
 /// The controller dials replicas by their own addresses, IPv4 and IPv6; the
@@ -470,42 +543,15 @@ async fn redirected_connections_reach_the_replica_and_nothing_else_does() {
 match = "10.77.0.3:2100"
 tls_port = 6877
 expect_san = ["other.env-1.svc"]
-[[route.destination]]
-match = "10.77.0.0/24:2100"
-tls_port = 6877
-expect_san = ["{REPLICA}"]
-server_name = "{REPLICA}"
-[[route.destination]]
-match = "[fd00:77::/64]:2100"
-tls_port = 6877
-expect_san = ["{REPLICA}"]
-# Covers the listener itself: only the not-redirected check refuses a
-# connection made straight to it.
-[[route.destination]]
-match = "0.0.0.0/0:15001"
-tls_port = 6877
-expect_san = ["{REPLICA}"]
-"#
+{}"#,
+        replica_rules()
     );
     // [::]:15001 takes IPv4 (as IPv4-mapped: the IPv4 lookup) and IPv6.
     let client = client_sidecar(&a, &c, &client_config(&c, "[::]:15001", &rules)).await;
     a.enter();
     let admin = "127.0.0.1:9902";
 
-    // IPv4 and IPv6, as the application would dial them.
-    for to in ["10.77.0.2:2100", "[fd00:77::2]:2100"] {
-        let mut s = dial(to).await;
-        assert_eq!(roundtrip(&mut s, b"hello replica").await, b"hello replica");
-        drop(s);
-    }
-    eventually("two connections at the application", || {
-        app.peers().len() == 2
-    })
-    .await;
-    app.only_local_peers();
-    client
-        .wait_log(&["original_dst=[fd00:77::2]:2100", "dial=[fd00:77::2]:6877"])
-        .await;
+    reaches_the_replica(&app, &client).await;
     // Every line about a diverted connection names its original
     // destination, the close line included.
     client
@@ -530,29 +576,7 @@ expect_san = ["{REPLICA}"]
     assert_eq!(dests[2]["match"], "[fd00:77::/64]:2100");
     assert!(dests[2].get("server_name").is_none(), "{st}");
 
-    // No rule for port 2101: closed without a byte, never forwarded.
-    let s = dial("10.77.0.2:2101").await;
-    assert_eq!(closed_after(s, b"secret").await, b"");
-    let line = client
-        .wait_field(
-            "no destination rule matches 10.77.0.2:2101",
-            "reason",
-            "no_destination",
-        )
-        .await;
-    assert!(has_field(&line, "original_dst", "10.77.0.2:2101"), "{line}");
-
-    // Not redirected: straight to the listener.
-    let s = dial("127.0.0.1:15001").await;
-    assert_eq!(closed_after(s, b"secret").await, b"");
-    client.wait_log(&["not redirected"]).await;
-    metric_reaches(
-        admin,
-        CLOSED,
-        &[("route", "out"), ("reason", "no_destination")],
-        2.0,
-    )
-    .await;
+    refuses_unmatched_and_direct(&client, admin).await;
 
     // 10.77.0.3's sidecar presents the replica identity, not other.env-1.svc.
     let s = dial("10.77.0.3:2100").await;
@@ -724,44 +748,7 @@ async fn mark_without_the_capability_exits_2_at_start_up() {
         MARK,
     ];
     let root = unsafe { libc::geteuid() } == 0;
-    let mut cmd = Command::new(bin());
-    cmd.args(args);
-    // Drops both capabilities from the bounding set of the child only:
-    // root's exec then leaves them out of its permitted set. (Not root:
-    // the process has neither to begin with.)
-    if root {
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            cmd.pre_exec(|| {
-                for cap in [12, 13] {
-                    // CAP_NET_ADMIN, CAP_NET_RAW
-                    if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
-        }
-    }
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run without the capabilities");
-    // Bounded: a sidecar that did not check would run on.
-    let deadline = std::time::Instant::now() + DEADLINE;
-    while child.try_wait().expect("try_wait").is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("started without the capability instead of exiting 2");
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    let out = child.wait_with_output().expect("output");
-    let text = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{text}");
+    let text = exits_2_without_net_caps(&args).await;
     assert!(
         text.contains("CAP_NET_ADMIN") && text.contains("--mark"),
         "{text}"
@@ -991,4 +978,185 @@ fn the_kubernetes_example_loads_the_shipped_rules() {
     ns.nft(K8S_OUTBOUND_NFT);
     let loaded = ns.nft_list(&["table", "inet", "mtls_sidecar_out"]);
     assert!(loaded.contains("meta skuid 1337 return"), "{loaded}");
+}
+
+/// Runs the binary with `args` without CAP_NET_ADMIN and CAP_NET_RAW and
+/// waits (bounded) for it to exit 2: its stderr.
+async fn exits_2_without_net_caps(args: &[&str]) -> String {
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut cmd = Command::new(bin());
+    cmd.args(args);
+    // Drops both capabilities from the bounding set of the child only:
+    // root's exec then leaves them out of its permitted set. (Not root:
+    // the process has neither to begin with.)
+    if root {
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                for cap in [12, 13] {
+                    // CAP_NET_ADMIN, CAP_NET_RAW
+                    if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+    }
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run without the capabilities");
+    // Bounded: a sidecar that did not check would run on.
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while child.try_wait().expect("try_wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("started without the capability instead of exiting 2");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let out = child.wait_with_output().expect("output");
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    text
+}
+
+// ---- TPROXY ----
+
+const OUTBOUND_TPROXY_NFT: &str =
+    include_str!("../deploy/transparent/nftables/outbound-tproxy.nft");
+
+/// The controller dials replicas by their own addresses; the shipped
+/// TPROXY rules (no NAT) mark its packets, the policy route the rules'
+/// header names sends them back in through lo, and TPROXY hands them to the
+/// `--tproxy` sidecar, whose accepted socket's local address is the
+/// original destination: it dials `original_ip:6877` with mTLS and the echo
+/// comes back. An unmatched destination and a connection straight to the
+/// listener (not diverted) are closed without a byte.
+#[tokio::test]
+async fn tproxy_diverted_connections_reach_the_replica() {
+    if skip("tproxy_diverted_connections_reach_the_replica") {
+        return;
+    }
+    let (a, b, c, app, other_port) = hosts_and_apps().await;
+    let _server = server_sidecar(&b, &c, &[]).await;
+
+    a.nft(&with_defines(
+        OUTBOUND_TPROXY_NFT,
+        &[
+            ("SIDECAR_MARK", MARK),
+            ("DIVERT_MARK", "0x1"),
+            ("SIDECAR_PORT", "15001"),
+            ("APP_PORTS", "{ 2100, 2101 }"),
+            ("APP_NETS_V4", "{ 10.77.0.0/24 }"),
+            ("APP_NETS_V6", "{ fd00:77::/64 }"),
+        ],
+    ));
+    // The policy route, as the rules' header says.
+    for v in ["-4", "-6"] {
+        a.ip(&[v, "rule", "add", "fwmark", "0x1", "lookup", "100"]);
+    }
+    a.ip(&[
+        "-4",
+        "route",
+        "add",
+        "local",
+        "0.0.0.0/0",
+        "dev",
+        "lo",
+        "table",
+        "100",
+    ]);
+    a.ip(&[
+        "-6", "route", "add", "local", "::/0", "dev", "lo", "table", "100",
+    ]);
+
+    let rules = format!("tproxy = true\n{}", replica_rules());
+    let client = client_sidecar(&a, &c, &client_config(&c, "[::]:15001", &rules)).await;
+    a.enter();
+    let admin = "127.0.0.1:9902";
+
+    reaches_the_replica(&app, &client).await;
+    client
+        .wait_log(&["original_dst=10.77.0.2:2100", "dial=10.77.0.2:6877"])
+        .await;
+
+    refuses_unmatched_and_direct(&client, admin).await;
+    assert!(other_port.peers().is_empty(), "port 2101 was reached");
+    assert_eq!(app.peers().len(), 2, "only the two verified connections");
+}
+
+/// `--tproxy` needs CAP_NET_ADMIN for IP_TRANSPARENT: without it the
+/// sidecar exits 2 at start-up saying so; `--tproxy` without
+/// `--transparent` (flag or file key) is a usage error too.
+#[tokio::test]
+async fn tproxy_without_the_capability_or_transparent_exits_2() {
+    let c = creds();
+    let args = [
+        "client",
+        "--listen",
+        "127.0.0.1:0",
+        "--transparent",
+        "--tproxy",
+        "--destination",
+        "10.77.0.0/24:2100",
+        "--expect-san",
+        REPLICA,
+        "--tls-dir",
+        &c.controller,
+    ];
+    let text = exits_2_without_net_caps(&args).await;
+    assert!(
+        text.contains("CAP_NET_ADMIN") && text.contains("--tproxy"),
+        "{text}"
+    );
+    if unsafe { libc::geteuid() } == 0 {
+        // Positive control: with the capability, it runs.
+        let sc = Sidecar::start(&args, 1).await;
+        assert!(sc.exited().is_none());
+    }
+
+    let plain = Command::new(bin())
+        .args([
+            "client",
+            "--listen",
+            "127.0.0.1:0",
+            "--target",
+            "127.0.0.1:9",
+            "--server-name",
+            REPLICA,
+            "--tls-dir",
+            &c.controller,
+            "--tproxy",
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(plain.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&plain.stderr);
+    assert!(err.contains("--transparent"), "{err}");
+
+    let path = c.root.join("tproxy.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "tls_dir = \"{}\"\n[[route]]\nmode = \"client\"\nlisten = \"127.0.0.1:0\"\n\
+             target = \"127.0.0.1:9\"\nserver_name = \"{REPLICA}\"\ntproxy = true\n",
+            c.controller
+        ),
+    )
+    .unwrap();
+    let file = Command::new(bin())
+        .args(["run", "--config", path.to_str().unwrap()])
+        .output()
+        .expect("run");
+    assert_eq!(file.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&file.stderr);
+    assert!(
+        err.contains("tproxy") && err.contains("transparent"),
+        "{err}"
+    );
 }

@@ -1,11 +1,12 @@
 //! Transparent interception: a `client` route that receives the
 //! application's own outbound connections, diverted to it by an nftables or
-//! iptables `REDIRECT`, so the application keeps dialing `replica-N:2100`
-//! and needs no per-replica configuration.
+//! iptables `REDIRECT` (or `TPROXY`, `--tproxy`), so the application keeps
+//! dialing `replica-N:2100` and needs no per-replica configuration.
 //!
 //! For each diverted connection this module reads where the application
 //! meant to go (`SO_ORIGINAL_DST`, or `IP6T_SO_ORIGINAL_DST` for IPv6,
-//! through socket2), looks that up in the route's destination rules (first
+//! through socket2; under TPROXY there is no NAT and the accepted socket's
+//! local address is the original destination), looks that up in the route's destination rules (first
 //! match wins) and says which rule applies: the sidecar then dials
 //! `original_ip:tls_port` and verifies the server against that rule's
 //! expected SANs exactly as a `client` route does. A connection no rule
@@ -107,14 +108,43 @@ pub fn resolve(
     peer: io::Result<SocketAddr>,
 ) -> Result<(usize, SocketAddr, SocketAddr), NoDestination> {
     let original = original.map_err(NoDestination::Unknown)?;
+    // Without a NAT entry the kernel reports the address as dialed, which
+    // for a direct connection is this listener.
+    let direct = local.map(unmap_sock).ok() == Some(original);
+    decide(rules, original, peer, direct)
+}
+
+/// [`resolve`] for a route diverted by TPROXY (`--tproxy`): no NAT, so the
+/// accepted socket's local address is the original destination. One made
+/// straight to `listener` (its own address, or its port on any address
+/// when it is bound to the wildcard) was not diverted and is refused.
+pub fn resolve_tproxy(
+    rules: &Destinations,
+    local: io::Result<SocketAddr>,
+    listener: SocketAddr,
+    peer: io::Result<SocketAddr>,
+) -> Result<(usize, SocketAddr, SocketAddr), NoDestination> {
+    let original = local.map(unmap_sock).map_err(NoDestination::Unknown)?;
+    let listener = unmap_sock(listener);
+    let direct = original.port() == listener.port()
+        && (listener.ip().is_unspecified() || original.ip() == listener.ip());
+    decide(rules, original, peer, direct)
+}
+
+/// The part of [`resolve`] both kinds of diversion share: the loop guard,
+/// the not-diverted refusal (`direct`), then the first matching rule.
+fn decide(
+    rules: &Destinations,
+    original: SocketAddr,
+    peer: io::Result<SocketAddr>,
+    direct: bool,
+) -> Result<(usize, SocketAddr, SocketAddr), NoDestination> {
     if let Ok(peer) = peer {
         if is_own_outbound(peer.port()) {
             return Err(NoDestination::Loop(original));
         }
     }
-    // Without a NAT entry the kernel reports the address as dialed, which
-    // for a direct connection is this listener.
-    if local.map(unmap_sock).ok() == Some(original) {
+    if direct {
         return Err(NoDestination::NotRedirected(original));
     }
     let (i, rule) = rules
@@ -252,6 +282,74 @@ pub fn probe_mark(mark: u32) -> Result<(), MarkError> {
     })
 }
 
+// ---- --tproxy ----
+
+/// `--tproxy` cannot be honoured.
+#[derive(Debug, thiserror::Error)]
+pub enum TproxyError {
+    #[error(
+        "--tproxy: setting IP_TRANSPARENT needs CAP_NET_ADMIN (or CAP_NET_RAW), which this \
+         process lacks ({0}); grant it (Kubernetes: securityContext.capabilities.add: \
+         [NET_ADMIN]) or use the REDIRECT rules without --tproxy"
+    )]
+    NoCapability(io::Error),
+    #[error("--tproxy: cannot set IP_TRANSPARENT on a probe socket: {0}")]
+    Other(io::Error),
+}
+
+impl From<io::Error> for TproxyError {
+    fn from(e: io::Error) -> TproxyError {
+        if e.kind() == io::ErrorKind::PermissionDenied {
+            TproxyError::NoCapability(e)
+        } else {
+            TproxyError::Other(e)
+        }
+    }
+}
+
+/// Sets `IP_TRANSPARENT` on a throw-away socket, so a missing capability is
+/// found at start-up (exit 2) rather than as a bind error.
+pub fn probe_tproxy() -> Result<(), TproxyError> {
+    let probe = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .map_err(TproxyError::Other)?;
+    probe.set_ip_transparent_v4(true)?;
+    Ok(())
+}
+
+/// Binds a TPROXY listener on `host_port` (each resolved address in turn):
+/// `IP_TRANSPARENT` (`IPV6_TRANSPARENT` for IPv6, which covers IPv4-mapped
+/// connections too) set before bind, so the kernel hands it connections
+/// addressed to other hosts; non-blocking, like [`crate::addr::Addr::bind_std`].
+pub fn bind_tproxy(host_port: &str) -> io::Result<crate::addr::StdListener> {
+    use socket2::{Domain, Socket, Type};
+    let mut last = None;
+    for addr in std::net::ToSocketAddrs::to_socket_addrs(host_port)? {
+        let bound = (|| {
+            let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+            match addr {
+                SocketAddr::V4(_) => sock.set_ip_transparent_v4(true)?,
+                SocketAddr::V6(_) => sock.set_ip_transparent_v6(true)?,
+            }
+            // As std's TcpListener::bind does on Unix.
+            sock.set_reuse_address(true)?;
+            sock.bind(&addr.into())?;
+            sock.listen(crate::addr::BACKLOG)?;
+            sock.set_nonblocking(true)?;
+            Ok::<_, io::Error>(std::net::TcpListener::from(sock))
+        })();
+        match bound {
+            Ok(l) => return Ok(crate::addr::StdListener::Tcp(l)),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{host_port} resolved to no address"),
+        )
+    }))
+}
+
 /// Parses a mark: decimal or `0x` hexadecimal, 1 to 2^32-1 (0 is no mark,
 /// which rules could not tell from other traffic).
 pub fn parse_mark(s: &str) -> Result<u32, String> {
@@ -280,6 +378,9 @@ pub struct Transparent {
     pub rules: Arc<Destinations>,
     pub tls: Vec<RuleTls>,
     pub log: Arc<NoDestinationLog>,
+    /// `--tproxy`: the listener's bound address (set once it is bound);
+    /// `None`: diverted by REDIRECT, read `SO_ORIGINAL_DST`.
+    pub tproxy: Option<SocketAddr>,
 }
 
 impl Transparent {
@@ -317,7 +418,28 @@ impl Transparent {
             rules,
             tls,
             log: NoDestinationLog::new(route),
+            tproxy: None,
         })
+    }
+
+    /// Decides one accepted connection: by `SO_ORIGINAL_DST` after a
+    /// REDIRECT, by its local address under `--tproxy` ([`resolve`],
+    /// [`resolve_tproxy`]).
+    pub fn resolve(
+        &self,
+        tcp: &TcpStream,
+    ) -> Result<(usize, SocketAddr, SocketAddr), NoDestination> {
+        match self.tproxy {
+            Some(listener) => {
+                resolve_tproxy(&self.rules, tcp.local_addr(), listener, tcp.peer_addr())
+            }
+            None => resolve(
+                &self.rules,
+                original_dst(tcp),
+                tcp.local_addr(),
+                tcp.peer_addr(),
+            ),
+        }
     }
 
     /// The SNI for a connection to `dial` under rule `i`: the rule's
@@ -466,6 +588,66 @@ mod tests {
                 &d,
                 Err(io::Error::from_raw_os_error(libc::ENOENT)),
                 local(),
+                peer()
+            ),
+            Err(NoDestination::Unknown(_))
+        ));
+    }
+
+    /// Under TPROXY the local address is the original destination; only a
+    /// connection to the listener's own address counts as not diverted.
+    #[test]
+    fn resolve_tproxy_reads_the_local_address() {
+        let d = Destinations::validate(
+            "",
+            &[
+                spec("0.0.0.0/0:15001", "a.svc"),
+                spec("10.0.0.0/8:2100", "a.svc"),
+            ],
+        )
+        .unwrap();
+        let lo = sa("127.0.0.1:15001");
+        let any = sa("[::]:15001");
+        let peer = || Ok(sa("127.0.0.1:40000"));
+        let r = |local: &str, listener| resolve_tproxy(&d, Ok(sa(local)), listener, peer());
+        assert_eq!(
+            r("[::ffff:10.1.2.3]:2100", any).unwrap(),
+            (1, sa("10.1.2.3:2100"), sa("10.1.2.3:2100"))
+        );
+        for (local, listener) in [
+            ("127.0.0.1:15001", lo),
+            ("[::ffff:127.0.0.1]:15001", lo),
+            ("[::ffff:10.0.0.5]:15001", any),
+            ("10.0.0.5:15001", sa("0.0.0.0:15001")),
+        ] {
+            assert!(
+                matches!(r(local, listener), Err(NoDestination::NotRedirected(_))),
+                "{local} on {listener}"
+            );
+        }
+        // The loop guard holds under TPROXY too.
+        outbound().insert(40001);
+        let _ours = Outbound(40001);
+        assert!(matches!(
+            resolve_tproxy(&d, Ok(sa("10.1.2.3:2100")), lo, Ok(sa("127.0.0.1:40001"))),
+            Err(NoDestination::Loop(_))
+        ));
+        // Another host's port 15001, diverted to a listener on 127.0.0.1.
+        assert_eq!(r("10.9.9.9:15001", lo).unwrap().0, 0);
+        // Same address, another port: diverted.
+        assert_eq!(
+            r("127.0.0.1:15002", lo).unwrap_err().original(),
+            Some(sa("127.0.0.1:15002"))
+        );
+        assert!(matches!(
+            r("10.1.2.3:2101", lo),
+            Err(NoDestination::NoRule(_))
+        ));
+        assert!(matches!(
+            resolve_tproxy(
+                &d,
+                Err(io::Error::from_raw_os_error(libc::ENOTCONN)),
+                lo,
                 peer()
             ),
             Err(NoDestination::Unknown(_))
