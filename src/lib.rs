@@ -34,6 +34,7 @@ pub mod proxy_header;
 pub mod publish;
 pub mod reason;
 pub mod reload;
+pub mod resident;
 pub mod route;
 pub mod sandbox;
 pub mod shared;

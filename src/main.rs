@@ -149,6 +149,12 @@ async fn run(prepared: app::Prepared) -> u8 {
         }
     };
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+    let released = mtls_sidecar::resident::release_startup_pages();
+    tracing::debug!(
+        segments = released.segments,
+        bytes = released.bytes,
+        "start-up code and read-only data released from the resident set"
+    );
     if let Some(every) = mtls_sidecar::systemd::watchdog_interval() {
         tokio::spawn(mtls_sidecar::systemd::watchdog(every));
     }

@@ -21,9 +21,15 @@ two sources, because neither sees everything:
 Native finds of earlier runs are kept (stale names are skipped by the
 linker: a stale list costs memory, never correctness).
 
-The list has three parts: functions both the server and the client ran, then
-those only the server ran, then those only the client ran, so each process
-maps the shared part and its own.
+Once serving, a sidecar unmaps its code (src/resident.rs), and what it runs
+from then on maps back in, a whole folio of the page cache at a time; so the
+list puts the code that serves first and start-up code after it. Each part is
+split by role: functions both the server and the client ran, then those only
+the server ran, then those only the client ran, so each process maps the
+shared part and its own. What ran after `release_startup_pages` is serving
+code (callgrind dumps its counts on entering that function; the native pass
+sees its madvise), the rest is start-up code:
+    both, server, client, start-both, start-server, start-client
 
 Needs valgrind and perf (Debian: valgrind, linux-perf). Run it after
 dependency or toolchain updates, then rebuild:
@@ -45,6 +51,10 @@ ORDER = os.path.join(ROOT, "scripts", "link-order", "symbols.txt")
 TRAIN = os.path.join(ROOT, "scripts", "link-order", "train.py")
 BINARY = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "dist", "mtls-sidecar")
 ROLES = ("server", "client")
+PHASES = ("serve", "start")
+PARTS = ("both", "server", "client", "start-both", "start-server", "start-client")
+# The function whose entry ends start-up (src/resident.rs).
+RELEASE = "release_startup_pages"
 
 
 def log(msg):
@@ -69,18 +79,32 @@ def role_of(cmdline):
     return m.group(1)
 
 
+def empty():
+    return {(r, p): set() for r in ROLES for p in PHASES}
+
+
 def callgrind_pass(work):
-    """Functions executed per role, as valgrind's CPU runs them."""
-    train(work, f"valgrind --tool=callgrind --demangle=no --callgrind-out-file={work}/callgrind.%p")
+    """Functions executed per role and phase, as valgrind's CPU runs them."""
+    train(work, f"valgrind --tool=callgrind --demangle=no --dump-before=*{RELEASE}* "
+                f"--callgrind-out-file={work}/callgrind.%p")
     defined = set(symbol_table()[1])
-    found = {r: set() for r in ROLES}
+    found = empty()
+    released = set()
     for path in glob.glob(f"{work}/callgrind.*"):
         text = open(path).read()
         role = role_of(re.search(r"^cmd: (.*)$", text, re.M).group(1))
-        found[role] |= {m for m in re.findall(r"^c?fn=\(\d+\) (.+)$", text, re.M) if m in defined}
+        trigger = re.search(r"^desc: Trigger: (.*)$", text, re.M)
+        phase = "start" if trigger and "dump-before" in trigger.group(1) else "serve"
+        if phase == "start":
+            released.add(role)
+        found[role, phase] |= {m for m in re.findall(r"^c?fn=\(\d+\) (.+)$", text, re.M) if m in defined}
     for r in ROLES:
-        if len(found[r]) < 500:
-            sys.exit(f"generate.py: the {r} executed only {len(found[r])} functions; did train.py work?")
+        if r not in released:
+            sys.exit(f"generate.py: the {r} never entered {RELEASE}; did train.py work?")
+        for p in PHASES:
+            if len(found[r, p]) < 300:
+                sys.exit(f"generate.py: the {r} executed only {len(found[r, p])} functions to {p}; "
+                         "did train.py work?")
     return found
 
 
@@ -95,67 +119,88 @@ def symbol_table():
 
 
 def fault_pass(work):
-    """Functions whose pages faulted in natively, per role: by an instruction
-    fetch, or a read of the constants aws-lc's assembly keeps in .text.
-    (Ordering .rodata tables the same way was tried: it made the read-only
-    data resident grow, not shrink.)"""
+    """Functions whose pages faulted in natively, per role and phase: by an
+    instruction fetch, or a read of the constants aws-lc's assembly keeps in
+    .text. Faults after the sidecar's own MADV_DONTNEED of its code are the
+    serving phase's. (Ordering .rodata tables the same way was tried: it
+    made the read-only data resident grow, not shrink.)"""
     addrs, names = symbol_table()
     mapping = re.compile(r"PERF_RECORD_MMAP2 .*\[0x([0-9a-f]+)\(0x([0-9a-f]+)\) @ (?:0x)?0 .*\s(\S+)$")
+    release = re.compile(r"sys_enter_madvise: start: 0x([0-9a-f]+), len_in: 0x[0-9a-f]+, behavior: 0x0*4\b")
     # A copy on tmpfs: its page cache is made of single pages, so a fault
     # maps a 64 KiB fault-around block, not a whole large folio of a disk
     # file's cache (hundreds of KiB here), and each pass sees more.
     shm = tempfile.mkdtemp(dir="/dev/shm") if os.path.isdir("/dev/shm") else tempfile.mkdtemp()
     binary = shutil.copy(BINARY, os.path.join(shm, "mtls-sidecar"))
     try:
-        train(work, f"sh -c 'exec perf record -q -e page-faults -c 1 -d -o {work}/perf.$$ \"$0\" \"$@\"'", binary)
+        train(work, "sh -c 'exec perf record -q -e page-faults -c 1 -d -e syscalls:sys_enter_madvise "
+                    f"-o {work}/perf.$$ \"$0\" \"$@\"'", binary)
     finally:
         shutil.rmtree(shm)
-    found = {r: set() for r in ROLES}
+    found = empty()
     for path in glob.glob(f"{work}/perf.*"):
         header = subprocess.run(["perf", "script", "-i", path, "--header-only"], capture_output=True, text=True).stdout
         role = role_of(re.search(r"^# cmdline : (.*)$", header, re.M).group(1))
-        out = subprocess.run(["perf", "script", "-i", path, "-F", "addr,ip", "--show-mmap-events"],
-                             capture_output=True, text=True).stdout
+        faults = subprocess.run(["perf", "script", "-i", path, "-F", "event,addr,ip", "--show-mmap-events"],
+                                capture_output=True, text=True).stdout
+        calls = subprocess.run(["perf", "script", "-i", path, "-F", "event,ip,trace"],
+                               capture_output=True, text=True).stdout
+        calls = iter([m.group(1) if (m := release.search(l)) else None
+                      for l in calls.splitlines() if "sys_enter_madvise" in l])
         base = size = None
-        for line in out.splitlines():
+        phase = "start"
+        for line in faults.splitlines():
             if base is None:
                 m = mapping.search(line)
                 if m and os.path.basename(m.group(3)) == "mtls-sidecar":
                     base, size = int(m.group(1), 16), int(m.group(2), 16)
                 continue
+            if "sys_enter_madvise" in line:
+                start = next(calls, None)
+                if start is not None and 0 <= int(start, 16) - base < 1 << 30:
+                    phase = "serve"
+                continue
             fields = line.split()
-            if len(fields) == 2 and not fields[0].startswith("PERF"):
-                addr = int(fields[0], 16) - base
+            if len(fields) == 3 and fields[0] == "page-faults:":
+                addr = int(fields[1], 16) - base
                 if 0 <= addr < size:
                     i = bisect.bisect_right(addrs, addr) - 1
                     if i >= 0:
-                        found[role].add(names[i])
+                        found[role, phase].add(names[i])
         if base is None:
             sys.exit(f"generate.py: no mapping of mtls-sidecar in {path}")
+        if phase != "serve":
+            sys.exit(f"generate.py: the {role} in {path} never released its start-up pages")
     return found
 
 
 def read_order():
-    """The previous list, by part: both, server-only, client-only."""
-    parts = {"both": set(), "server": set(), "client": set()}
+    """The previous list, by part (see PARTS)."""
+    parts = {p: set() for p in PARTS}
     part = "both"
     if os.path.exists(ORDER):
         for line in open(ORDER):
             line = line.strip()
-            if m := re.match(r"^# (both|server|client)\b", line):
-                part = m.group(1)
+            if m := re.match(r"^# (\S+)$", line):
+                part = m.group(1) if m.group(1) in parts else part
             elif line and not line.startswith("#"):
                 parts[part].add(line)
     return parts
 
 
 def write_order(found):
-    both = found["server"] & found["client"]
+    """Serving code first, by role, then start-up code by role. A function
+    that runs in both phases is serving code."""
+    serve = {r: found[r, "serve"] for r in ROLES}
+    start = {r: found[r, "start"] - serve["server"] - serve["client"] for r in ROLES}
     with open(ORDER, "w") as f:
         f.write("# Generated by scripts/link-order/generate.py; read by scripts/build-release.sh.\n")
-        for part, names in (("both", both), ("server", found["server"] - both), ("client", found["client"] - both)):
-            f.write(f"# {part}\n")
-            f.writelines(f"{n}\n" for n in sorted(names))
+        for prefix, by_role in (("", serve), ("start-", start)):
+            both = by_role["server"] & by_role["client"]
+            for part, names in (("both", both), ("server", by_role["server"] - both),
+                                ("client", by_role["client"] - both)):
+                f.write(f"# {prefix}{part}\n")
+                f.writelines(f"{n}\n" for n in sorted(names))
 
 
 def main():
@@ -170,21 +215,26 @@ def main():
     build()
     with tempfile.TemporaryDirectory() as tmp:
         found = callgrind_pass(os.path.join(tmp, "callgrind"))
-        log(f"callgrind: server {len(found['server'])}, client {len(found['client'])} functions")
+        log("callgrind: " + ", ".join(f"{r} {p} {len(found[r, p])}" for r in ROLES for p in PHASES)
+            + " functions")
         # Earlier native finds callgrind cannot see stay in their part.
-        seen = found["server"] | found["client"]
+        seen = set().union(*found.values())
         for r in ROLES:
-            found[r] |= (previous["both"] | previous[r]) - seen
+            found[r, "serve"] |= (previous["both"] | previous[r]) - seen
+            found[r, "start"] |= (previous["start-both"] | previous[f"start-{r}"]) - seen
         write_order(found)
         for n in range(1, args.passes + 1):
             build()
             faulted = fault_pass(os.path.join(tmp, f"faults-{n}"))
-            new = sum(len(faulted[r] - found[r]) for r in ROLES)
-            log(f"native pass {n}: {new} functions faulted outside the list")
-            if not new:
+            listed = {r: found[r, "serve"] | found[r, "start"] for r in ROLES}
+            new = sum(len(faulted[r, p] - listed[r]) for r in ROLES for p in PHASES)
+            moved = sum(len(faulted[r, "serve"] & found[r, "start"] - found[r, "serve"]) for r in ROLES)
+            log(f"native pass {n}: {new} functions faulted outside the list, "
+                f"{moved} start-up ones faulted while serving")
+            if not new and not moved:
                 break
-            for r in ROLES:
-                found[r] |= faulted[r]
+            for key in found:
+                found[key] |= faulted[key]
             write_order(found)
     log(f"{ORDER}: {sum(1 for l in open(ORDER) if not l.startswith('#'))} functions; "
         "now run scripts/build-release.sh")
