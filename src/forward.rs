@@ -50,8 +50,10 @@ impl Tally<'_> {
     fn add(&self, n: usize) {
         self.metric.increment(n as u64);
         self.total.fetch_add(n as u64, Ordering::Relaxed);
-        self.activity
-            .store(self.start.elapsed().as_millis() as u64, Ordering::Relaxed);
+        // Microseconds since the start (u64 holds 584,000 years of them):
+        // in milliseconds the floor made the linger up to 1 ms short.
+        let since = u64::try_from(self.start.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.activity.store(since, Ordering::Relaxed);
     }
 }
 
@@ -211,9 +213,21 @@ impl Pump {
     }
 }
 
+/// When a connection must end whatever its traffic (its peer
+/// certificate's expiry, or `--max-connection-lifetime`), and the reason
+/// it is closed with then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline {
+    pub at: Instant,
+    pub reason: CloseReason,
+}
+
 /// Forwards between `peer` (the side that connected to us, or the TLS side)
-/// and `target` until both directions end, either side fails, or a
-/// half-closed connection stays quiet for `linger`.
+/// and `target` until both directions end, either side fails, a
+/// half-closed connection stays quiet for `linger`, or `deadline` comes.
+/// One timer serves both the deadline and the linger: it is laid out in
+/// every live connection's task (~110 bytes each), and the earlier of the
+/// two is the one that fires.
 pub async fn forward<P, T>(
     mut peer: P,
     mut target: T,
@@ -221,6 +235,7 @@ pub async fn forward<P, T>(
     from_target: &Counter,
     totals: &Totals,
     linger: Duration,
+    deadline: Option<Deadline>,
 ) -> CloseReason
 where
     P: AsyncRead + AsyncWrite + Unpin,
@@ -242,8 +257,13 @@ where
     };
     let mut up = Pump::new(Side::Peer);
     let mut down = Pump::new(Side::Target);
-    let linger_timer = tokio::time::sleep(linger);
-    tokio::pin!(linger_timer);
+    // When one direction finished: from then on the other has `linger` of
+    // quiet to live.
+    let mut half_closed: Option<Instant> = None;
+    // Never later than the deadline.
+    let capped = |t: Instant| deadline.map_or(t, |d| d.at.min(t));
+    let timer = tokio::time::sleep_until(deadline.map_or(start, |d| d.at));
+    tokio::pin!(timer);
     let error = |side| match side {
         Side::Peer => CloseReason::PeerError,
         Side::Target => CloseReason::TargetError,
@@ -260,24 +280,41 @@ where
             };
             match r {
                 Poll::Ready(Err(side)) => return Poll::Ready(error(side)),
-                // Just finished: the other direction now has `linger` of
-                // quiet to live.
-                Poll::Ready(Ok(())) => linger_timer.as_mut().reset(Instant::now() + linger),
+                Poll::Ready(Ok(())) => {
+                    let now = Instant::now();
+                    half_closed = Some(now);
+                    timer.as_mut().reset(capped(now + linger));
+                }
                 Poll::Pending => {}
             }
         }
-        match (up.state == State::Done, down.state == State::Done) {
-            (true, true) => return Poll::Ready(CloseReason::Completed),
-            (false, false) => return Poll::Pending,
-            _ => {}
+        if up.state == State::Done && down.state == State::Done {
+            return Poll::Ready(CloseReason::Completed);
         }
-        while linger_timer.as_mut().poll(cx).is_ready() {
-            let last = start + Duration::from_millis(activity.load(Ordering::Relaxed));
-            let quiet_until = last.max(linger_timer.deadline() - linger) + linger;
-            if quiet_until <= Instant::now() {
-                return Poll::Ready(CloseReason::Linger);
+        if half_closed.is_none() && deadline.is_none() {
+            // Nothing to time yet: the timer is not armed.
+            return Poll::Pending;
+        }
+        while timer.as_mut().poll(cx).is_ready() {
+            let now = Instant::now();
+            if let Some(d) = deadline.filter(|d| d.at <= now) {
+                return Poll::Ready(d.reason);
             }
-            linger_timer.as_mut().reset(quiet_until);
+            let next = match half_closed {
+                Some(closed) => {
+                    let last = start
+                        .checked_add(Duration::from_micros(activity.load(Ordering::Relaxed)))
+                        .unwrap_or(now);
+                    let quiet_until = last.max(closed) + linger;
+                    if quiet_until <= now {
+                        return Poll::Ready(CloseReason::Linger);
+                    }
+                    quiet_until
+                }
+                // Fired before the deadline (a timer never does): wait on.
+                None => now + linger,
+            };
+            timer.as_mut().reset(capped(next));
         }
         Poll::Pending
     })

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use aws_lc_rs::digest;
 use common::*;
+use mtls_sidecar::reason::CloseReason;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -364,11 +365,15 @@ async fn quiet_after_ticks(
         s.read_to_end(&mut request).await.unwrap();
         for i in 0..ticks {
             tokio::time::sleep(every).await;
+            // Taken before the write: the sidecar can only see the bytes
+            // after it. (Taken after, a descheduled thread on a loaded
+            // machine made the quiet look up to 2 ms shorter than it was.)
+            let before = Instant::now();
             if s.write_all(format!("tick{i};").as_bytes()).await.is_err() {
                 return;
             }
+            *last_write.lock().unwrap() = Some(before);
         }
-        *last_write.lock().unwrap() = Some(Instant::now());
         // Never closes: only the sidecar's linger can end this connection.
         std::future::pending::<()>().await;
         drop(s);
@@ -449,6 +454,7 @@ async fn forward_flushes_every_chunk_through_buffering_writers() {
             &down,
             &t,
             Duration::from_secs(60),
+            None,
         )
         .await
     });
@@ -483,4 +489,101 @@ async fn forward_flushes_every_chunk_through_buffering_writers() {
         .unwrap()
         .unwrap();
     assert_eq!(reason.as_str(), "completed");
+}
+
+/// `forward` over in-memory pipes on a paused clock: (what the test keeps
+/// of the peer side, of the target side, the forwarding task).
+fn timed_forward(
+    linger: Duration,
+    deadline: Option<mtls_sidecar::forward::Deadline>,
+) -> (
+    tokio::io::DuplexStream,
+    tokio::io::DuplexStream,
+    tokio::task::JoinHandle<mtls_sidecar::reason::CloseReason>,
+) {
+    let (app, peer) = tokio::io::duplex(1024);
+    let (target, backend) = tokio::io::duplex(1024);
+    let task = tokio::spawn(async move {
+        let totals = mtls_sidecar::forward::Totals::default();
+        let (up, down) = (metrics::Counter::noop(), metrics::Counter::noop());
+        mtls_sidecar::forward::forward(peer, target, &up, &down, &totals, linger, deadline).await
+    });
+    (app, backend, task)
+}
+
+/// How `forward` ended, failing if it has not within a (paused) day.
+async fn ended(task: tokio::task::JoinHandle<CloseReason>) -> CloseReason {
+    tokio::time::timeout(Duration::from_secs(24 * 3600), task)
+        .await
+        .expect("forward never ended")
+        .unwrap()
+}
+
+fn deadline_in(d: Duration, reason: CloseReason) -> Option<mtls_sidecar::forward::Deadline> {
+    Some(mtls_sidecar::forward::Deadline {
+        at: tokio::time::Instant::now() + d,
+        reason,
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_connection_is_closed_at_its_deadline_with_its_reason() {
+    let (_app, _backend, task) = timed_forward(
+        Duration::from_secs(60),
+        deadline_in(Duration::from_secs(5), CloseReason::Expired),
+    );
+    let started = tokio::time::Instant::now();
+    let reason = ended(task).await;
+    assert_eq!(reason, CloseReason::Expired);
+    assert_eq!(started.elapsed().as_secs(), 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_busy_connection_is_closed_at_its_deadline_too() {
+    let (mut app, mut backend, task) = timed_forward(
+        Duration::from_secs(60),
+        deadline_in(Duration::from_secs(5), CloseReason::Lifetime),
+    );
+    let mut buf = [0u8; 4];
+    for _ in 0..20 {
+        if task.is_finished() {
+            break;
+        }
+        let _ = app.write_all(b"ping").await;
+        let _ = backend.read_exact(&mut buf).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(ended(task).await, CloseReason::Lifetime);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_cuts_a_half_close_linger_short() {
+    let (mut app, _backend, task) = timed_forward(
+        Duration::from_secs(30),
+        deadline_in(Duration::from_secs(5), CloseReason::Expired),
+    );
+    app.shutdown().await.unwrap(); // one direction ends: the linger starts
+    let started = tokio::time::Instant::now();
+    assert_eq!(ended(task).await, CloseReason::Expired);
+    assert_eq!(started.elapsed().as_secs(), 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_linger_still_ends_a_quiet_half_closed_connection_before_a_later_deadline() {
+    let (mut app, _backend, task) = timed_forward(
+        Duration::from_secs(2),
+        deadline_in(Duration::from_secs(3600), CloseReason::Expired),
+    );
+    app.shutdown().await.unwrap();
+    let started = tokio::time::Instant::now();
+    assert_eq!(ended(task).await, CloseReason::Linger);
+    assert_eq!(started.elapsed().as_secs(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_deadline_an_idle_connection_stays_open() {
+    let (_app, _backend, task) = timed_forward(Duration::from_secs(2), None);
+    tokio::time::sleep(Duration::from_secs(24 * 3600)).await;
+    assert!(!task.is_finished());
+    task.abort();
 }
