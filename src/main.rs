@@ -38,20 +38,20 @@ fn main() -> ExitCode {
             });
             serve(settings, Some(&args.config))
         }
-        Command::Check(args) => mtls_sidecar::check::run(&args),
-        Command::Certs(cmd) => mtls_sidecar::certs::run(&cmd),
+        Command::Check(args) => mtls_sidecar::ops::check::run(&args),
+        Command::Certs(cmd) => mtls_sidecar::ops::certs::run(&cmd),
         Command::Demo(args) => {
             logging::init_with_default(LogFormat::Text, "warn");
-            with_runtime(None, |rt| rt.block_on(mtls_sidecar::demo::run(&args)))
+            with_runtime(None, |rt| rt.block_on(mtls_sidecar::ops::demo::run(&args)))
         }
         Command::SandboxProbe(args) => {
             logging::init(LogFormat::Text);
             sandbox::probe::run(&args)
         }
-        Command::Health(args) => {
-            with_runtime(None, |rt| rt.block_on(mtls_sidecar::health::run(&args)))
-        }
-        Command::Publish(args) => mtls_sidecar::publish::run(&args),
+        Command::Health(args) => with_runtime(None, |rt| {
+            rt.block_on(mtls_sidecar::ops::health::run(&args))
+        }),
+        Command::Publish(args) => mtls_sidecar::ops::publish::run(&args),
     };
     ExitCode::from(code)
 }

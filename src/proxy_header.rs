@@ -367,11 +367,11 @@ mod tests {
 
     #[test]
     fn cn_is_the_peers_and_the_algorithms_are_the_local_certificates() {
-        let ca = crate::pki::DevCa::new("peer CA", 1).unwrap();
+        let ca = crate::ops::pki::DevCa::new("peer CA", 1).unwrap();
         let peer = ca
-            .issue(&crate::pki::LeafSpec::dns(
+            .issue(&crate::ops::pki::LeafSpec::dns(
                 "peer.svc",
-                crate::pki::Role::Client,
+                crate::ops::pki::Role::Client,
                 1,
             ))
             .unwrap();

@@ -424,7 +424,7 @@ mod tests {
 
     use super::*;
     use crate::credentials::CredentialSource;
-    use crate::pki::{write_secret_dir, DevCa, LeafSpec, Role};
+    use crate::ops::pki::{write_secret_dir, DevCa, LeafSpec, Role};
 
     fn store(dir: &std::path::Path) -> std::sync::Arc<CredentialStore> {
         let ca = DevCa::new("status test CA", 30).expect("CA");

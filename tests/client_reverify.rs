@@ -10,8 +10,8 @@ mod common;
 use std::time::{Duration, SystemTime};
 
 use common::*;
-use mtls_sidecar::atomic_writer::AtomicDir;
-use mtls_sidecar::pki::{write_secret_dir, Issued, LeafSpec, Role};
+use mtls_sidecar::ops::atomic_writer::AtomicDir;
+use mtls_sidecar::ops::pki::{write_secret_dir, Issued, LeafSpec, Role};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

@@ -9,7 +9,7 @@ mod support;
 use std::sync::Arc;
 
 use common::*;
-use mtls_sidecar::pki::Role;
+use mtls_sidecar::ops::pki::Role;
 use ppp::v2::{Addresses, Command, Header};
 use support::recording_target;
 use tokio::io::AsyncWriteExt;

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use common::*;
-use mtls_sidecar::pki::Role;
+use mtls_sidecar::ops::pki::Role;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::process::{Child, ChildStdin, Command};
@@ -365,7 +365,7 @@ async fn python_ssl_client_with_the_wrong_san_is_refused() {
 
 // ---- CRLs written by `openssl ca -gencrl` ----
 
-/// A minimal `openssl ca` around the CA that `mtls_sidecar::pki` minted: its
+/// A minimal `openssl ca` around the CA that `mtls_sidecar::ops::pki` minted: its
 /// certificate and key, an index of revoked serials, and a CRL number file
 /// only when `numbered` (without one, `openssl ca` writes a CRL with no CRL
 /// number; the authority key identifier keeps it a v2 CRL, which webpki
@@ -414,7 +414,7 @@ impl OpensslCa {
     }
 
     /// Marks `leaf` revoked in the index.
-    fn revoke(&self, leaf: &mtls_sidecar::pki::Issued) {
+    fn revoke(&self, leaf: &mtls_sidecar::ops::pki::Issued) {
         let file = self.dir.join("revoke.crt");
         std::fs::write(&file, &leaf.cert_pem).unwrap();
         self.openssl(&["-revoke", file.to_str().unwrap()]);
@@ -447,7 +447,7 @@ fn have_openssl() -> bool {
 /// Connects presenting `ident` and says whether the server let it talk: it
 /// answers a line (our echo target echoes it, `s_server -rev` reverses it)
 /// rather than failing the handshake or the first read with an alert.
-async fn admitted(addr: &str, ident: &mtls_sidecar::pki::Issued, ca_pem: &str) -> bool {
+async fn admitted(addr: &str, ident: &mtls_sidecar::ops::pki::Issued, ca_pem: &str) -> bool {
     let Ok(mut s) = tls_connect(addr, REPLICA, client_config(Some(ident), ca_pem)).await else {
         return false;
     };
@@ -531,7 +531,8 @@ async fn crls_without_a_number_are_ordered_by_this_update() {
     // In force: thisUpdate two hours ago, revoking nothing.
     let in_force = ca.gencrl(Some(&day(7200)));
     let server = pki.leaf(REPLICA, Role::Server);
-    let dir = mtls_sidecar::atomic_writer::AtomicDir::new(&tmp.path().join("replica")).unwrap();
+    let dir =
+        mtls_sidecar::ops::atomic_writer::AtomicDir::new(&tmp.path().join("replica")).unwrap();
     let publish = |crl: &str| {
         dir.publish(&[
             ("tls.crt", server.cert_pem.as_bytes()),

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use common::expo::Exposition;
 use common::*;
-use mtls_sidecar::atomic_writer::AtomicDir;
-use mtls_sidecar::pki::Role;
+use mtls_sidecar::ops::atomic_writer::AtomicDir;
+use mtls_sidecar::ops::pki::Role;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 

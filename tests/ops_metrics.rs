@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashMap;
 
 use common::*;
-use mtls_sidecar::pki::Role;
+use mtls_sidecar::ops::pki::Role;
 
 /// `name{labels} value` lines of a scrape, keyed by everything before the
 /// value.

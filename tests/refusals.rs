@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use common::*;
-use mtls_sidecar::pki::{Issued, LeafSpec, Role};
+use mtls_sidecar::ops::pki::{Issued, LeafSpec, Role};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mtls_sidecar::pki::{write_secret_dir, DevCa, LeafSpec, Role};
+use mtls_sidecar::ops::pki::{write_secret_dir, DevCa, LeafSpec, Role};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use mtls_sidecar::atomic_writer::AtomicDir;
-use mtls_sidecar::pki::{write_secret_dir, DevCa, LeafSpec, Role};
+use mtls_sidecar::ops::atomic_writer::AtomicDir;
+use mtls_sidecar::ops::pki::{write_secret_dir, DevCa, LeafSpec, Role};
 
 use crate::measure::{measure, Rotator};
 use crate::options::{usage, Opts, Scale};

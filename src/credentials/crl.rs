@@ -351,7 +351,7 @@ mod tests {
     use std::time::{Duration, SystemTime};
 
     use super::*;
-    use crate::pki::{serial_of, CrlSpec, DevCa, LeafSpec, Role};
+    use crate::ops::pki::{serial_of, CrlSpec, DevCa, LeafSpec, Role};
 
     fn anchors(cas: &[&DevCa]) -> Vec<(CertificateDer<'static>, CertInfo)> {
         cas.iter()
@@ -374,7 +374,7 @@ mod tests {
         CrlSet::parse(&file(bytes), &anchors(cas), &crate::crypto_provider())
     }
 
-    fn crl(ca: &DevCa, number: u64, serials: Vec<Vec<u8>>) -> crate::pki::IssuedCrl {
+    fn crl(ca: &DevCa, number: u64, serials: Vec<Vec<u8>>) -> crate::ops::pki::IssuedCrl {
         ca.crl(&CrlSpec::new(number, serials, 7)).unwrap()
     }
 

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mtls_sidecar::pki::{write_secret_dir, DevCa, Issued, LeafSpec, Role};
+use mtls_sidecar::ops::pki::{write_secret_dir, DevCa, Issued, LeafSpec, Role};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

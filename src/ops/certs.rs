@@ -22,7 +22,7 @@ use rustls_pki_types::CertificateDer;
 use crate::cli::{CertsCaArgs, CertsCommand, CertsIssueArgs, CertsRevokeArgs};
 use crate::credentials::{fmt_time, root_store, verify_chain, CA_FILE, CERT_FILE, KEY_FILE};
 use crate::identity::CertInfo;
-use crate::pki::{CrlSpec, DevCa, LeafSpec};
+use crate::ops::pki::{CrlSpec, DevCa, LeafSpec};
 
 /// The CA's private key file written by `certs ca` and read by `certs issue`.
 pub const CA_KEY_FILE: &str = "ca.key";
@@ -208,7 +208,7 @@ pub fn revoke(args: &CertsRevokeArgs) -> Result<Vec<String>, CertsError> {
             why: format!("{}: not a PEM certificate: {e}", path.display()),
         })?;
         serials.push(
-            crate::pki::serial_of(&der).ok_or_else(|| CertsError::Usage {
+            crate::ops::pki::serial_of(&der).ok_or_else(|| CertsError::Usage {
                 flag: "--cert",
                 why: format!("{}: not an X.509 certificate", path.display()),
             })?,
@@ -339,11 +339,11 @@ fn increment(n: &[u8]) -> Vec<u8> {
     out
 }
 
-fn role_name(role: crate::pki::Role) -> &'static str {
+fn role_name(role: crate::ops::pki::Role) -> &'static str {
     match role {
-        crate::pki::Role::Server => "server",
-        crate::pki::Role::Client => "client",
-        crate::pki::Role::Both => "both",
+        crate::ops::pki::Role::Server => "server",
+        crate::ops::pki::Role::Client => "client",
+        crate::ops::pki::Role::Both => "both",
     }
 }
 

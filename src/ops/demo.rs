@@ -20,11 +20,11 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::addr::Addr;
 use crate::app::{self, Running};
-use crate::atomic_writer::AtomicDir;
 use crate::cli::DemoArgs;
 use crate::config::{CredentialSpec, FileSpec, Mode, RouteSpec};
 use crate::identity::CertInfo;
-use crate::pki::{serial_of, CrlSpec, DevCa, Issued, LeafSpec, Role};
+use crate::ops::atomic_writer::AtomicDir;
+use crate::ops::pki::{serial_of, CrlSpec, DevCa, Issued, LeafSpec, Role};
 
 const CONTROLLER: &str = "controller.demo.svc";
 const REPLICA: &str = "replica-0.demo.svc";
