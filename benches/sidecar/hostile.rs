@@ -38,11 +38,10 @@ use tokio::io::AsyncWriteExt;
 
 use crate::measure::percentile;
 use crate::memory::vm_rss;
-use crate::options::Opts;
+use crate::options::{Opts, MSG};
 use crate::scenarios::{connect, generator_runtime, one_roundtrip, open_idle, wait_until_serving};
-use crate::sidecar_process::{sidecar_bin, Sidecar, Spawn};
+use crate::sidecar_process::{sidecar_bin, Sidecar, Spawn, CONTROLLER, REPLICA};
 use crate::target::Target;
-use crate::{CONTROLLER, MSG, REPLICA};
 
 /// The scenario names this module answers to.
 pub const NAMES: &[&str] = &["hostile", "scale", "flood", "churn", "preauth"];

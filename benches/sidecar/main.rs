@@ -28,6 +28,11 @@
 //! `BENCH_SCALE_CONNS`, `BENCH_FLOOD_SOCKETS`, `BENCH_PREAUTH_PEERS`); size overrides
 //! `BENCH_BULK_MB`, `BENCH_PINGS`, `BENCH_IDLE`, `BENCH_SECS_MS`,
 //! `BENCH_RELOAD_INTERVAL` (the server's `--reload-interval`).
+//!
+//! Layers, lowest first; a module imports only from layers below its own:
+//! `options`, `results`, `memory`, `sidecar_process`, `plain_forward` →
+//! `target`, `scenarios` → `rotation` → `measure` → `systems`, `hostile`,
+//! `table` → `main`.
 
 mod hostile;
 mod measure;
@@ -49,17 +54,6 @@ use options::{usage, Opts, Scale};
 use results::Row;
 use systems::{run_external, run_plain_rust, run_sidecar};
 use table::{print_table, print_targets};
-
-const CONTROLLER: &str = "controller.bench.svc";
-const REPLICA: &str = "replica-0.bench.svc";
-/// Request and response size of every round trip.
-const MSG: usize = 64;
-/// Size of the generator's bulk writes and reads.
-const IO_BUF: usize = 256 * 1024;
-/// Concurrent connections of the round-trip scenario.
-const RT_CONNS: usize = 16;
-/// Concurrent connectors of the new-connection scenario.
-const NEWCONN_CONCURRENCY: usize = 8;
 
 fn main() {
     // `cargo bench` passes --bench; `cargo test --all-targets` runs bench
