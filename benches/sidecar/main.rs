@@ -23,9 +23,9 @@
 //! run), `BENCH_WRAP` (a command prefix for the sidecars, e.g.
 //! `valgrind --tool=callgrind`), `BENCH_SIDECAR_ARGS` (extra flags for both),
 //! `BENCH_VERBOSE=1` (echo the sidecars' logs), `BENCH_ONLY=a,b` (as
-//! `--only`); `BENCH_ONLY=hostile` (or `scale`, `flood`, `preauth`) runs the
-//! hostile-load scenarios instead (`hostile.rs`; `BENCH_TRIM=off`,
-//! `BENCH_SCALE_CONNS`, `BENCH_FLOOD_SOCKETS`, `BENCH_PREAUTH_PEERS`); size overrides
+//! `--only`); `BENCH_ONLY=hostile` (or `scale`, `flood`, `churn`, `preauth`) runs the
+//! hostile-load scenarios instead (`hostile/`; `BENCH_TRIM=off`,
+//! `BENCH_SCALE_CONNS`, `BENCH_FLOOD_SOCKETS`, `BENCH_PREAUTH_PEERS`, `BENCH_CHURN`); size overrides
 //! `BENCH_BULK_MB`, `BENCH_PINGS`, `BENCH_IDLE`, `BENCH_SECS_MS`,
 //! `BENCH_RELOAD_INTERVAL` (the server's `--reload-interval`).
 //!
@@ -73,7 +73,7 @@ fn main() {
         let rows: Vec<Row> = text
             .lines()
             .filter(|l| !l.trim().is_empty())
-            // Hostile-load rows have their own shape (hostile.rs).
+            // Hostile-load rows have their own shape (hostile/mod.rs).
             .filter(|l| !l.contains("\"hostile\":true"))
             .map(|l| serde_json::from_str(l).expect("a results row"))
             .collect();
