@@ -23,11 +23,16 @@
 //! run), `BENCH_WRAP` (a command prefix for the sidecars, e.g.
 //! `valgrind --tool=callgrind`), `BENCH_SIDECAR_ARGS` (extra flags for both),
 //! `BENCH_VERBOSE=1` (echo the sidecars' logs), `BENCH_ONLY=a,b` (as
-//! `--only`); `BENCH_ONLY=hostile` (or `scale`, `flood`, `preauth`) runs the
-//! hostile-load scenarios instead (`hostile.rs`; `BENCH_TRIM=off`,
-//! `BENCH_SCALE_CONNS`, `BENCH_FLOOD_SOCKETS`, `BENCH_PREAUTH_PEERS`); size overrides
+//! `--only`); `BENCH_ONLY=hostile` (or `scale`, `flood`, `churn`, `preauth`) runs the
+//! hostile-load scenarios instead (`hostile/`; `BENCH_TRIM=off`,
+//! `BENCH_SCALE_CONNS`, `BENCH_FLOOD_SOCKETS`, `BENCH_PREAUTH_PEERS`, `BENCH_CHURN`); size overrides
 //! `BENCH_BULK_MB`, `BENCH_PINGS`, `BENCH_IDLE`, `BENCH_SECS_MS`,
 //! `BENCH_RELOAD_INTERVAL` (the server's `--reload-interval`).
+//!
+//! Layers, lowest first; a module imports only from layers below its own:
+//! `options`, `results`, `memory`, `sidecar_process`, `plain_forward` →
+//! `target`, `scenarios` → `rotation` → `measure` → `systems`, `hostile`,
+//! `table` → `main`.
 
 mod hostile;
 mod measure;
@@ -50,17 +55,6 @@ use results::Row;
 use systems::{run_external, run_plain_rust, run_sidecar};
 use table::{print_table, print_targets};
 
-const CONTROLLER: &str = "controller.bench.svc";
-const REPLICA: &str = "replica-0.bench.svc";
-/// Request and response size of every round trip.
-const MSG: usize = 64;
-/// Size of the generator's bulk writes and reads.
-const IO_BUF: usize = 256 * 1024;
-/// Concurrent connections of the round-trip scenario.
-const RT_CONNS: usize = 16;
-/// Concurrent connectors of the new-connection scenario.
-const NEWCONN_CONCURRENCY: usize = 8;
-
 fn main() {
     // `cargo bench` passes --bench; `cargo test --all-targets` runs bench
     // targets with no arguments: do nothing there rather than a long run.
@@ -79,7 +73,7 @@ fn main() {
         let rows: Vec<Row> = text
             .lines()
             .filter(|l| !l.trim().is_empty())
-            // Hostile-load rows have their own shape (hostile.rs).
+            // Hostile-load rows have their own shape (hostile/mod.rs).
             .filter(|l| !l.contains("\"hostile\":true"))
             .map(|l| serde_json::from_str(l).expect("a results row"))
             .collect();

@@ -1,21 +1,22 @@
 //! One system's run: every selected scenario through the system and direct.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::memory::rss_kib;
-use crate::options::{Opts, Scale};
+use crate::options::{Opts, Scale, RT_CONNS};
 use crate::results::{Fig, Row};
-use crate::rotation::rotation;
+use crate::rotation::{rotation, Rotator};
 use crate::scenarios::{bulk, echo, newconns, one_roundtrip, open_idle, pingpong, roundtrips};
-use crate::systems::System;
 use crate::target::Target;
-use crate::RT_CONNS;
 
-/// How the rotation scenario changes the system's server identity:
-/// `publish` a new one, `applied` counts the revisions taken in so far.
-pub struct Rotator<'a> {
-    pub publish: &'a dyn Fn(),
-    pub applied: &'a dyn Fn() -> usize,
+/// A system under test: where the generator connects, where the target
+/// must listen, and which processes make it up.
+pub struct System {
+    pub name: String,
+    pub listen: SocketAddr,
+    pub pids: Vec<u32>,
+    pub idle: usize,
 }
 
 pub fn measure(

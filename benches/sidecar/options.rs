@@ -1,9 +1,18 @@
 //! Command line and environment: the run's sizes (`Scale`) and options
-//! (`Opts`).
+//! (`Opts`), and the fixed sizes every scenario shares.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// Request and response size of every round trip.
+pub const MSG: usize = 64;
+/// Size of the generator's bulk writes and reads.
+pub const IO_BUF: usize = 256 * 1024;
+/// Concurrent connections of the round-trip scenario.
+pub const RT_CONNS: usize = 16;
+/// Concurrent connectors of the new-connection scenario.
+pub const NEWCONN_CONCURRENCY: usize = 8;
 
 #[derive(Debug, Clone)]
 pub struct Scale {

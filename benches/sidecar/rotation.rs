@@ -6,10 +6,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::measure::Rotator;
-use crate::options::Scale;
+use crate::options::{Scale, MSG};
 use crate::scenarios::connect;
-use crate::MSG;
+
+/// How the rotation scenario changes the system's server identity:
+/// `publish` a new one, `applied` counts the revisions taken in so far.
+pub struct Rotator<'a> {
+    pub publish: &'a dyn Fn(),
+    pub applied: &'a dyn Fn() -> usize,
+}
 
 /// Rotates the server identity `scale.rotations` times while long-lived
 /// connections ping-pong and new connections keep arriving; returns

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::{IO_BUF, MSG, NEWCONN_CONCURRENCY};
+use crate::options::{IO_BUF, MSG, NEWCONN_CONCURRENCY};
 
 pub fn connect(addr: SocketAddr) -> std::io::Result<TcpStream> {
     let s = TcpStream::connect(addr)?;

@@ -8,6 +8,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The SAN of the client sidecar's leaf, which the server allows.
+pub const CONTROLLER: &str = "controller.bench.svc";
+/// The SAN of the server sidecar's leaf, which the client expects.
+pub const REPLICA: &str = "replica-0.bench.svc";
+
 pub fn sidecar_bin() -> PathBuf {
     if let Ok(p) = std::env::var("MTLS_SIDECAR_BIN") {
         return p.into();

@@ -3,28 +3,18 @@
 //! pair (`--external`, see `peers.sh`).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 
 use mtls_sidecar::ops::atomic_writer::AtomicDir;
 use mtls_sidecar::ops::pki::{write_secret_dir, DevCa, LeafSpec, Role};
 
-use crate::measure::{measure, Rotator};
+use crate::measure::{measure, System};
 use crate::options::{usage, Opts, Scale};
 use crate::plain_forward::PlainForwarder;
 use crate::results::Row;
+use crate::rotation::Rotator;
 use crate::scenarios::wait_until_serving;
-use crate::sidecar_process::{sidecar_bin, Sidecar};
+use crate::sidecar_process::{sidecar_bin, Sidecar, CONTROLLER, REPLICA};
 use crate::target::Target;
-use crate::{CONTROLLER, REPLICA};
-
-/// A system under test: where the generator connects, where the target
-/// must listen, and which processes make it up.
-pub struct System {
-    pub name: String,
-    pub listen: SocketAddr,
-    pub pids: Vec<u32>,
-    pub idle: usize,
-}
 
 pub fn run_external(opts: &Opts, scale: &Scale, kv: &HashMap<String, String>) -> Row {
     let get = |k: &str| {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::IO_BUF;
+use crate::options::IO_BUF;
 
 /// The plaintext target: the first byte of a connection picks `E` (echo
 /// everything) or `S` (sink: an 8-byte little-endian length, that many
