@@ -361,11 +361,6 @@ fn client_with_suite(
 ) -> Arc<rustls::ClientConfig> {
     let mut provider = (*provider()).clone();
     provider.cipher_suites = vec![suite];
-    // OpenSSL serves a P-384 certificate over TLS 1.2 only to a client
-    // offering that curve.
-    provider
-        .kx_groups
-        .push(rustls::crypto::aws_lc_rs::kx_group::SECP384R1);
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(c.unwrap()).unwrap();
