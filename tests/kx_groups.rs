@@ -7,6 +7,7 @@
 //! `supported_groups` but never the key shares sent up front.
 
 mod common;
+mod p384;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -14,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use common::*;
-use mtls_sidecar::pki::{write_secret_dir, Issued};
+use mtls_sidecar::pki::write_secret_dir;
 use rustls::NamedGroup;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -220,37 +221,6 @@ async fn deliver_through(client: &Sidecar, server: &Openssl, line: &str) -> TcpS
     app
 }
 
-/// A P-384 CA and a P-384 `REPLICA` server leaf under it, minted here
-/// (the shared PKI issues P-256 only). Returns the leaf and the CA's PEM.
-fn p384_replica() -> (Issued, String) {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-        KeyPair, KeyUsagePurpose, PKCS_ECDSA_P384_SHA384,
-    };
-    let ca_key = KeyPair::generate_for(&PKCS_ECDSA_P384_SHA384).unwrap();
-    let mut ca = CertificateParams::default();
-    ca.distinguished_name.push(DnType::CommonName, "P-384 CA");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
-    let issuer = Issuer::new(ca, ca_key);
-    let key = KeyPair::generate_for(&PKCS_ECDSA_P384_SHA384).unwrap();
-    let mut leaf = CertificateParams::new(vec![REPLICA.to_string()]).unwrap();
-    leaf.distinguished_name.push(DnType::CommonName, REPLICA);
-    leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let cert = leaf.signed_by(&key, &issuer).unwrap();
-    let issued = Issued {
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-        cert_der: cert.der().clone(),
-    };
-    (issued, ca_pem)
-}
-
 // ---- server route ----
 
 /// A P-384-only client (`-groups secp384r1`, as a CNSA/FIPS-restricted
@@ -339,7 +309,7 @@ async fn client_route_reaches_a_p384_only_server() {
 #[tokio::test(flavor = "multi_thread")]
 async fn client_route_reaches_a_tls12_server_with_a_p384_certificate() {
     let creds = Creds::new();
-    let (replica, p384_ca) = p384_replica();
+    let (replica, p384_ca) = p384::server_identity(REPLICA);
     // Each side trusts both CAs: its peer's, and its own leaf's.
     let cas = format!("{p384_ca}{}", creds.pki.ca.cert_pem);
     let root = creds.tmp.path();
