@@ -39,7 +39,17 @@ pub mod transparent;
 
 /// The crypto provider every TLS config and verifier in the process uses:
 /// aws-lc-rs, key exchange preferring the post-quantum hybrid X25519MLKEM768,
-/// then X25519 and P-256.
+/// then X25519, P-256 and P-384.
+///
+/// The order is our preference; a client sends key shares for the first
+/// group only (plus X25519, which the hybrid contains), so the later groups
+/// grow `supported_groups` by two bytes each, never the key shares: a peer
+/// that takes only P-256 or P-384 costs one HelloRetryRequest. P-384 is
+/// there for CNSA/FIPS-restricted peers that offer nothing else, and
+/// because OpenSSL serves an ECDSA P-384 certificate over TLS 1.2 only to a
+/// client listing that curve (RFC 8422 §5.1). P-521 is not offered:
+/// rustls' aws-lc-rs provider has no P-521 group (we would have to write
+/// one), and CNSA asks for P-384, not P-521.
 pub fn crypto_provider() -> std::sync::Arc<rustls::crypto::CryptoProvider> {
     use rustls::crypto::aws_lc_rs::{self, kx_group};
     std::sync::Arc::new(rustls::crypto::CryptoProvider {
@@ -47,6 +57,7 @@ pub fn crypto_provider() -> std::sync::Arc<rustls::crypto::CryptoProvider> {
             kx_group::X25519MLKEM768,
             kx_group::X25519,
             kx_group::SECP256R1,
+            kx_group::SECP384R1,
         ],
         ..aws_lc_rs::default_provider()
     })

@@ -8,6 +8,10 @@
 //! `openssl ciphers -stdname`; unix listeners send `LOCAL`.
 
 mod common;
+// A server identity unlike the client's: an ECDSA P-384 key certified by
+// a P-384 CA (the client's is P-256 under a P-256 CA), so a header naming
+// the wrong certificate's algorithms shows.
+mod p384;
 #[path = "handoff/support.rs"]
 mod support;
 
@@ -361,11 +365,6 @@ fn client_with_suite(
 ) -> Arc<rustls::ClientConfig> {
     let mut provider = (*provider()).clone();
     provider.cipher_suites = vec![suite];
-    // OpenSSL serves a P-384 certificate over TLS 1.2 only to a client
-    // offering that curve.
-    provider
-        .kx_groups
-        .push(rustls::crypto::aws_lc_rs::kx_group::SECP384R1);
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(c.unwrap()).unwrap();
@@ -585,34 +584,6 @@ backend recorder
     )
 }
 
-/// A server identity unlike the client's: an ECDSA P-384 key certified by
-/// a P-384 CA (the client's is P-256 under a P-256 CA), so a header naming
-/// the wrong certificate's algorithms shows. Returns the leaf and the CA.
-fn p384_server_identity() -> (Issued, String) {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-        KeyPair, PKCS_ECDSA_P384_SHA384,
-    };
-    let ca_key = KeyPair::generate_for(&PKCS_ECDSA_P384_SHA384).unwrap();
-    let mut ca = CertificateParams::default();
-    ca.distinguished_name
-        .push(DnType::CommonName, "P-384 server CA");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
-    let issuer = Issuer::new(ca, ca_key);
-    let key = KeyPair::generate_for(&PKCS_ECDSA_P384_SHA384).unwrap();
-    let mut leaf = CertificateParams::new(vec![REPLICA.to_string()]).unwrap();
-    leaf.distinguished_name.push(DnType::CommonName, REPLICA);
-    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let cert = leaf.signed_by(&key, &issuer).unwrap();
-    let issued = Issued {
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-        cert_der: cert.der().clone(),
-    };
-    (issued, ca_pem)
-}
-
 /// The `PP2_TYPE_SSL` value is what HAProxy sends for the same handshake:
 /// the same client certificate, server certificate and cipher suite (one
 /// TLS 1.3, one TLS 1.2), the same flags, verify result and sub-TLV values
@@ -623,7 +594,7 @@ async fn the_ssl_tlv_is_what_haproxy_sends_for_the_same_handshake() {
     let tmp = tempfile::tempdir().unwrap();
     let clients = Pki::new("client CA");
     let controller = clients.leaf(CONTROLLER, Role::Client);
-    let (server, server_ca) = p384_server_identity();
+    let (server, server_ca) = p384::server_identity(REPLICA);
     // The sidecar's bundle holds its own CA (its leaf must chain to it) and
     // the clients' CA.
     let dir = tmp.path().join("replica");
