@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use common::*;
-use mtls_sidecar::pki::write_secret_dir;
+use mtls_sidecar::ops::pki::write_secret_dir;
 use rustls::NamedGroup;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
