@@ -21,11 +21,11 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::addr::{Addr, StdListener};
+use crate::admin::shared::Shared;
 use crate::config::{Mode, Settings};
 use crate::credentials::{CredError, CredentialStore};
 use crate::reason::{CloseReason, FailureReason};
 use crate::route::{Route, RouteError};
-use crate::shared::Shared;
 use crate::systemd::SystemdError;
 
 /// Why the process could not start.

@@ -31,8 +31,6 @@ pub mod reload;
 pub mod resident;
 pub mod route;
 pub mod sandbox;
-pub mod shared;
-pub mod status;
 pub mod systemd;
 pub mod tls;
 pub mod transparent;

@@ -11,9 +11,11 @@
 //! stuck ones, and when the connection cap is reached the newcomer is
 //! always admitted while the most stuck connection is closed. HTTP/1.1 only
 //! (hyper), plain text except `/status` (JSON); the documents themselves
-//! are built in [`crate::status`].
+//! are built in [`status`] from what the app exposes in [`shared`].
 
 mod admission;
+pub mod shared;
+pub mod status;
 mod tracked;
 
 use std::convert::Infallible;
@@ -33,7 +35,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 
 use crate::addr::{Listener, Stream};
-use crate::shared::Shared;
+use crate::admin::shared::Shared;
 use admission::{Admission, Eviction, Expiry, Track};
 use tracked::Tracked;
 
@@ -380,7 +382,7 @@ pub fn respond(shared: &Shared, method: &Method, path: &str) -> Response<Full<By
         "/metrics" => body(StatusCode::OK, PROMETHEUS_TEXT, shared.metrics.render()),
         "/livez" => text(StatusCode::OK, "ok\n".to_string()),
         "/readyz" => {
-            let r = crate::status::readiness(shared, now);
+            let r = crate::admin::status::readiness(shared, now);
             let code = if r.ready {
                 StatusCode::OK
             } else {
@@ -388,7 +390,7 @@ pub fn respond(shared: &Shared, method: &Method, path: &str) -> Response<Full<By
             };
             text(code, format!("{}\n", r.detail))
         }
-        _ => match serde_json::to_string_pretty(&crate::status::status(shared, now)) {
+        _ => match serde_json::to_string_pretty(&crate::admin::status::status(shared, now)) {
             Ok(json) => body(StatusCode::OK, JSON, json + "\n"),
             Err(e) => text(
                 StatusCode::INTERNAL_SERVER_ERROR,
