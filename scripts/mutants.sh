@@ -33,10 +33,10 @@ declare -A TARGETS=(
     [src/credentials/trust.rs]="--test trust_anchors --test store"
     [src/credentials/store.rs]="--test store --test store_signals"
     [src/credentials/crl.rs]="--lib --test crl"
-    [src/transparent.rs]="--lib --test transparent"
-    [src/transparent/]="--lib --test transparent"
-    [src/proxy_header.rs]="--lib --test handoff"
-    [src/pin.rs]="--lib --test handoff --test refusals"
+    [src/proxy/transparent.rs]="--lib --test transparent"
+    [src/proxy/transparent/]="--lib --test transparent"
+    [src/proxy/proxy_header.rs]="--lib --test handoff"
+    [src/identity/pin.rs]="--lib --test handoff --test refusals"
 )
 # The order they run and are reported in (the order of docs/mutants.md).
 ORDER=(
@@ -46,10 +46,10 @@ ORDER=(
     src/credentials/trust.rs
     src/credentials/store.rs
     src/credentials/crl.rs
-    src/transparent.rs
-    src/transparent/
-    src/proxy_header.rs
-    src/pin.rs
+    src/proxy/transparent.rs
+    src/proxy/transparent/
+    src/proxy/proxy_header.rs
+    src/identity/pin.rs
 )
 DOC=docs/mutants.md
 
@@ -89,7 +89,12 @@ entry_of() {
 # The .rs files of an entry as they are in the tree now (none: absent).
 files_of() {
     case "$1" in
-    */) [ -d "$1" ] && find "$1" -name '*.rs' | sort ;;
+    */)
+        # A file with an entry of its own is mutated under that entry only.
+        [ -d "$1" ] && find "$1" -name '*.rs' | sort | while IFS= read -r f; do
+            [ -n "${TARGETS[$f]+x}" ] || echo "$f"
+        done
+        ;;
     *) [ -f "$1" ] && echo "$1" ;;
     esac
     return 0

@@ -20,12 +20,12 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::addr::{Addr, StdListener};
 use crate::admin::shared::Shared;
 use crate::config::{Mode, Settings};
 use crate::credentials::{CredError, CredentialStore};
+use crate::proxy::addr::{Addr, StdListener};
+use crate::proxy::route::{Route, RouteError};
 use crate::reason::{CloseReason, FailureReason};
-use crate::route::{Route, RouteError};
 use crate::systemd::SystemdError;
 
 /// Why the process could not start.
@@ -227,11 +227,11 @@ impl Prepared {
         let mut tasks = Vec::new();
         let mut wakes = Vec::new();
         let all: Arc<[Arc<CredentialStore>]> = stores.clone().into();
-        crate::reload::publish_expiry(&all);
+        crate::credentials::reload::publish_expiry(&all);
         for store in &stores {
             let wake = Arc::new(Notify::new());
             wakes.push(wake.clone());
-            tasks.push(tokio::spawn(crate::reload::run(
+            tasks.push(tokio::spawn(crate::credentials::reload::run(
                 store.clone(),
                 all.clone(),
                 reload_interval,

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::addr::Addr;
 use crate::credentials::{CredentialSource, CrlScope};
 use crate::identity::{SanPattern, SanPolicy};
+use crate::proxy::addr::Addr;
 use crate::sandbox::SandboxMode;
 
 /// How long a connection half-closed by one side may stay quiet before it
@@ -129,7 +129,7 @@ pub struct RouteConfig {
     pub credentials: CredentialSource,
     /// Client only: a transparent route's destination rules (it has no
     /// target of its own; `target` then only labels it).
-    pub transparent: Option<std::sync::Arc<crate::transparent::Destinations>>,
+    pub transparent: Option<std::sync::Arc<crate::proxy::transparent::Destinations>>,
     /// `SO_MARK` on every outbound socket of the route (`--mark`).
     pub mark: Option<u32>,
     /// A transparent route diverted by TPROXY (`--tproxy`): the listener
@@ -219,7 +219,7 @@ pub struct RouteSpec {
     #[serde(default)]
     pub transparent: bool,
     #[serde(default)]
-    pub destination: Vec<crate::transparent::DestinationSpec>,
+    pub destination: Vec<crate::proxy::transparent::DestinationSpec>,
     /// `SO_MARK` for the route's outbound sockets (else the top-level one).
     pub mark: Option<u64>,
     /// Transparent routes only: the connections are diverted by TPROXY, not
@@ -368,7 +368,7 @@ impl CredentialSpec {
 fn spki_pins(field: &str, list: &[String]) -> Result<Vec<[u8; 32]>, ConfigError> {
     list.iter()
         .map(|s| {
-            crate::pin::parse(s).ok_or_else(|| {
+            crate::identity::pin::parse(s).ok_or_else(|| {
                 invalid(
                     field,
                     format!("{s:?} is not a base64 SHA-256 pin (44 characters)"),
@@ -436,7 +436,7 @@ impl RouteSpec {
                      original destination, by the destination rules",
                 ))
             }
-            (Some(_), None) => Addr::Tcp(crate::transparent::TARGET_LABEL.to_string()),
+            (Some(_), None) => Addr::Tcp(crate::proxy::transparent::TARGET_LABEL.to_string()),
             (None, t) => t
                 .ok_or_else(|| invalid(p("--target"), "required"))?
                 .parse()
@@ -630,7 +630,7 @@ impl RouteSpec {
         mode: Mode,
         listen: &Addr,
         p: &dyn Fn(&str) -> String,
-    ) -> Result<Option<std::sync::Arc<crate::transparent::Destinations>>, ConfigError> {
+    ) -> Result<Option<std::sync::Arc<crate::proxy::transparent::Destinations>>, ConfigError> {
         if !self.transparent {
             if self.tproxy {
                 return Err(invalid(
@@ -674,7 +674,7 @@ impl RouteSpec {
                  [[route.destination]] rule",
             ));
         }
-        let rules = crate::transparent::Destinations::validate(&p(""), &self.destination)
+        let rules = crate::proxy::transparent::Destinations::validate(&p(""), &self.destination)
             .map_err(|e| invalid(e.field, e.why))?;
         Ok(Some(std::sync::Arc::new(rules)))
     }

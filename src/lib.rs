@@ -3,37 +3,36 @@
 //! Data flows one way through the modules:
 //! [`config`] → [`credentials`] (loaded, validated, swapped atomically) →
 //! [`tls`] (configs that read the current credentials on every handshake) →
-//! [`route`] (accept, handshake in its own task) → [`forward`] (copy, flush,
-//! half-close), with [`metrics`] observing all of it.
+//! [`proxy`] (accept, handshake in its own task, copy, flush, half-close),
+//! with [`metrics`] observing all of it.
+//!
+//! Imports point down this order (`tests/layers.rs` checks it):
+//! [`ops`] (the operator's tools) → [`app`] and [`sandbox`] (one process)
+//! → [`admin`] (what observers see) → [`proxy`] (the data path) →
+//! [`config`] and [`cli`] (what the user asked) → [`tls`] →
+//! [`credentials`] → the leaves: [`metrics`], [`reason`], [`identity`],
+//! [`logging`], [`logsafe`], [`systemd`], [`memtrim`], [`fdlimit`],
+//! [`resident`], [`process_metrics`].
 
-pub mod addr;
 pub mod admin;
 pub mod app;
 pub mod cli;
 pub mod config;
-pub mod conn;
 pub mod credentials;
 pub mod fdlimit;
-pub mod forward;
 pub mod identity;
 pub mod logging;
 pub mod logsafe;
 pub mod memtrim;
 pub mod metrics;
 pub mod ops;
-pub mod pending;
-pub mod pin;
-pub mod preauth;
 pub mod process_metrics;
-pub mod proxy_header;
+pub mod proxy;
 pub mod reason;
-pub mod reload;
 pub mod resident;
-pub mod route;
 pub mod sandbox;
 pub mod systemd;
 pub mod tls;
-pub mod transparent;
 
 /// The crypto provider every TLS config and verifier in the process uses:
 /// aws-lc-rs, key exchange preferring the post-quantum hybrid X25519MLKEM768,

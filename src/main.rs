@@ -102,13 +102,13 @@ fn serve(
     };
     // --mark needs a capability: find out now, not on the first connection.
     for mark in settings.routes.iter().filter_map(|r| r.mark) {
-        if let Err(e) = mtls_sidecar::transparent::probe_mark(mark) {
+        if let Err(e) = mtls_sidecar::proxy::transparent::probe_mark(mark) {
             return usage_error(&e);
         }
     }
     // So does --tproxy (IP_TRANSPARENT on the listener).
     if settings.routes.iter().any(|r| r.tproxy) {
-        if let Err(e) = mtls_sidecar::transparent::probe_tproxy() {
+        if let Err(e) = mtls_sidecar::proxy::transparent::probe_tproxy() {
             return usage_error(&e);
         }
     }

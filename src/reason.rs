@@ -74,7 +74,7 @@ impl FailureReason {
             if let Some(tls) = inner.downcast_ref::<TlsError>() {
                 return FailureReason::from_tls(tls);
             }
-            if inner.is::<crate::preauth::HandshakeTooLarge>() {
+            if inner.is::<crate::proxy::preauth::HandshakeTooLarge>() {
                 return FailureReason::Protocol;
             }
         }
@@ -101,7 +101,7 @@ impl FailureReason {
                 | CertificateError::NotValidYet
                 | CertificateError::NotValidYetContext { .. } => FailureReason::Expired,
                 CertificateError::Revoked => FailureReason::Revoked,
-                CertificateError::Other(o) if o.0.is::<crate::pin::PinMismatch>() => {
+                CertificateError::Other(o) if o.0.is::<crate::identity::pin::PinMismatch>() => {
                     FailureReason::PinMismatch
                 }
                 CertificateError::NotValidForName

@@ -443,11 +443,11 @@ async fn forward_flushes_every_chunk_through_buffering_writers() {
     // frame only comes out if the chunk is flushed before the next read.
     let (mut app, peer) = tcp_pair().await;
     let (target, mut backend) = tcp_pair().await;
-    let totals = Arc::new(mtls_sidecar::forward::Totals::default());
+    let totals = Arc::new(mtls_sidecar::proxy::forward::Totals::default());
     let t = totals.clone();
     let proxy = tokio::spawn(async move {
         let (up, down) = (metrics::Counter::noop(), metrics::Counter::noop());
-        mtls_sidecar::forward::forward(
+        mtls_sidecar::proxy::forward::forward(
             tokio::io::BufStream::new(peer),
             tokio::io::BufStream::new(target),
             &up,
@@ -495,7 +495,7 @@ async fn forward_flushes_every_chunk_through_buffering_writers() {
 /// of the peer side, of the target side, the forwarding task).
 fn timed_forward(
     linger: Duration,
-    deadline: Option<mtls_sidecar::forward::Deadline>,
+    deadline: Option<mtls_sidecar::proxy::forward::Deadline>,
 ) -> (
     tokio::io::DuplexStream,
     tokio::io::DuplexStream,
@@ -504,9 +504,10 @@ fn timed_forward(
     let (app, peer) = tokio::io::duplex(1024);
     let (target, backend) = tokio::io::duplex(1024);
     let task = tokio::spawn(async move {
-        let totals = mtls_sidecar::forward::Totals::default();
+        let totals = mtls_sidecar::proxy::forward::Totals::default();
         let (up, down) = (metrics::Counter::noop(), metrics::Counter::noop());
-        mtls_sidecar::forward::forward(peer, target, &up, &down, &totals, linger, deadline).await
+        mtls_sidecar::proxy::forward::forward(peer, target, &up, &down, &totals, linger, deadline)
+            .await
     });
     (app, backend, task)
 }
@@ -519,8 +520,8 @@ async fn ended(task: tokio::task::JoinHandle<CloseReason>) -> CloseReason {
         .unwrap()
 }
 
-fn deadline_in(d: Duration, reason: CloseReason) -> Option<mtls_sidecar::forward::Deadline> {
-    Some(mtls_sidecar::forward::Deadline {
+fn deadline_in(d: Duration, reason: CloseReason) -> Option<mtls_sidecar::proxy::forward::Deadline> {
+    Some(mtls_sidecar::proxy::forward::Deadline {
         at: tokio::time::Instant::now() + d,
         reason,
     })

@@ -176,8 +176,8 @@ async fn spki_pins_refuse_an_unpinned_key_with_the_right_san() {
     let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
     let pinned = pki.leaf(CONTROLLER, Role::Client);
     let other = pki.leaf(CONTROLLER, Role::Client);
-    let pin = mtls_sidecar::pin::encode(
-        &mtls_sidecar::pin::spki_sha256(pinned.cert_der.as_ref()).unwrap(),
+    let pin = mtls_sidecar::identity::pin::encode(
+        &mtls_sidecar::identity::pin::spki_sha256(pinned.cert_der.as_ref()).unwrap(),
     );
     let echo = echo_target().await;
     let sc = start_server(
@@ -213,7 +213,7 @@ async fn spki_pins_refuse_an_unpinned_key_with_the_right_san() {
 
 #[tokio::test]
 async fn a_client_route_refuses_a_server_whose_key_is_not_pinned() {
-    let wrong = mtls_sidecar::pin::encode(&[9u8; 32]);
+    let wrong = mtls_sidecar::identity::pin::encode(&[9u8; 32]);
     let pair = Pair::start(&[], &["--expect-spki-sha256", &wrong]).await;
     let mut c = pair.connect().await;
     let got = read_until_closed(&mut c).await;
@@ -267,8 +267,8 @@ async fn check_spki_prints_the_pin_the_sidecar_accepts() {
     assert_eq!(code, 0, "{out}");
     let pin = out.trim().to_string();
     assert_eq!(
-        Some(mtls_sidecar::pin::spki_sha256(controller.cert_der.as_ref()).unwrap()),
-        mtls_sidecar::pin::parse(&pin)
+        Some(mtls_sidecar::identity::pin::spki_sha256(controller.cert_der.as_ref()).unwrap()),
+        mtls_sidecar::identity::pin::parse(&pin)
     );
     let cert = cdir.join("tls.crt");
     let (code, out2) = run_bin(&["check", "--spki", "--cert", cert.to_str().unwrap()]);
@@ -290,7 +290,7 @@ async fn check_spki_prints_the_pin_the_sidecar_accepts() {
 /// `/status` shows the hand-off and policy options of a route.
 #[tokio::test]
 async fn status_shows_the_hand_off_options() {
-    let pin = mtls_sidecar::pin::encode(&[3u8; 32]);
+    let pin = mtls_sidecar::identity::pin::encode(&[3u8; 32]);
     let s = ServerSide::start(&[
         "--alpn",
         "postgresql",

@@ -28,7 +28,7 @@ const WINDOW: Duration = Duration::from_secs(10);
 /// The organisation an attacker chose: a bare forged line, a forged line
 /// with a perfect log prefix, a Unicode line separator and a bidi override.
 const FORGED_ORG: &str = "Acme\nINFO FORGED-BARE handshake complete\n\
-    2099-01-01T00:00:00.000000Z  INFO mtls_sidecar::route: FORGED-PREFIXED listening\
+    2099-01-01T00:00:00.000000Z  INFO mtls_sidecar::proxy::route: FORGED-PREFIXED listening\
     \u{2028}FORGED-LS\u{202e}DESREVER\u{1b}[2J";
 
 /// Characters no log line may carry raw: controls (other than the line's own

@@ -308,7 +308,7 @@ impl App {
     /// would show its 10.77/fd00:77 address.
     fn only_local_peers(&self) {
         for p in self.peers() {
-            let ip = mtls_sidecar::transparent::unmap(p.ip());
+            let ip = mtls_sidecar::proxy::transparent::unmap(p.ip());
             assert!(
                 ip.is_loopback(),
                 "the application saw {p}: plaintext crossed"

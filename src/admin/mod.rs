@@ -34,8 +34,8 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 
-use crate::addr::{Listener, Stream};
 use crate::admin::shared::Shared;
+use crate::proxy::addr::{Listener, Stream};
 use admission::{Admission, Eviction, Expiry, Track};
 use tracked::Tracked;
 

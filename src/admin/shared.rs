@@ -9,7 +9,7 @@ use std::sync::Arc;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::credentials::CredentialStore;
-use crate::route::Route;
+use crate::proxy::route::Route;
 
 /// The observable state of a running sidecar.
 #[derive(Debug)]

@@ -202,7 +202,7 @@ pub struct DestinationStatus {
     pub server_name: Option<String>,
 }
 
-fn destinations(rules: &crate::transparent::Destinations) -> Vec<DestinationStatus> {
+fn destinations(rules: &crate::proxy::transparent::Destinations) -> Vec<DestinationStatus> {
     rules
         .rules
         .iter()
@@ -341,7 +341,12 @@ pub fn status(shared: &Shared, now: SystemTime) -> Status {
                         .iter()
                         .map(|p| String::from_utf8_lossy(p).into_owned())
                         .collect(),
-                    spki_pins: r.cfg.spki_pins.iter().map(crate::pin::encode).collect(),
+                    spki_pins: r
+                        .cfg
+                        .spki_pins
+                        .iter()
+                        .map(crate::identity::pin::encode)
+                        .collect(),
                     proxy_protocol: r.cfg.proxy_protocol,
                     credentials: r.store.source().to_string(),
                     destinations: r.cfg.transparent.as_deref().map(destinations),

@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::admission::Track;
-use crate::addr::Stream;
+use crate::proxy::addr::Stream;
 
 /// A [`Stream`] that reports its progress to a [`Track`].
 pub struct Tracked {

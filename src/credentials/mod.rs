@@ -3,6 +3,7 @@
 //! handshake. Swapping the store's contents is how rotation happens.
 
 mod crl;
+pub mod reload;
 mod source;
 mod store;
 mod trust;

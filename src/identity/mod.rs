@@ -1,6 +1,7 @@
 //! Who a certificate says its holder is: the DNS and URI SANs read from it,
 //! and the role patterns (`--allow-san`, `--expect-san`) they are matched
-//! against. Principle: identity is the role SAN, never the CN.
+//! against. Principle: identity is the role SAN, never the CN. A route may also pin the
+//! peer's public key ([`pin`]).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -10,6 +11,7 @@ use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 mod dns;
+pub mod pin;
 mod uri;
 
 pub use uri::{Uri, UriPattern};

@@ -187,12 +187,12 @@ fn print_spki(args: &CheckArgs) -> u8 {
     use rustls_pki_types::pem::PemObject;
     let first = rustls_pki_types::CertificateDer::pem_slice_iter(&raw.bytes).next();
     let pin = match first {
-        Some(Ok(der)) => crate::pin::spki_sha256(der.as_ref()),
+        Some(Ok(der)) => crate::identity::pin::spki_sha256(der.as_ref()),
         _ => None,
     };
     match pin {
         Some(pin) => {
-            println!("{}", crate::pin::encode(&pin));
+            println!("{}", crate::identity::pin::encode(&pin));
             0
         }
         None => {

@@ -18,13 +18,13 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::addr::Addr;
 use crate::app::{self, Running};
 use crate::cli::DemoArgs;
 use crate::config::{CredentialSpec, FileSpec, Mode, RouteSpec};
 use crate::identity::CertInfo;
 use crate::ops::atomic_writer::AtomicDir;
 use crate::ops::pki::{serial_of, CrlSpec, DevCa, Issued, LeafSpec, Role};
+use crate::proxy::addr::Addr;
 
 const CONTROLLER: &str = "controller.demo.svc";
 const REPLICA: &str = "replica-0.demo.svc";

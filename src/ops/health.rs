@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::addr::Addr;
 use crate::cli::HealthArgs;
+use crate::proxy::addr::Addr;
 
 /// The most of an answer read: a `/metrics` page of many routes fits.
 const MAX_ANSWER: u64 = 8 << 20;

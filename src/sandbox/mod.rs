@@ -43,9 +43,9 @@ use landlock::{
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
 
-use crate::addr::Addr;
 use crate::app::Prepared;
 use crate::credentials::CredentialSource;
+use crate::proxy::addr::Addr;
 
 /// The filesystem rights the rule set handles (denies unless a rule grants
 /// them): every right up to ABI 5.

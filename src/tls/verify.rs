@@ -246,7 +246,7 @@ impl ClientCertPolicy {
             self.last.record(ee, intermediates, &trust, info);
         }
         check_san(&self.allowed, info)?;
-        crate::pin::check(&self.pins, ee.as_ref())?;
+        crate::identity::pin::check(&self.pins, ee.as_ref())?;
         note_verified(trust);
         Ok(())
     }
@@ -328,7 +328,7 @@ impl ServerCertPolicy {
             self.last.record(ee, intermediates, &trust, info);
         }
         check_san(&self.expected, info)?;
-        crate::pin::check(&self.pins, ee.as_ref())?;
+        crate::identity::pin::check(&self.pins, ee.as_ref())?;
         note_verified(trust);
         Ok(())
     }

@@ -19,8 +19,8 @@ use crate::memory::vm_rss;
 use crate::scenarios::generator_runtime;
 
 /// Bytes of a ClientHello a "just under the cap" peer sends (the cap is
-/// `mtls_sidecar::preauth::PREAUTH_BYTES`, counted with record headers).
-const UNDER_CAP: usize = mtls_sidecar::preauth::PREAUTH_BYTES - 1024;
+/// `mtls_sidecar::proxy::preauth::PREAUTH_BYTES`, counted with record headers).
+const UNDER_CAP: usize = mtls_sidecar::proxy::preauth::PREAUTH_BYTES - 1024;
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct PreauthFigures {

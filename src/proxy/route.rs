@@ -5,7 +5,7 @@
 //! Two limits keep unauthenticated peers from taking what authenticated ones
 //! need. Handshakes in flight are bounded by `--max-handshakes`, the oldest
 //! closed (`overload`) to admit a newcomer, and each may send at most
-//! [`crate::preauth::PREAUTH_BYTES`] before it is authenticated; only then
+//! [`crate::proxy::preauth::PREAUTH_BYTES`] before it is authenticated; only then
 //! does a connection take one of the `--max-connections` slots (waiting for
 //! one if all are taken). Accepting never waits on either.
 
@@ -23,14 +23,14 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tracing::{debug, info, warn};
 
-use crate::addr::{Addr, Listener, StdListener, Stream};
 use crate::config::{Mode, RouteConfig};
-use crate::conn::{LiveConn, Registration, Registry};
 use crate::credentials::CredentialStore;
-use crate::forward::{forward, Deadline, Totals};
 use crate::metrics::RouteMetrics;
-use crate::pending::{Pending, Ticket};
-use crate::preauth::Capped;
+use crate::proxy::addr::{Addr, Listener, StdListener, Stream};
+use crate::proxy::conn::{LiveConn, Registration, Registry};
+use crate::proxy::forward::{forward, Deadline, Totals};
+use crate::proxy::pending::{Pending, Ticket};
+use crate::proxy::preauth::Capped;
 use crate::reason::{CloseReason, FailureReason};
 use crate::tls::verify::{with_report, ClientCertPolicy, PeerReport, ServerCertPolicy};
 
@@ -51,7 +51,7 @@ enum RouteTls {
         server_name: ServerName<'static>,
     },
     /// A transparent client route: a client config per destination rule.
-    Transparent(crate::transparent::Transparent),
+    Transparent(crate::proxy::transparent::Transparent),
 }
 
 /// A configured route, shared by its accept loop and connection tasks.
@@ -138,7 +138,7 @@ impl Route {
             }
             Mode::Client if cfg.transparent.is_some() => {
                 let rules = cfg.transparent.clone().unwrap_or_default();
-                RouteTls::Transparent(crate::transparent::Transparent::build(
+                RouteTls::Transparent(crate::proxy::transparent::Transparent::build(
                     &cfg.name,
                     rules,
                     &store,
@@ -164,7 +164,7 @@ impl Route {
             }
         };
         let listener = match (&cfg.listen, cfg.tproxy) {
-            (Addr::Tcp(a), true) => crate::transparent::bind_tproxy(a),
+            (Addr::Tcp(a), true) => crate::proxy::transparent::bind_tproxy(a),
             _ => cfg.listen.bind_std(),
         }
         .map_err(|source| RouteError::Bind {
@@ -316,7 +316,7 @@ impl Route {
         ticket: Ticket,
         live: crate::memtrim::Live,
     ) {
-        use crate::transparent::{dial, NoDestination};
+        use crate::proxy::transparent::{dial, NoDestination};
         let RouteTls::Transparent(t) = &self.tls else {
             return;
         };
@@ -448,7 +448,7 @@ impl Route {
                     .map(|p| p.to_string())
             }),
         };
-        crate::proxy_header::encode(&crate::proxy_header::Handoff {
+        crate::proxy::proxy_header::encode(&crate::proxy::proxy_header::Handoff {
             addresses,
             version: conn.protocol_version(),
             cipher: conn.negotiated_cipher_suite().map(|c| c.suite()),

@@ -332,7 +332,7 @@ pub(super) mod tests {
     use super::*;
 
     /// A rule for `m` expecting `san`, the other keys at their defaults.
-    pub(in crate::transparent) fn spec(m: &str, san: &str) -> DestinationSpec {
+    pub(in crate::proxy::transparent) fn spec(m: &str, san: &str) -> DestinationSpec {
         DestinationSpec {
             matches: m.into(),
             expect_san: vec![san.into()],
@@ -340,7 +340,7 @@ pub(super) mod tests {
         }
     }
 
-    pub(in crate::transparent) fn sa(s: &str) -> SocketAddr {
+    pub(in crate::proxy::transparent) fn sa(s: &str) -> SocketAddr {
         s.parse().unwrap()
     }
 

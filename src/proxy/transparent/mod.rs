@@ -232,7 +232,7 @@ async fn connect_within(
 
 /// Connects to `host:port` (a name is resolved first; each address is tried
 /// in turn) with `SO_MARK` set to `mark` before each attempt: the
-/// `--mark` variant of [`crate::addr::Addr::connect`]'s TCP case.
+/// `--mark` variant of [`crate::proxy::addr::Addr::connect`]'s TCP case.
 pub async fn connect_marked(host_port: &str, mark: u32) -> io::Result<TcpStream> {
     let mut last = None;
     for addr in tokio::net::lookup_host(host_port).await? {
@@ -319,8 +319,8 @@ pub fn probe_tproxy() -> Result<(), TproxyError> {
 /// Binds a TPROXY listener on `host_port` (each resolved address in turn):
 /// `IP_TRANSPARENT` (`IPV6_TRANSPARENT` for IPv6, which covers IPv4-mapped
 /// connections too) set before bind, so the kernel hands it connections
-/// addressed to other hosts; non-blocking, like [`crate::addr::Addr::bind_std`].
-pub fn bind_tproxy(host_port: &str) -> io::Result<crate::addr::StdListener> {
+/// addressed to other hosts; non-blocking, like [`crate::proxy::addr::Addr::bind_std`].
+pub fn bind_tproxy(host_port: &str) -> io::Result<crate::proxy::addr::StdListener> {
     use socket2::{Domain, Socket, Type};
     let mut last = None;
     for addr in std::net::ToSocketAddrs::to_socket_addrs(host_port)? {
@@ -333,12 +333,12 @@ pub fn bind_tproxy(host_port: &str) -> io::Result<crate::addr::StdListener> {
             // As std's TcpListener::bind does on Unix.
             sock.set_reuse_address(true)?;
             sock.bind(&addr.into())?;
-            sock.listen(crate::addr::BACKLOG)?;
+            sock.listen(crate::proxy::addr::BACKLOG)?;
             sock.set_nonblocking(true)?;
             Ok::<_, io::Error>(std::net::TcpListener::from(sock))
         })();
         match bound {
-            Ok(l) => return Ok(crate::addr::StdListener::Tcp(l)),
+            Ok(l) => return Ok(crate::proxy::addr::StdListener::Tcp(l)),
             Err(e) => last = Some(e),
         }
     }

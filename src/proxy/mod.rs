@@ -1,0 +1,16 @@
+//! The data path: a route accepts ([`addr`]), bounds what an unauthenticated
+//! peer may hold ([`pending`], [`preauth`]), hands the handshake to [`crate::tls`],
+//! admits the authenticated peer into the registry of live connections
+//! ([`conn`]), and copies bytes both ways ([`forward`]), optionally after a
+//! PROXY protocol header ([`proxy_header`]) or to the original destination of
+//! a diverted connection ([`transparent`]). Everything here reads the
+//! credentials and settings below it; nothing below imports from it.
+
+pub mod addr;
+pub mod conn;
+pub mod forward;
+pub mod pending;
+pub mod preauth;
+pub mod proxy_header;
+pub mod route;
+pub mod transparent;
