@@ -21,10 +21,11 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::admin::shared::Shared;
-use crate::config::{Mode, Settings};
+use crate::config::Settings;
 use crate::credentials::{CredError, CredentialStore};
 use crate::proxy::addr::{Addr, StdListener};
 use crate::proxy::route::{Route, RouteError};
+use crate::proxy::settings::Mode;
 use crate::reason::{CloseReason, FailureReason};
 use crate::systemd::SystemdError;
 

@@ -5,9 +5,10 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{CredentialSpec, FileSpec, Mode, RouteSpec};
+use crate::config::{CredentialSpec, FileSpec, RouteSpec};
 pub use crate::identity::Role;
 use crate::logging::LogFormat;
+use crate::proxy::settings::Mode;
 use crate::sandbox::SandboxMode;
 
 /// A transparent mutual-TLS sidecar proxy for plaintext controller/replica ports.

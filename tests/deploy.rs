@@ -477,7 +477,7 @@ fn sidecar_command_lines_parse_and_the_identities_line_up() {
     let settings = spec.validate().expect("and validates");
     assert!(settings.routes.len() >= 2);
     for r in &settings.routes {
-        assert_eq!(r.mode, mtls_sidecar::config::Mode::Client);
+        assert_eq!(r.mode, mtls_sidecar::proxy::settings::Mode::Client);
         let expected: Vec<String> = r
             .peer_sans
             .patterns()

@@ -12,9 +12,9 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use crate::admin::shared::Shared;
-use crate::config::Mode;
 use crate::credentials::{fmt_time, CredentialStore, Credentials, CrlInfo, CrlScope};
 use crate::identity::{time_to_epoch, CertInfo, SanPolicy};
+use crate::proxy::settings::Mode;
 
 /// The `/readyz` verdict: ready or not, and one line saying why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

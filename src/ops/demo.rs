@@ -20,11 +20,12 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::app::{self, Running};
 use crate::cli::DemoArgs;
-use crate::config::{CredentialSpec, FileSpec, Mode, RouteSpec};
+use crate::config::{CredentialSpec, FileSpec, RouteSpec};
 use crate::identity::CertInfo;
 use crate::ops::atomic_writer::AtomicDir;
 use crate::ops::pki::{serial_of, CrlSpec, DevCa, Issued, LeafSpec, Role};
 use crate::proxy::addr::Addr;
+use crate::proxy::settings::Mode;
 
 const CONTROLLER: &str = "controller.demo.svc";
 const REPLICA: &str = "replica-0.demo.svc";

@@ -13,4 +13,5 @@ pub mod pending;
 pub mod preauth;
 pub mod proxy_header;
 pub mod route;
+pub mod settings;
 pub mod transparent;

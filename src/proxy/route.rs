@@ -23,7 +23,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tracing::{debug, info, warn};
 
-use crate::config::{Mode, RouteConfig};
+use super::settings::{Mode, RouteConfig};
 use crate::credentials::CredentialStore;
 use crate::metrics::RouteMetrics;
 use crate::proxy::addr::{Addr, Listener, StdListener, Stream};

@@ -16,11 +16,30 @@ use rustls::client::Resumption;
 use rustls::server::NoServerSessionStorage;
 use rustls::{ClientConfig, ServerConfig, SupportedProtocolVersion};
 
-use crate::config::TlsVersion;
 use crate::credentials::CredentialStore;
 use crate::identity::SanPolicy;
 use resolve::IdentityResolver;
 use verify::{ClientCertPolicy, ServerCertPolicy};
+
+/// The lowest TLS version a route offers or accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsVersion {
+    Tls12,
+    Tls13,
+}
+
+impl std::str::FromStr for TlsVersion {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "1.2" => Ok(TlsVersion::Tls12),
+            "1.3" => Ok(TlsVersion::Tls13),
+            other => Err(format!(
+                "unsupported TLS version {other:?} (use 1.2 or 1.3)"
+            )),
+        }
+    }
+}
 
 /// What a route asks of its peer beyond the CA and the SAN.
 #[derive(Debug, Clone, Default)]

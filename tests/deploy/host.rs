@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use mtls_sidecar::cli::{Cli, Command};
-use mtls_sidecar::config::{FileSpec, Mode};
+use mtls_sidecar::config::FileSpec;
+use mtls_sidecar::proxy::settings::Mode;
 
 /// The shared fixtures, for `common::bin()`: the binary under test, which
 /// CI points at the shipped build with `MTLS_SIDECAR_BIN`.

@@ -389,7 +389,7 @@ impl Transparent {
         route: &str,
         rules: Arc<Destinations>,
         store: &Arc<CredentialStore>,
-        min: crate::config::TlsVersion,
+        min: crate::tls::TlsVersion,
         peer: &crate::tls::PeerOptions,
     ) -> Result<Transparent, rustls::Error> {
         let mut tls = Vec::with_capacity(rules.rules.len());
