@@ -6,6 +6,15 @@ use std::io;
 
 use rustls::{CertificateError, Error as TlsError};
 
+/// The error a handshake's read returns once the peer has sent more than
+/// [`crate::proxy::preauth`] allows before authenticating; classified as
+/// a `protocol` failure. Defined here so classifying needs nothing above.
+#[derive(Debug, thiserror::Error)]
+#[error("the peer sent more than {limit} bytes before completing its handshake")]
+pub struct HandshakeTooLarge {
+    pub limit: usize,
+}
+
 /// The `reason` label of `mtls_sidecar_tls_handshake_failures_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FailureReason {
@@ -74,7 +83,7 @@ impl FailureReason {
             if let Some(tls) = inner.downcast_ref::<TlsError>() {
                 return FailureReason::from_tls(tls);
             }
-            if inner.is::<crate::proxy::preauth::HandshakeTooLarge>() {
+            if inner.is::<HandshakeTooLarge>() {
                 return FailureReason::Protocol;
             }
         }

@@ -17,16 +17,10 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::reason::HandshakeTooLarge;
+
 /// Bytes a peer may send before its handshake completes.
 pub const PREAUTH_BYTES: usize = 32 * 1024;
-
-/// The error a read returns once the cap is passed; classified as a
-/// `protocol` failure.
-#[derive(Debug, thiserror::Error)]
-#[error("the peer sent more than {limit} bytes before completing its handshake")]
-pub struct HandshakeTooLarge {
-    pub limit: usize,
-}
 
 /// A stream whose reads fail once more than a budget of bytes has arrived,
 /// until the budget is lifted.
