@@ -10,6 +10,7 @@
 //! whose workers then inherit it. [`start`] does both steps, unsandboxed,
 //! for in-process callers (the demo, tests).
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use std::sync::Arc;
@@ -162,6 +163,19 @@ impl Prepared {
     /// The credential stores (one per distinct source).
     pub fn stores(&self) -> &[Arc<CredentialStore>] {
         &self.stores
+    }
+
+    /// What the sandbox must still allow this sidecar (see
+    /// [`crate::sandbox`]); `config_file` is the file it was configured
+    /// from, if any.
+    pub fn sandbox_plan(&self, config_file: Option<&Path>) -> crate::sandbox::Plan {
+        crate::sandbox::Plan::for_sidecar(
+            self.stores.iter().map(|s| s.source()),
+            self.listeners(),
+            self.listen_addrs(),
+            self.routes.iter().map(|(r, _)| &r.cfg),
+            config_file,
+        )
     }
 
     /// Every bound listener: the routes' and the admin endpoint's.

@@ -318,7 +318,7 @@ pub struct CertsIssueArgs {
     pub force: bool,
 }
 
-/// The hidden `sandbox-probe` (see [`crate::sandbox::probe`]).
+/// The hidden `sandbox-probe` (see [`crate::ops::sandbox_probe`]).
 #[derive(Debug, Clone, Args)]
 pub struct SandboxProbeArgs {
     /// The TOML config file whose sandbox is applied.

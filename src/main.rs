@@ -46,7 +46,7 @@ fn main() -> ExitCode {
         }
         Command::SandboxProbe(args) => {
             logging::init(LogFormat::Text);
-            sandbox::probe::run(&args)
+            mtls_sidecar::ops::sandbox_probe::run(&args)
         }
         Command::Health(args) => with_runtime(None, |rt| {
             rt.block_on(mtls_sidecar::ops::health::run(&args))
@@ -131,7 +131,7 @@ fn serve(
             return e.exit_code();
         }
     };
-    let plan = sandbox::Plan::for_prepared(&prepared, config_file);
+    let plan = prepared.sandbox_plan(config_file);
     sandbox::warm_up_resolver(&plan);
     if let Err(e) = sandbox::apply(&plan, mode) {
         error!("{e}");

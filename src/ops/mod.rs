@@ -13,3 +13,4 @@ pub mod demo;
 pub mod health;
 pub mod pki;
 pub mod publish;
+pub mod sandbox_probe;

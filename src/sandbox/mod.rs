@@ -28,8 +28,6 @@
 //! socket connects) would deny what the sidecar needs (DNS over UDP, the
 //! `NOTIFY_SOCKET`) without a rule written for them.
 
-pub mod probe;
-
 use std::collections::BTreeSet;
 use std::io;
 use std::net::ToSocketAddrs;
@@ -43,9 +41,9 @@ use landlock::{
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
 
-use crate::app::Prepared;
 use crate::credentials::CredentialSource;
-use crate::proxy::addr::Addr;
+use crate::proxy::addr::{Addr, StdListener};
+use crate::proxy::settings::RouteConfig;
 
 /// The filesystem rights the rule set handles (denies unless a rule grants
 /// them): every right up to ABI 5.
@@ -133,31 +131,39 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The allow-list of a prepared sidecar; `config_file` is the file it
-    /// was configured from, if any.
-    pub fn for_prepared(prepared: &Prepared, config_file: Option<&Path>) -> Plan {
+    /// The allow-list of a prepared sidecar (see `app::Prepared::sandbox_plan`):
+    /// its credential sources, bound listeners, listen addresses as
+    /// configured and routes; `config_file` is the file it was configured
+    /// from, if any.
+    pub fn for_sidecar<'a>(
+        sources: impl Iterator<Item = &'a CredentialSource>,
+        listeners: impl Iterator<Item = &'a StdListener>,
+        listen_addrs: impl Iterator<Item = &'a Addr>,
+        routes: impl Iterator<Item = &'a RouteConfig> + Clone,
+        config_file: Option<&Path>,
+    ) -> Plan {
         let scope = Scope::of_process();
         let mut plan = Plan::default();
-        for store in prepared.stores() {
-            plan.allow_credentials(store.source(), &scope);
+        for source in sources {
+            plan.allow_credentials(source, &scope);
         }
         if let Some(f) = config_file {
             plan.read_files.insert(scope.absolute(f));
         }
         plan.read_dirs.insert(PathBuf::from("/proc/self"));
-        for l in prepared.listeners() {
+        for l in listeners {
             if let Some(port) = l.tcp_port() {
                 plan.bind_ports.insert(port);
             }
         }
         // Only sockets the process creates itself: not one systemd passed.
-        for a in prepared.listen_addrs() {
+        for a in listen_addrs {
             if let Addr::Unix(p) = a {
                 plan.socket_dirs.insert(parent_dir(&scope.absolute(p)));
             }
         }
-        for route in prepared.routes() {
-            match &route.cfg.transparent {
+        for route in routes {
+            match &route.transparent {
                 // A transparent route dials each rule's TLS port, from a
                 // local port it binds first (ephemeral: Landlock's port 0)
                 // so that a connection looping back can be recognised.
@@ -167,7 +173,7 @@ impl Plan {
                     }
                     plan.bind_ports.insert(0);
                 }
-                None => plan.allow_target(&route.cfg.target),
+                None => plan.allow_target(&route.target),
             }
         }
         if !plan.hostname_targets.is_empty() {

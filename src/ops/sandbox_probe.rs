@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{apply, warm_up_resolver, Plan, SandboxStatus};
 use crate::cli::SandboxProbeArgs;
 use crate::config::FileSpec;
+use crate::sandbox::{apply, warm_up_resolver, SandboxStatus};
 
 /// How long one probe connect may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -88,7 +88,7 @@ pub fn run(args: &SandboxProbeArgs) -> u8 {
             return e.exit_code();
         }
     };
-    let plan = Plan::for_prepared(&prepared, Some(&args.config));
+    let plan = prepared.sandbox_plan(Some(&args.config));
     warm_up_resolver(&plan);
     let sandbox = match apply(&plan, mode) {
         Ok(s) => s,
