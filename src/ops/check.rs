@@ -20,6 +20,7 @@ mod expect;
 mod inspect;
 mod report;
 pub mod secret;
+mod steps;
 
 use std::time::{Duration, SystemTime};
 

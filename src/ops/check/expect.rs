@@ -5,8 +5,8 @@
 
 use std::time::SystemTime;
 
-use super::inspect::{show, step};
 use super::report::Report;
+use super::steps::{show, step};
 use super::{Request, Role};
 use crate::credentials::{fmt_time, CredError};
 use crate::identity::{time_to_epoch, CertInfo};

@@ -12,39 +12,14 @@ use rustls::sign::{CertifiedKey, SigningKey};
 use rustls::{InconsistentKeys, RootCertStore};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use super::report::{Report, Status};
+use super::report::Report;
+use super::steps::{present, show, step, Files};
 use super::{Input, Request};
 use crate::credentials::{
     fmt_time, parse_certs, parse_key, read_file, root_store, validate, verify_chain, CredError,
     CredentialSource, RawFile, RawRevision, CA_FILE, CERT_FILE, CRL_FILE, KEY_FILE,
 };
 use crate::identity::{time_to_epoch, CertInfo};
-
-/// Runs one check: SKIP when `input` is missing (an earlier check failed),
-/// otherwise PASS or FAIL with the detail `f` returns.
-pub(super) fn step<D, T>(
-    r: &mut Report,
-    name: &'static str,
-    subject: Option<&str>,
-    input: Option<D>,
-    skip_why: &str,
-    f: impl FnOnce(D) -> Result<(T, String), String>,
-) -> Option<T> {
-    let Some(input) = input else {
-        r.push(name, subject, Status::Skip, format!("skipped: {skip_why}"));
-        return None;
-    };
-    match f(input) {
-        Ok((value, detail)) => {
-            r.push(name, subject, Status::Pass, detail);
-            Some(value)
-        }
-        Err(detail) => {
-            r.push(name, subject, Status::Fail, detail);
-            None
-        }
-    }
-}
 
 /// The three paths as a user knows them. A Kubernetes volume's user-visible
 /// names are symlinks into `..data`, so reading them reads the live revision.
@@ -61,17 +36,6 @@ fn plural(n: usize, what: &str) -> String {
     } else {
         format!("{n} {what}s")
     }
-}
-
-pub(super) fn show(p: &std::path::Path) -> String {
-    p.display().to_string()
-}
-
-/// The three files to check, however they were given: their paths as the
-/// user knows them, and each one's bytes when it could be had.
-pub(super) struct Files {
-    pub(super) paths: [PathBuf; 3],
-    pub(super) got: [Option<RawFile>; 3],
 }
 
 pub(super) fn run(req: &Request, provider: &Arc<CryptoProvider>, now: SystemTime) -> Report {
@@ -204,28 +168,6 @@ pub(super) fn run(req: &Request, provider: &Arc<CryptoProvider>, now: SystemTime
     super::expect::expectations(&mut r, leaf.as_ref(), req, now, &cert_path);
     load(&mut r, req, provider, now, [cert_file, key_file, ca_file]);
     r
-}
-
-/// The `present` check of one file: its bytes, or why there are none
-/// (`None`: skipped, an earlier check failed).
-pub(super) fn present(
-    r: &mut Report,
-    name: &str,
-    got: Option<Result<RawFile, String>>,
-) -> Option<RawFile> {
-    step(
-        r,
-        "present",
-        Some(name),
-        got,
-        "the Secret could not be read",
-        |got| {
-            got.map(|f: RawFile| {
-                let detail = format!("{} ({} bytes)", show(&f.path), f.bytes.len());
-                (f, detail)
-            })
-        },
-    )
 }
 
 fn parse_all(

@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use base64::Engine;
 use yaml_rust2::parser::{Event, Parser};
 
-use super::inspect::{present, step, Files};
 use super::report::Report;
+use super::steps::{present, step, Files};
 use crate::credentials::{read_file, RawFile, CA_FILE, CERT_FILE, KEY_FILE};
 
 /// The most bytes read from the file or stdin. The API server limits a
