@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{CredentialSpec, FileSpec, RouteSpec};
-pub use crate::identity::Role;
+use crate::identity::Role;
 use crate::logging::LogFormat;
 use crate::proxy::settings::Mode;
 use crate::sandbox::SandboxMode;

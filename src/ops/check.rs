@@ -24,10 +24,10 @@ mod steps;
 
 use std::time::{Duration, SystemTime};
 
-use crate::cli::{CheckArgs, Role};
+use crate::cli::CheckArgs;
 use crate::config::{parse_duration, ConfigError};
 use crate::credentials::CredentialSource;
-use crate::identity::SanPattern;
+use crate::identity::{Role, SanPattern};
 
 pub use report::{Check, Report, Status};
 
