@@ -131,7 +131,7 @@ pub struct CommonArgs {
     pub log_format: LogFormat,
     /// Set SO_MARK N on every outbound socket (decimal or 0x hex), so redirect rules can skip
     /// the sidecar's own connections; needs CAP_NET_ADMIN.
-    #[arg(long, value_name = "N", value_parser = crate::proxy::transparent::parse_mark)]
+    #[arg(long, value_name = "N", value_parser = crate::proxy::mark::parse_mark)]
     pub mark: Option<u32>,
     /// Landlock: restrict the process to its credentials, listen and target ports [default: best-effort].
     #[arg(long, value_enum, value_name = "MODE")]

@@ -102,7 +102,7 @@ fn serve(
     };
     // --mark needs a capability: find out now, not on the first connection.
     for mark in settings.routes.iter().filter_map(|r| r.mark) {
-        if let Err(e) = mtls_sidecar::proxy::transparent::probe_mark(mark) {
+        if let Err(e) = mtls_sidecar::proxy::mark::probe_mark(mark) {
             return usage_error(&e);
         }
     }

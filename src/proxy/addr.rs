@@ -134,9 +134,7 @@ impl Addr {
         let (Some(mark), Addr::Tcp(a)) = (mark, self) else {
             return self.connect(timeout).await;
         };
-        match tokio::time::timeout(timeout, crate::proxy::transparent::connect_marked(a, mark))
-            .await
-        {
+        match tokio::time::timeout(timeout, super::mark::connect_marked(a, mark)).await {
             Ok(r) => r.map(Stream::Tcp),
             Err(_) => Err(io::Error::new(
                 io::ErrorKind::TimedOut,

@@ -9,6 +9,7 @@
 pub mod addr;
 pub mod conn;
 pub mod forward;
+pub mod mark;
 pub mod pending;
 pub mod preauth;
 pub mod proxy_header;

@@ -15,10 +15,8 @@
 //! `--mark`) are refused: never forwarded, in plaintext or otherwise.
 //!
 //! The rules themselves (parsing, validation, lookup) are in [`rules`];
-//! this module is the socket side. It also holds `--mark`: `SO_MARK` on
-//! every outbound socket, so the rules can leave the sidecar's own
-//! connections alone, and the start-up probe that turns a missing
-//! `CAP_NET_ADMIN` into exit 2.
+//! this module is the socket side; `--mark`, which lets the rules leave
+//! the sidecar's own connections alone, is in [`super::mark`].
 
 mod rules;
 
@@ -188,7 +186,7 @@ pub async fn dial(
     mark: Option<u32>,
     timeout: Duration,
 ) -> io::Result<(TcpStream, Outbound)> {
-    let sock = socket_for(addr, mark)?;
+    let sock = super::mark::socket_for(addr, mark)?;
     let any: IpAddr = match addr {
         SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
         SocketAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
@@ -199,17 +197,6 @@ pub async fn dial(
     let guard = Outbound(port);
     let stream = connect_within(sock, addr, timeout).await?;
     Ok((stream, guard))
-}
-
-fn socket_for(addr: SocketAddr, mark: Option<u32>) -> io::Result<TcpSocket> {
-    let sock = match addr {
-        SocketAddr::V4(_) => TcpSocket::new_v4()?,
-        SocketAddr::V6(_) => TcpSocket::new_v6()?,
-    };
-    if let Some(m) = mark {
-        SockRef::from(&sock).set_mark(m)?;
-    }
-    Ok(sock)
 }
 
 async fn connect_within(
@@ -228,58 +215,6 @@ async fn connect_within(
     };
     stream.set_nodelay(true)?;
     Ok(stream)
-}
-
-/// Connects to `host:port` (a name is resolved first; each address is tried
-/// in turn) with `SO_MARK` set to `mark` before each attempt: the
-/// `--mark` variant of [`crate::proxy::addr::Addr::connect`]'s TCP case.
-pub async fn connect_marked(host_port: &str, mark: u32) -> io::Result<TcpStream> {
-    let mut last = None;
-    for addr in tokio::net::lookup_host(host_port).await? {
-        let sock = socket_for(addr, Some(mark))?;
-        match sock.connect(addr).await {
-            Ok(s) => {
-                s.set_nodelay(true)?;
-                return Ok(s);
-            }
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("{host_port} resolved to no address"),
-        )
-    }))
-}
-
-// ---- --mark ----
-
-/// `--mark` cannot be honoured.
-#[derive(Debug, thiserror::Error)]
-pub enum MarkError {
-    #[error(
-        "--mark {mark:#x}: setting SO_MARK needs CAP_NET_ADMIN (or CAP_NET_RAW on Linux 5.17+), \
-         which this process lacks ({source}); grant it (Kubernetes: securityContext.capabilities.add: \
-         [NET_ADMIN]) or drop --mark and skip the sidecar's UID in the rules instead"
-    )]
-    NoCapability { mark: u32, source: io::Error },
-    #[error("--mark {mark:#x}: cannot set SO_MARK on a probe socket: {source}")]
-    Other { mark: u32, source: io::Error },
-}
-
-/// Sets `mark` on a throw-away socket, so a missing capability is found at
-/// start-up rather than on the first connection.
-pub fn probe_mark(mark: u32) -> Result<(), MarkError> {
-    let probe = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-        .map_err(|source| MarkError::Other { mark, source })?;
-    probe.set_mark(mark).map_err(|source| {
-        if source.kind() == io::ErrorKind::PermissionDenied {
-            MarkError::NoCapability { mark, source }
-        } else {
-            MarkError::Other { mark, source }
-        }
-    })
 }
 
 // ---- --tproxy ----
@@ -348,20 +283,6 @@ pub fn bind_tproxy(host_port: &str) -> io::Result<crate::proxy::addr::StdListene
             format!("{host_port} resolved to no address"),
         )
     }))
-}
-
-/// Parses a mark: decimal or `0x` hexadecimal, 1 to 2^32-1 (0 is no mark,
-/// which rules could not tell from other traffic).
-pub fn parse_mark(s: &str) -> Result<u32, String> {
-    let n = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(hex) => u32::from_str_radix(hex, 16),
-        None => s.parse::<u32>(),
-    }
-    .map_err(|_| format!("{s:?} is not a mark (1 to 4294967295, decimal or 0x hex)"))?;
-    if n == 0 {
-        return Err("0 is not a mark: rules could not tell it from unmarked traffic".into());
-    }
-    Ok(n)
 }
 
 // ---- Per-rule TLS and the refusal log ----
@@ -668,15 +589,5 @@ mod tests {
         assert_eq!(NoDestination::NotTcp.original(), None);
         let unknown = NoDestination::Unknown(io::Error::from_raw_os_error(libc::ENOENT));
         assert_eq!(unknown.original(), None);
-    }
-
-    #[test]
-    fn marks_parse_in_decimal_and_hex() {
-        assert_eq!(parse_mark("1"), Ok(1));
-        assert_eq!(parse_mark("0x6d74"), Ok(0x6d74));
-        assert_eq!(parse_mark("4294967295"), Ok(u32::MAX));
-        for bad in ["0", "0x0", "-1", "4294967296", "0x", "x1", ""] {
-            assert!(parse_mark(bad).is_err(), "{bad}");
-        }
     }
 }
