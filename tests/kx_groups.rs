@@ -11,15 +11,13 @@ mod p384;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
+use common::foreign::{path, Proc};
 use common::*;
 use mtls_sidecar::ops::pki::write_secret_dir;
 use rustls::NamedGroup;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::process::{Child, ChildStdin, Command};
 
 /// IANA code points (RFC 8446 §4.2.7, draft-ietf-tls-ecdhe-mlkem).
 const X25519MLKEM768: u16 = 0x11ec;
@@ -29,82 +27,6 @@ const SECP384R1: u16 = 0x0018;
 
 const HANDSHAKES: &str = "mtls_sidecar_tls_handshakes_total";
 const FAILURES: &str = "mtls_sidecar_tls_handshake_failures_total";
-
-/// An `openssl` subprocess: stdout and stderr gathered into one buffer as
-/// they arrive, killed when dropped.
-struct Openssl {
-    child: Child,
-    stdin: ChildStdin,
-    out: Arc<Mutex<Vec<u8>>>,
-}
-
-impl Openssl {
-    fn spawn(args: &[&str]) -> Openssl {
-        let mut child = Command::new("openssl")
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("run openssl");
-        let out = Arc::new(Mutex::new(Vec::new()));
-        let stdout = child.stdout.take().expect("stdout");
-        let stderr = child.stderr.take().expect("stderr");
-        for mut pipe in [
-            Box::new(stdout) as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
-            Box::new(stderr),
-        ] {
-            let sink = out.clone();
-            tokio::spawn(async move {
-                let mut buf = [0u8; 4096];
-                while let Ok(n @ 1..) = pipe.read(&mut buf).await {
-                    sink.lock().unwrap().extend_from_slice(&buf[..n]);
-                }
-            });
-        }
-        let stdin = child.stdin.take().expect("stdin");
-        Openssl { child, stdin, out }
-    }
-
-    fn output(&self) -> String {
-        String::from_utf8_lossy(&self.out.lock().unwrap()).into_owned()
-    }
-
-    /// Waits until the output contains `needle`; returns the output.
-    async fn wait_for(&self, needle: &str) -> String {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            let out = self.output();
-            if out.contains(needle) {
-                return out;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "openssl never printed {needle:?}:\n{out}"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-    }
-
-    async fn send(&mut self, bytes: &[u8]) {
-        self.stdin.write_all(bytes).await.unwrap();
-        self.stdin.flush().await.unwrap();
-    }
-
-    /// Waits for the process to end on its own; its exit code.
-    async fn exit_code(&mut self) -> Option<i32> {
-        tokio::time::timeout(DEADLINE, self.child.wait())
-            .await
-            .unwrap_or_else(|_| panic!("openssl still running:\n{}", self.output()))
-            .unwrap()
-            .code()
-    }
-}
-
-fn file(dir: &Path, name: &str) -> String {
-    dir.join(name).to_str().unwrap().to_string()
-}
 
 /// True when the installed OpenSSL knows X25519MLKEM768 (3.5 and later):
 /// an older one refuses to even set the group.
@@ -127,11 +49,11 @@ fn openssl_knows_the_hybrid() -> bool {
 
 /// `openssl s_client` against a `server` route, presenting the controller
 /// identity in `dir` and offering `groups` (OpenSSL's defaults when empty).
-fn s_client(addr: &str, dir: &Path, groups: &[&str]) -> Openssl {
+fn s_client(addr: &str, dir: &Path, groups: &[&str]) -> Proc {
     let (ca, cert, key) = (
-        file(dir, "ca.crt"),
-        file(dir, "tls.crt"),
-        file(dir, "tls.key"),
+        path(dir, "ca.crt"),
+        path(dir, "tls.crt"),
+        path(dir, "tls.key"),
     );
     let mut args = vec![
         "s_client",
@@ -152,17 +74,17 @@ fn s_client(addr: &str, dir: &Path, groups: &[&str]) -> Openssl {
         "-nocommands",
     ];
     args.extend_from_slice(groups);
-    Openssl::spawn(&args)
+    Proc::spawn("openssl", &args)
 }
 
 /// `openssl s_server -trace` on an ephemeral loopback port with the
 /// identity and CA in `dir`, requiring a client certificate, accepting one
 /// connection, plus `extra`; returns it with the address it printed.
-async fn s_server(dir: &Path, extra: &[&str]) -> (Openssl, String) {
+async fn s_server(dir: &Path, extra: &[&str]) -> (Proc, String) {
     let (ca, cert, key) = (
-        file(dir, "ca.crt"),
-        file(dir, "tls.crt"),
-        file(dir, "tls.key"),
+        path(dir, "ca.crt"),
+        path(dir, "tls.crt"),
+        path(dir, "tls.key"),
     );
     let mut args = vec![
         "s_server",
@@ -182,8 +104,8 @@ async fn s_server(dir: &Path, extra: &[&str]) -> (Openssl, String) {
         &ca,
     ];
     args.extend_from_slice(extra);
-    let server = Openssl::spawn(&args);
-    let out = server.wait_for("ACCEPT ").await;
+    let server = Proc::spawn("openssl", &args);
+    let out = server.wait_output("ACCEPT ").await;
     let addr = out
         .lines()
         .find_map(|l| l.strip_prefix("ACCEPT "))
@@ -214,10 +136,10 @@ fn server_hello_group(trace: &str) -> Option<String> {
 
 /// Sends `line` from the app into the `client` route and waits for the
 /// OpenSSL server behind it to print it.
-async fn deliver_through(client: &Sidecar, server: &Openssl, line: &str) -> TcpStream {
+async fn deliver_through(client: &Sidecar, server: &Proc, line: &str) -> TcpStream {
     let mut app = TcpStream::connect(client.addr("client")).await.unwrap();
     app.write_all(line.as_bytes()).await.unwrap();
-    server.wait_for(line).await;
+    server.wait_output(line).await;
     app
 }
 
@@ -231,7 +153,7 @@ async fn server_route_accepts_a_p384_only_client() {
     let srv = ServerSide::start(&[]).await;
     let mut c = s_client(&srv.addr, &srv.controller_dir, &["-groups", "secp384r1"]);
     c.send(b"kx over p-384\n").await;
-    let out = c.wait_for("\nkx over p-384\n").await;
+    let out = c.wait_output("\nkx over p-384\n").await;
     assert!(
         out.contains("Server Temp Key: ECDH, secp384r1, 384 bits"),
         "{out}"
@@ -248,7 +170,7 @@ async fn server_route_gives_a_default_openssl_client_its_best_group() {
     let srv = ServerSide::start(&[]).await;
     let mut c = s_client(&srv.addr, &srv.controller_dir, &[]);
     c.send(b"kx by default\n").await;
-    let out = c.wait_for("\nkx by default\n").await;
+    let out = c.wait_output("\nkx by default\n").await;
     let expected = if openssl_knows_the_hybrid() {
         "X25519MLKEM768"
     } else {
@@ -264,7 +186,7 @@ async fn server_route_gives_a_default_openssl_client_its_best_group() {
 async fn server_route_refuses_a_client_with_no_group_in_common() {
     let srv = ServerSide::start(&["--admin", "127.0.0.1:0"]).await;
     let mut c = s_client(&srv.addr, &srv.controller_dir, &["-groups", "ffdhe2048"]);
-    let code = c.exit_code().await;
+    let code = c.wait_exit().await;
     assert_ne!(code, Some(0), "{}", c.output());
     let admin = srv.sidecar.admin();
     let m = scrape_until(&admin, "the protocol refusal", |m| {

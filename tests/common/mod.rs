@@ -19,6 +19,7 @@ use tokio::net::{TcpListener, TcpStream};
 /// A parser for the `/metrics` page (also used by `tests/admin.rs`).
 #[path = "../admin/expo.rs"]
 pub mod expo;
+pub mod foreign;
 /// An independent HTTP/1.1 client for the admin endpoint.
 #[path = "../admin/http.rs"]
 pub mod http;

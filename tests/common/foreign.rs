@@ -1,0 +1,147 @@
+//! Foreign TLS peers (`openssl s_client`/`s_server`, Python, HAProxy) run as
+//! subprocesses for the interop tests: their output gathered as it arrives,
+//! every wait bounded by [`DEADLINE`], killed when dropped.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStdin, Command};
+
+use super::DEADLINE;
+
+/// A foreign TLS peer run as a subprocess: its output collected as it
+/// arrives, every wait bounded by [`DEADLINE`], killed when dropped.
+pub struct Proc {
+    name: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    out: Arc<Mutex<Vec<u8>>>,
+    err: Arc<Mutex<Vec<u8>>>,
+}
+
+fn collect<R: AsyncRead + Unpin + Send + 'static>(mut r: R) -> Arc<Mutex<Vec<u8>>> {
+    let sink = Arc::new(Mutex::new(Vec::new()));
+    let s = sink.clone();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = r.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            s.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    sink
+}
+
+impl Proc {
+    pub fn spawn(program: &str, args: &[&str]) -> Proc {
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+        let stdin = child.stdin.take();
+        let out = collect(child.stdout.take().unwrap());
+        let err = collect(child.stderr.take().unwrap());
+        Proc {
+            name: program.to_string(),
+            child,
+            stdin,
+            out,
+            err,
+        }
+    }
+
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.out.lock().unwrap()).into_owned()
+    }
+
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.err.lock().unwrap()).into_owned()
+    }
+
+    /// Stdout then stderr: what a check that does not care which stream
+    /// printed a line reads.
+    pub fn output(&self) -> String {
+        self.stdout() + &self.stderr()
+    }
+
+    /// Waits until stdout or stderr contains `needle`; returns both.
+    pub async fn wait_output(&self, needle: &str) -> String {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let out = self.output();
+            if out.contains(needle) {
+                return out;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} never printed {needle:?}:\n{out}",
+                self.name
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits until stdout contains `needle`.
+    pub async fn wait_stdout(&self, needle: &str) -> String {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let out = self.stdout();
+            if out.contains(needle) {
+                return out;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} never printed {needle:?}\nstdout:\n{out}\nstderr:\n{}",
+                self.name,
+                self.stderr()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
+    pub async fn send(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin");
+        stdin.write_all(bytes).await.unwrap();
+        stdin.flush().await.unwrap();
+    }
+
+    /// Waits for the process to exit on its own; returns its exit code.
+    pub async fn wait_exit(&mut self) -> Option<i32> {
+        let status = tokio::time::timeout(DEADLINE, self.child.wait())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "{} did not exit\nstdout:\n{}\nstderr:\n{}",
+                    self.name,
+                    self.stdout(),
+                    self.stderr()
+                )
+            })
+            .unwrap();
+        // Let the collectors drain the pipes.
+        let deadline = Instant::now() + DEADLINE;
+        while Arc::strong_count(&self.out) > 1 || Arc::strong_count(&self.err) > 1 {
+            assert!(
+                Instant::now() < deadline,
+                "{} output never closed",
+                self.name
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        status.code()
+    }
+}
+
+/// A file in `dir` as a command-line argument.
+pub fn path(dir: &Path, file: &str) -> String {
+    dir.join(file).to_str().unwrap().to_string()
+}
