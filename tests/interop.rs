@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::foreign::{path, Proc};
+use common::foreign::{path, s_server, Proc};
 use common::*;
 use mtls_sidecar::ops::pki::Role;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -72,7 +72,7 @@ async fn openssl_s_client_without_a_certificate_is_refused() {
 #[tokio::test(flavor = "multi_thread")]
 async fn client_sidecar_talks_to_openssl_s_server() {
     let creds = Creds::new();
-    let (mut server, target) = s_server(&creds.server_dir, "-tls1_3").await;
+    let (mut server, target) = s_server(&creds.server_dir, &["-tls1_3"]).await;
     let client = start_client(&creds.client_dir, &target, &[]).await;
     let mut app = TcpStream::connect(client.addr("client")).await.unwrap();
     app.write_all(b"controller says hi\n").await.unwrap();
@@ -87,53 +87,6 @@ async fn client_sidecar_talks_to_openssl_s_server() {
     assert!(client.warn_lines(&["handshake refused"]).is_empty());
 }
 
-/// `openssl s_server` on an ephemeral port, accepting one connection with
-/// `version` (e.g. `-tls1_2`) and requiring a client certificate from the
-/// CA in `dir`; returns it with the address it printed.
-async fn s_server(dir: &std::path::Path, version: &str) -> (Proc, String) {
-    s_server_with(dir, &[version]).await
-}
-
-/// `openssl s_server` on an ephemeral port with the identity and CA in
-/// `dir`, accepting one connection and requiring a client certificate,
-/// plus `extra` options; returns it with the address it printed.
-async fn s_server_with(dir: &std::path::Path, extra: &[&str]) -> (Proc, String) {
-    // `-accept 127.0.0.1:0` binds an ephemeral port and prints it on an
-    // "ACCEPT host:port" line, so there is no port to race for.
-    let (cert, key, ca) = (
-        path(dir, "tls.crt"),
-        path(dir, "tls.key"),
-        path(dir, "ca.crt"),
-    );
-    let mut args = vec![
-        "s_server",
-        "-accept",
-        "127.0.0.1:0",
-        "-naccept",
-        "1",
-        "-Verify",
-        "1",
-        "-verify_return_error",
-        "-cert",
-        &cert,
-        "-key",
-        &key,
-        "-CAfile",
-        &ca,
-    ];
-    args.extend_from_slice(extra);
-    let server = Proc::spawn("openssl", &args);
-    let out = server.wait_stdout("ACCEPT ").await;
-    let target = out
-        .lines()
-        .find_map(|l| l.strip_prefix("ACCEPT "))
-        .filter(|a| a.starts_with("127.0.0.1:"))
-        .unwrap_or_else(|| panic!("no ACCEPT line in {out}"))
-        .trim()
-        .to_string();
-    (server, target)
-}
-
 /// The client sidecar offers TLS 1.3 only unless told otherwise: a
 /// TLS 1.2-only OpenSSL server refuses it (counted and logged as
 /// `protocol`), and `--tls-min-version 1.2` makes the same server work.
@@ -142,7 +95,7 @@ async fn client_sidecar_speaks_tls12_to_openssl_only_when_allowed() {
     let creds = Creds::new();
     let hello = b"controller over 1.2\n";
 
-    let (strict_server, target) = s_server(&creds.server_dir, "-tls1_2").await;
+    let (strict_server, target) = s_server(&creds.server_dir, &["-tls1_2"]).await;
     let strict = start_client(&creds.client_dir, &target, &["--admin", "127.0.0.1:0"]).await;
     let mut app = TcpStream::connect(strict.addr("client")).await.unwrap();
     app.write_all(hello).await.unwrap();
@@ -164,7 +117,7 @@ async fn client_sidecar_speaks_tls12_to_openssl_only_when_allowed() {
     );
     assert!(!strict_server.stdout().contains("controller"));
 
-    let (mut server, target) = s_server(&creds.server_dir, "-tls1_2").await;
+    let (mut server, target) = s_server(&creds.server_dir, &["-tls1_2"]).await;
     let relaxed = start_client(&creds.client_dir, &target, &["--tls-min-version", "1.2"]).await;
     let mut app = TcpStream::connect(relaxed.addr("client")).await.unwrap();
     app.write_all(hello).await.unwrap();
@@ -374,8 +327,7 @@ async fn an_openssl_crl_gives_our_server_and_s_server_the_same_verdicts() {
     let crl_file = path(&dir, "ca.crl");
     for (ident, expected) in [(&leaked, false), (&good, true)] {
         // -rev: echo each line reversed, so an admitted client hears back.
-        let (_openssl, addr) =
-            s_server_with(&dir, &["-rev", "-crl_check", "-CRL", &crl_file]).await;
+        let (_openssl, addr) = s_server(&dir, &["-rev", "-crl_check", "-CRL", &crl_file]).await;
         let theirs = admitted(&addr, ident, ca_pem).await;
         let mine = admitted(&ours.addr("server"), ident, ca_pem).await;
         assert_eq!(theirs, expected, "openssl s_server's verdict");

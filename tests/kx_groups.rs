@@ -12,7 +12,7 @@ mod p384;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use common::foreign::{path, Proc};
+use common::foreign::{path, s_server, Proc};
 use common::*;
 use mtls_sidecar::ops::pki::write_secret_dir;
 use rustls::NamedGroup;
@@ -77,42 +77,11 @@ fn s_client(addr: &str, dir: &Path, groups: &[&str]) -> Proc {
     Proc::spawn("openssl", &args)
 }
 
-/// `openssl s_server -trace` on an ephemeral loopback port with the
-/// identity and CA in `dir`, requiring a client certificate, accepting one
-/// connection, plus `extra`; returns it with the address it printed.
-async fn s_server(dir: &Path, extra: &[&str]) -> (Proc, String) {
-    let (ca, cert, key) = (
-        path(dir, "ca.crt"),
-        path(dir, "tls.crt"),
-        path(dir, "tls.key"),
-    );
-    let mut args = vec![
-        "s_server",
-        "-accept",
-        "127.0.0.1:0",
-        "-naccept",
-        "1",
-        "-Verify",
-        "1",
-        "-verify_return_error",
-        "-trace",
-        "-cert",
-        &cert,
-        "-key",
-        &key,
-        "-CAfile",
-        &ca,
-    ];
-    args.extend_from_slice(extra);
-    let server = Proc::spawn("openssl", &args);
-    let out = server.wait_output("ACCEPT ").await;
-    let addr = out
-        .lines()
-        .find_map(|l| l.strip_prefix("ACCEPT "))
-        .unwrap_or_else(|| panic!("no ACCEPT line in {out}"))
-        .trim()
-        .to_string();
-    (server, addr)
+/// `openssl s_server -trace` (see [`s_server`]) plus `extra`: the trace
+/// shows the group each handshake used.
+async fn s_server_traced(dir: &Path, extra: &[&str]) -> (Proc, String) {
+    let args: Vec<&str> = ["-trace"].iter().chain(extra).copied().collect();
+    s_server(dir, &args).await
 }
 
 /// The group named in the key share of the last ServerHello in an
@@ -212,7 +181,7 @@ async fn server_route_refuses_a_client_with_no_group_in_common() {
 #[tokio::test(flavor = "multi_thread")]
 async fn client_route_reaches_a_p384_only_server() {
     let creds = Creds::new();
-    let (server, target) = s_server(&creds.server_dir, &["-groups", "secp384r1"]).await;
+    let (server, target) = s_server_traced(&creds.server_dir, &["-groups", "secp384r1"]).await;
     let client = start_client(&creds.client_dir, &target, &[]).await;
     let _app = deliver_through(&client, &server, "controller over p-384\n").await;
     let trace = server.output();
@@ -240,7 +209,7 @@ async fn client_route_reaches_a_tls12_server_with_a_p384_certificate() {
     let client_dir = root.join("controller-p384");
     write_secret_dir(&client_dir, &creds.controller, &cas).unwrap();
 
-    let (mut server, target) = s_server(&server_dir, &["-tls1_2"]).await;
+    let (mut server, target) = s_server_traced(&server_dir, &["-tls1_2"]).await;
     let client = start_client(&client_dir, &target, &["--tls-min-version", "1.2"]).await;
     let mut app = deliver_through(&client, &server, "controller over 1.2\n").await;
     server.send(b"replica over 1.2\n").await;
@@ -260,7 +229,7 @@ async fn client_route_reaches_a_tls12_server_with_a_p384_certificate() {
 #[tokio::test(flavor = "multi_thread")]
 async fn client_route_gives_a_default_openssl_server_its_best_group() {
     let creds = Creds::new();
-    let (server, target) = s_server(&creds.server_dir, &[]).await;
+    let (server, target) = s_server_traced(&creds.server_dir, &[]).await;
     let client = start_client(&creds.client_dir, &target, &[]).await;
     let _app = deliver_through(&client, &server, "controller by default\n").await;
     let trace = server.output();
@@ -307,7 +276,7 @@ async fn client_route_prefers_the_hybrid() {
 #[tokio::test(flavor = "multi_thread")]
 async fn client_route_refuses_a_server_with_no_group_in_common() {
     let creds = Creds::new();
-    let (server, target) = s_server(&creds.server_dir, &["-groups", "ffdhe2048"]).await;
+    let (server, target) = s_server_traced(&creds.server_dir, &["-groups", "ffdhe2048"]).await;
     let client = start_client(&creds.client_dir, &target, &["--admin", "127.0.0.1:0"]).await;
     let mut app = TcpStream::connect(client.addr("client")).await.unwrap();
     app.write_all(b"never delivered\n").await.unwrap();

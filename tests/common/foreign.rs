@@ -145,3 +145,43 @@ impl Proc {
 pub fn path(dir: &Path, file: &str) -> String {
     dir.join(file).to_str().unwrap().to_string()
 }
+
+/// `openssl s_server` on an ephemeral port with the identity and CA in
+/// `dir`, accepting one connection and requiring a client certificate,
+/// plus `extra` options; returns it with the address it printed.
+pub async fn s_server(dir: &Path, extra: &[&str]) -> (Proc, String) {
+    // `-accept 127.0.0.1:0` binds an ephemeral port and prints it on an
+    // "ACCEPT host:port" line, so there is no port to race for.
+    let (cert, key, ca) = (
+        path(dir, "tls.crt"),
+        path(dir, "tls.key"),
+        path(dir, "ca.crt"),
+    );
+    let mut args = vec![
+        "s_server",
+        "-accept",
+        "127.0.0.1:0",
+        "-naccept",
+        "1",
+        "-Verify",
+        "1",
+        "-verify_return_error",
+        "-cert",
+        &cert,
+        "-key",
+        &key,
+        "-CAfile",
+        &ca,
+    ];
+    args.extend_from_slice(extra);
+    let server = Proc::spawn("openssl", &args);
+    let out = server.wait_stdout("ACCEPT ").await;
+    let target = out
+        .lines()
+        .find_map(|l| l.strip_prefix("ACCEPT "))
+        .filter(|a| a.starts_with("127.0.0.1:"))
+        .unwrap_or_else(|| panic!("no ACCEPT line in {out}"))
+        .trim()
+        .to_string();
+    (server, target)
+}
