@@ -7,12 +7,12 @@
 //! with [`metrics`] observing all of it.
 //!
 //! Imports point down this order (`tests/layers.rs` checks it):
-//! [`ops`] (the operator's tools) → [`app`] and [`sandbox`] (one process)
-//! → [`admin`] (what observers see) → [`proxy`] (the data path) →
-//! [`config`] and [`cli`] (what the user asked) → [`tls`] →
-//! [`credentials`] → the leaves: [`metrics`], [`reason`], [`identity`],
-//! [`logging`], [`logsafe`], [`systemd`], [`memtrim`], [`fdlimit`],
-//! [`resident`], [`process_metrics`].
+//! [`ops`] (the operator's tools) → [`app`] (one process) → [`admin`]
+//! (what observers see) → [`cli`] → [`config`] (what the user asked) →
+//! [`sandbox`] → [`proxy`] (the data path) → [`tls`] → [`credentials`] →
+//! [`metrics`] and [`logging`] → [`logsafe`] → [`reason`] → the leaves:
+//! [`identity`], [`systemd`], [`memtrim`], [`fdlimit`], [`resident`],
+//! [`process_metrics`] → [`switch`].
 
 pub mod admin;
 pub mod app;
@@ -31,6 +31,7 @@ pub mod proxy;
 pub mod reason;
 pub mod resident;
 pub mod sandbox;
+pub mod switch;
 pub mod systemd;
 pub mod tls;
 

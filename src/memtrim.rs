@@ -91,9 +91,9 @@ pub async fn run(load: impl Fn() -> usize) {
     }
 }
 
-/// Trimming is on unless the switch says `off` (or `0`).
+/// Trimming is on unless the switch says it is off (see [`crate::switch`]).
 fn enabled(switch: Option<&str>) -> bool {
-    !matches!(switch, Some("off" | "0"))
+    !crate::switch::is_off(switch)
 }
 
 /// A burst has ended: many endings, a high peak, and the load is down to
@@ -141,5 +141,8 @@ mod tests {
         assert!(enabled(Some("on")));
         assert!(!enabled(Some("off")));
         assert!(!enabled(Some("0")));
+        // The same words as MTLS_SIDECAR_RELEASE_STARTUP's.
+        assert!(!enabled(Some("false")));
+        assert!(!enabled(Some(" OFF ")));
     }
 }

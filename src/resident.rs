@@ -28,16 +28,9 @@ pub struct Released {
     pub bytes: usize,
 }
 
-/// Whether the environment allows releasing (anything but `off`, `0`,
-/// `false`).
+/// Whether the environment allows releasing (see [`crate::switch`]).
 pub fn enabled(setting: Option<&str>) -> bool {
-    !matches!(
-        setting
-            .map(str::trim)
-            .map(str::to_ascii_lowercase)
-            .as_deref(),
-        Some("off" | "0" | "false")
-    )
+    !crate::switch::is_off(setting)
 }
 
 /// One loadable segment of the running executable: its address range and

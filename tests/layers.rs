@@ -35,6 +35,7 @@ const LAYERS: &[&[&str]] = &[
         "resident",
         "process_metrics",
     ],
+    &["switch"],
 ];
 
 fn rank(module: &str) -> Option<usize> {
