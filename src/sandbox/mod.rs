@@ -38,12 +38,16 @@ use landlock::{
     Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus, NetPort,
     PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, ABI,
 };
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tracing::{debug, info, warn};
 
 use crate::credentials::CredentialSource;
 use crate::proxy::addr::{Addr, StdListener};
 use crate::proxy::settings::RouteConfig;
+
+mod mode;
+
+pub use mode::SandboxMode;
 
 /// The filesystem rights the rule set handles (denies unless a rule grants
 /// them): every right up to ABI 5.
@@ -62,29 +66,6 @@ pub const RESOLVER_FILES: &[&str] = &[
 /// The files a credential directory may hold (their symlink targets'
 /// directories are readable too).
 const CREDENTIAL_NAMES: &[&str] = &["tls.crt", "tls.key", "ca.crt", "ca.crl"];
-
-/// How the sandbox is applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SandboxMode {
-    /// Enforce what the kernel supports and log what that was.
-    #[default]
-    BestEffort,
-    /// Exit 1 unless the whole rule set is enforced.
-    Require,
-    /// No sandbox.
-    Off,
-}
-
-impl SandboxMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SandboxMode::BestEffort => "best-effort",
-            SandboxMode::Require => "require",
-            SandboxMode::Off => "off",
-        }
-    }
-}
 
 /// How much of one half (filesystem or network) of the rule set is in force.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -762,16 +743,5 @@ mod tests {
         plan.allow_credentials(&CredentialSource::Dir(links.clone()), &scope(home, home));
         let want: BTreeSet<PathBuf> = [links, std::fs::canonicalize(&store).unwrap()].into();
         assert_eq!(plan.read_dirs, want);
-    }
-
-    #[test]
-    fn modes_parse_from_the_config_file() {
-        #[derive(Deserialize)]
-        struct F {
-            sandbox: SandboxMode,
-        }
-        let f: F = toml::from_str("sandbox = \"best-effort\"").unwrap();
-        assert_eq!(f.sandbox, SandboxMode::BestEffort);
-        assert!(toml::from_str::<F>("sandbox = \"maybe\"").is_err());
     }
 }
