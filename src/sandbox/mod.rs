@@ -38,16 +38,19 @@ use landlock::{
     Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus, NetPort,
     PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, ABI,
 };
-use serde::Serialize;
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use crate::credentials::CredentialSource;
 use crate::proxy::addr::{Addr, StdListener};
 use crate::proxy::settings::RouteConfig;
 
 mod mode;
+mod status;
 
 pub use mode::SandboxMode;
+pub use status::{Enforcement, SandboxStatus};
+
+use status::log;
 
 /// The filesystem rights the rule set handles (denies unless a rule grants
 /// them): every right up to ABI 5.
@@ -66,32 +69,6 @@ pub const RESOLVER_FILES: &[&str] = &[
 /// The files a credential directory may hold (their symlink targets'
 /// directories are readable too).
 const CREDENTIAL_NAMES: &[&str] = &["tls.crt", "tls.key", "ca.crt", "ca.crl"];
-
-/// How much of one half (filesystem or network) of the rule set is in force.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Enforcement {
-    /// Every rule of this half is enforced.
-    Enforced,
-    /// Enforced with fewer rights handled than the rule set asks for (an
-    /// older Landlock ABI): what it cannot express stays allowed.
-    Partial,
-    /// The kernel cannot enforce it (no Landlock, or an ABI without it).
-    NotEnforced,
-    /// `--sandbox off`, or no sandbox was applied to this process.
-    Off,
-}
-
-impl Enforcement {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Enforcement::Enforced => "enforced",
-            Enforcement::Partial => "partial",
-            Enforcement::NotEnforced => "not_enforced",
-            Enforcement::Off => "off",
-        }
-    }
-}
 
 /// What the sandbox allows: the process's whole allow-list.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -320,51 +297,6 @@ pub fn warm_up_resolver(plan: &Plan) {
     }
 }
 
-/// What is in force, for the log line and `/status`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SandboxStatus {
-    pub mode: SandboxMode,
-    /// The kernel's Landlock ABI (`null` when it has none or nothing was
-    /// applied).
-    pub landlock_abi: Option<i32>,
-    pub filesystem: Enforcement,
-    pub network: Enforcement,
-    /// Readable paths (directories: everything beneath).
-    pub read_only: Vec<String>,
-    /// Directories where unix sockets may be created.
-    pub unix_socket_dirs: Vec<String>,
-    pub bind_ports: Vec<u16>,
-    pub connect_ports: Vec<u16>,
-    /// Allow-list entries that could not be opened when the sandbox was
-    /// applied (best effort only), so are not readable.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub skipped: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-}
-
-impl SandboxStatus {
-    fn unsandboxed(mode: SandboxMode, note: &str) -> SandboxStatus {
-        SandboxStatus {
-            mode,
-            landlock_abi: None,
-            filesystem: Enforcement::Off,
-            network: Enforcement::Off,
-            read_only: Vec::new(),
-            unix_socket_dirs: Vec::new(),
-            bind_ports: Vec::new(),
-            connect_ports: Vec::new(),
-            skipped: Vec::new(),
-            note: Some(note.to_string()),
-        }
-    }
-
-    /// True when every half of the rule set is enforced.
-    pub fn fully_enforced(&self) -> bool {
-        self.filesystem == Enforcement::Enforced && self.network == Enforcement::Enforced
-    }
-}
-
 static STATE: OnceLock<SandboxStatus> = OnceLock::new();
 
 /// The sandbox in force in this process (none when [`apply`] never ran, as
@@ -536,33 +468,6 @@ fn restrict(plan: &Plan, mode: SandboxMode) -> Result<SandboxStatus, SandboxErro
         )));
     }
     Ok(status)
-}
-
-fn log(s: &SandboxStatus) {
-    if s.mode == SandboxMode::Off {
-        info!("sandbox off (--sandbox off): the process keeps all of its user's access");
-        return;
-    }
-    let abi = s
-        .landlock_abi
-        .map_or_else(|| "none".to_string(), |a| a.to_string());
-    info!(
-        mode = s.mode.as_str(),
-        landlock_abi = %abi,
-        filesystem = s.filesystem.as_str(),
-        network = s.network.as_str(),
-        read_only = ?s.read_only,
-        unix_socket_dirs = ?s.unix_socket_dirs,
-        bind_ports = ?s.bind_ports,
-        connect_ports = ?s.connect_ports,
-        "sandbox applied (Landlock)"
-    );
-    if let Some(n) = &s.note {
-        warn!("sandbox: {n}");
-    }
-    if s.filesystem == Enforcement::NotEnforced {
-        warn!("sandbox: this kernel offers no Landlock; the process is not sandboxed (--sandbox require would refuse to start)");
-    }
 }
 
 #[cfg(test)]
