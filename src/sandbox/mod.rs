@@ -27,6 +27,13 @@
 //! (ABI 4), nothing newer: rights a later kernel adds (say, UDP or unix
 //! socket connects) would deny what the sidecar needs (DNS over UDP, the
 //! `NOTIFY_SOCKET`) without a rule written for them.
+//!
+//! One job a file: `mode.rs` (the `--sandbox` flag), `plan.rs` (the
+//! allow-list, [`Plan`]), `scope.rs` (which directories are too broad to
+//! grant whole), `restrict.rs` (the Landlock rule set built from a plan
+//! and applied), `status.rs` (what is in force, for the log line and
+//! `/status`). This file holds the entry points: [`warm_up_resolver`],
+//! [`apply`] and [`current`].
 
 use std::io;
 use std::net::ToSocketAddrs;
