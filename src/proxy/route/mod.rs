@@ -34,6 +34,8 @@ use crate::proxy::preauth::Capped;
 use crate::reason::{CloseReason, FailureReason};
 use crate::tls::verify::{with_report, ClientCertPolicy, PeerReport, ServerCertPolicy};
 
+mod refusal;
+
 /// How long an `--exclusive` newcomer waits, at most, for the incumbent it
 /// displaced to let go of the target, on top of the connect timeout (the
 /// incumbent may itself be mid-connect).
@@ -698,60 +700,6 @@ impl Route {
         }
     }
 
-    fn target_unreachable(&self, peer: &str, e: &std::io::Error) {
-        self.target_unreachable_at(peer, &self.cfg.target, e)
-    }
-
-    fn target_unreachable_at(
-        &self,
-        peer: &str,
-        target: &dyn std::fmt::Display,
-        e: &std::io::Error,
-    ) {
-        self.metrics.target_connect_failures.increment(1);
-        self.metrics.closed(CloseReason::TargetError);
-        warn!(route = %self.cfg.name, peer = %peer, target = %target, error = %e, "cannot connect to target");
-    }
-
-    fn refused(
-        &self,
-        peer: &str,
-        reason: FailureReason,
-        error: &dyn std::fmt::Display,
-        report: &PeerReport,
-        started: Instant,
-    ) {
-        self.metrics.handshake_failed(reason, started.elapsed());
-        self.log_refusal(peer, reason, error, report.cert.as_ref());
-    }
-
-    /// The WARN line of one refusal, unless this route's rate limit for
-    /// `reason` holds it back (counted in the "suppressed N" summary).
-    fn log_refusal(
-        &self,
-        peer: &str,
-        reason: FailureReason,
-        error: &dyn std::fmt::Display,
-        cert: Option<&crate::identity::CertInfo>,
-    ) {
-        use crate::logsafe::{clean, clean_display, clean_list};
-        if !self.refusal_log.admit(reason) {
-            return;
-        }
-        let error = clean_display(error);
-        match cert {
-            Some(c) => warn!(
-                route = %self.cfg.name, peer = %peer, reason = reason.as_str(),
-                subject = %clean(&c.subject), serial = %c.serial, sans = %clean_list(&c.sans()),
-                error = %error, "handshake refused"
-            ),
-            None => warn!(
-                route = %self.cfg.name, peer = %peer, reason = reason.as_str(), error = %error,
-                "handshake refused"
-            ),
-        }
-    }
-
     /// Forwards until the connection ends or is told to close. A client
     /// route's server that turns out to have refused our certificate
     /// ([`Settle`]) ends it as a refused handshake instead of a close.
@@ -815,23 +763,6 @@ impl Route {
             }
         }
         drop(reg);
-    }
-
-    /// A client route's server refused us with `alert` once our handshake
-    /// had finished (TLS 1.3 servers judge the client's certificate after
-    /// their own Finished): a failed handshake, never a close. Its duration
-    /// was recorded when our side of the handshake ended.
-    fn refused_by_server(&self, conn: &LiveConn, alert: AlertDescription) {
-        let error = rustls::Error::AlertReceived(alert);
-        let reason = FailureReason::from_tls(&error);
-        metrics::counter!(
-            crate::metrics::HANDSHAKE_FAILURES,
-            "route" => self.cfg.name.clone(),
-            "reason" => reason.as_str()
-        )
-        .increment(1);
-        let error = format!("{error}, after our handshake finished: the server refused us");
-        self.log_refusal(&conn.peer_addr, reason, &error, conn.peer.as_ref());
     }
 
     /// Re-verifies every live connection whenever the store's trust shrinks,
