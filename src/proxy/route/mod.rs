@@ -8,12 +8,22 @@
 //! [`crate::proxy::preauth::PREAUTH_BYTES`] before it is authenticated; only then
 //! does a connection take one of the `--max-connections` slots (waiting for
 //! one if all are taken). Accepting never waits on either.
+//!
+//! This file holds the route itself: building its TLS side and binding its
+//! listener, the accept loop, and the dispatch of each connection to its
+//! mode. A connection's life is in the files below it, in the order it
+//! lives it: `server.rs` or `client.rs` (one per mode, a transparent route's
+//! connections being client ones), `admission.rs` (the handshake and what
+//! admits the peer), `verdict.rs` (a client route's server accepting us),
+//! `supervise.rs` (forwarding until the close, and closing on revocation),
+//! and `refusal.rs` (how a refusal or an unreachable target is counted and
+//! logged).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rustls_pki_types::ServerName;
 use tokio::sync::{watch, Semaphore};
@@ -26,17 +36,15 @@ use crate::metrics::RouteMetrics;
 use crate::proxy::addr::{Addr, Listener, StdListener, Stream};
 use crate::proxy::conn::Registry;
 use crate::proxy::pending::{Pending, Ticket};
-use crate::proxy::preauth::Capped;
-use crate::reason::{CloseReason, FailureReason};
-use crate::tls::verify::{ClientCertPolicy, PeerReport, ServerCertPolicy};
+use crate::reason::FailureReason;
+use crate::tls::verify::{ClientCertPolicy, ServerCertPolicy};
 
 mod admission;
+mod client;
 mod refusal;
 mod server;
 mod supervise;
 mod verdict;
-
-use verdict::ServerVerdict;
 
 /// The TLS side of a route.
 enum RouteTls {
@@ -296,119 +304,6 @@ impl Route {
             RouteTls::Transparent(_) => {
                 Box::pin(self.handle_transparent(stream, peer_addr, ticket, live))
             }
-        }
-    }
-
-    /// A connection diverted to a transparent route: where it was going
-    /// decides the rule, and so the server identity required there; one
-    /// that no rule covers, that was not redirected, or that is our own
-    /// connection looping back is closed (`no_destination`), never forwarded.
-    async fn handle_transparent(
-        self: Arc<Self>,
-        stream: Stream,
-        peer_addr: String,
-        ticket: Ticket,
-        live: crate::memtrim::Live,
-    ) {
-        use crate::proxy::transparent::{dial, NoDestination};
-        let RouteTls::Transparent(t) = &self.tls else {
-            return;
-        };
-        let decided = match &stream {
-            Stream::Tcp(tcp) => t.resolve(tcp),
-            Stream::Unix(_) => Err(NoDestination::NotTcp),
-        };
-        let (rule, original, to) = match decided {
-            Ok(decided) => decided,
-            Err(why) => {
-                drop(ticket);
-                drop(stream);
-                self.metrics.closed(CloseReason::NoDestination);
-                t.log.refused(&peer_addr, &why);
-                return;
-            }
-        };
-        // Every line about this connection from here on (dial failure,
-        // handshake refused or complete, closed) carries the original
-        // destination and rule: a WARN-level span, so the WARN lines have it
-        // at any log level that shows them.
-        let span = tracing::warn_span!("transparent", original_dst = %original, rule);
-        let _entered = span.enter();
-        debug!(route = %self.cfg.name, peer = %peer_addr, dial = %to, "transparent: dialing the original destination's sidecar");
-        drop(_entered);
-        let Some(tls) = t.tls.get(rule) else { return };
-        let server_name = t.server_name(rule, to);
-        let connect = dial(to, self.cfg.mark, self.cfg.connect_timeout);
-        let connect: Dial<_> =
-            Box::pin(async move { connect.await.map(|(s, guard)| (Stream::Tcp(s), guard)) });
-        let local = Local {
-            stream,
-            addr: peer_addr,
-            ticket,
-            live,
-        };
-        let connector = tls.connector.clone();
-        use tracing::Instrument;
-        self.clone()
-            .handle_client(connector, server_name, connect, to.to_string(), local)
-            .instrument(span)
-            .await
-    }
-
-    /// `connect` dials the remote sidecar; what it returns beside the
-    /// stream is held for as long as the connection lasts. `target` names
-    /// the remote sidecar in logs.
-    ///
-    /// `connect` comes boxed: an `async fn`'s arguments stay laid out in its
-    /// future for its whole life, and a dial's future (its timeout timer
-    /// included) would have sat in every live client connection's task.
-    async fn handle_client<K>(
-        self: Arc<Self>,
-        connector: TlsConnector,
-        server_name: ServerName<'static>,
-        connect: Dial<K>,
-        target: String,
-        local: Local,
-    ) {
-        let Local {
-            stream: local,
-            addr: local_addr,
-            ticket,
-            live: _live,
-        } = local;
-        // A client route's slot is taken before dialing, so a full route
-        // holds no remote connection open while it waits; the wait is under
-        // the handshake ticket and its bounds.
-        let slot = tokio::select! {
-            s = self.slots.clone().acquire_owned() => s.ok(),
-            reason = ticket.stopped() => {
-                self.refused(&local_addr, reason, &"closed while waiting for a connection slot", &PeerReport::default(), Instant::now());
-                return;
-            }
-        };
-        let Some(_slot) = slot else { return };
-        // Nothing is read from the local application before the remote
-        // sidecar is verified: bytes wait in the socket until supervise.
-        let remote = tokio::select! {
-            r = connect => r,
-            reason = ticket.stopped() => {
-                self.refused(&local_addr, reason, &"closed while connecting to the target", &PeerReport::default(), Instant::now());
-                return;
-            }
-        };
-        let (remote, _keep) = match remote {
-            Ok(r) => r,
-            Err(e) => return self.target_unreachable_at(&local_addr, &target, &e),
-        };
-        let handshake = Box::pin(connector.connect(server_name, Capped::new(remote)));
-        if let Some((mut tls, reg, _)) = self.authenticate(target, handshake, &ticket).await {
-            drop(ticket);
-            tls.get_mut().0.lift();
-            if let Some(p) = tls.get_ref().1.alpn_protocol() {
-                debug!(route = %self.cfg.name, conn = reg.conn.id, alpn = %String::from_utf8_lossy(p), "ALPN negotiated");
-            }
-            let mut server = ServerVerdict::new(tls, &self.metrics.handshakes);
-            self.supervise(reg, local, &mut server).await;
         }
     }
 }
