@@ -1,0 +1,126 @@
+//! A server route's connection: the TLS handshake with the remote client,
+//! its admission, the dial of the local target, and the PROXY v2 header
+//! (`--proxy-protocol`) that hands the peer's identity to the target.
+
+use std::sync::Arc;
+
+use tokio::io::AsyncWriteExt;
+use tokio_rustls::TlsAcceptor;
+use tracing::debug;
+
+use super::Route;
+use crate::proxy::addr::Stream;
+use crate::proxy::conn::Registration;
+use crate::proxy::pending::Ticket;
+use crate::proxy::preauth::Capped;
+
+impl Route {
+    pub(super) async fn handle_server(
+        self: Arc<Self>,
+        acceptor: TlsAcceptor,
+        stream: Stream,
+        peer_addr: String,
+        ticket: Ticket,
+        _live: crate::memtrim::Live,
+    ) {
+        let addresses = match &stream {
+            Stream::Tcp(s) => s.peer_addr().ok().zip(s.local_addr().ok()),
+            Stream::Unix(_) => None,
+        };
+        let handshake = Box::pin(acceptor.accept(Capped::new(stream)));
+        let Some((mut tls, reg, displaced)) =
+            self.authenticate(peer_addr, handshake, &ticket).await
+        else {
+            return;
+        };
+        tls.get_mut().0.lift();
+        if let Some(p) = tls.get_ref().1.alpn_protocol() {
+            debug!(route = %self.cfg.name, conn = reg.conn.id, alpn = %String::from_utf8_lossy(p), "ALPN negotiated");
+        }
+        // The ticket is kept while waiting for a slot: authenticated
+        // connections queued behind a full route stay bounded by
+        // --max-handshakes (the oldest closed as overload), never unbounded.
+        let slot = self.take_slot(&reg, &ticket).await;
+        drop(ticket);
+        let Some(_slot) = slot else {
+            // Closed before forwarding: let go only after any incumbent this
+            // one displaced, so a newcomer waiting on this connection waits
+            // on the whole displacement chain.
+            if let Some(old) = &displaced {
+                self.await_displaced(old).await;
+            }
+            return;
+        };
+        if let Some(old) = &displaced {
+            self.await_displaced(old).await;
+        }
+        let connect = self
+            .cfg
+            .target
+            .connect_marked(self.cfg.connect_timeout, self.cfg.mark);
+        let target = tokio::select! {
+            r = connect => r,
+            reason = reg.conn.signal.closed() => return self.closed_early(&reg, reason),
+        };
+        let mut target = match target {
+            Ok(t) => t,
+            Err(e) => return self.target_unreachable(&reg.conn.peer_addr, &e),
+        };
+        if self.cfg.proxy_protocol {
+            let header = self.handoff(&reg, tls.get_ref().1, addresses);
+            let sent = match header {
+                Ok(h) => tokio::time::timeout(self.cfg.connect_timeout, target.write_all(&h)).await,
+                Err(e) => Ok(Err(e)),
+            };
+            if let Err(e) = sent.unwrap_or_else(|_| {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "writing the PROXY header timed out",
+                ))
+            }) {
+                return self.target_unreachable(&reg.conn.peer_addr, &e);
+            }
+        }
+        self.supervise(reg, tls, target).await
+    }
+
+    /// The PROXY v2 header for an authenticated server-side connection.
+    fn handoff(
+        &self,
+        reg: &Registration,
+        conn: &rustls::ServerConnection,
+        addresses: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
+    ) -> std::io::Result<Vec<u8>> {
+        let peer = reg.conn.peer.as_ref();
+        let matched = match &self.cfg.peer_sans {
+            crate::identity::SanPolicy::Any => Some("*".to_string()),
+            policy => peer.and_then(|c| {
+                policy
+                    .patterns()
+                    .iter()
+                    .find(|p| p.matches(c))
+                    .map(|p| p.to_string())
+            }),
+        };
+        crate::proxy::proxy_header::encode(&crate::proxy::proxy_header::Handoff {
+            addresses,
+            version: conn.protocol_version(),
+            cipher: conn.negotiated_cipher_suite().map(|c| c.suite()),
+            alpn: conn.alpn_protocol().map(<[u8]>::to_vec),
+            sni: conn.server_name().map(str::to_string),
+            unique_id: reg.conn.id.to_string(),
+            peer_cert: reg.conn.chain.first().map(|c| c.as_ref().to_vec()),
+            // The identity in force now: the one presented in this handshake
+            // unless a rotation landed in between (then its successor).
+            local_cert: self
+                .store
+                .current()
+                .identity
+                .cert
+                .first()
+                .map(|c| c.as_ref().to_vec()),
+            matched,
+            sans: peer.map(|c| c.sans()).unwrap_or_default(),
+        })
+    }
+}
