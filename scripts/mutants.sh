@@ -31,7 +31,7 @@ declare -A TARGETS=(
     [src/identity/]="--lib --test patterns --test eku"
     [src/credentials/validate.rs]="--test revision_validation --test store --test check --test certs"
     [src/credentials/trust.rs]="--test trust_anchors --test store"
-    [src/credentials/store.rs]="--test store --test store_signals"
+    [src/credentials/store/]="--test store --test store_signals"
     [src/credentials/crl.rs]="--lib --test crl"
     [src/proxy/transparent.rs]="--lib --test transparent"
     [src/proxy/transparent/]="--lib --test transparent"
@@ -44,7 +44,7 @@ ORDER=(
     src/identity/
     src/credentials/validate.rs
     src/credentials/trust.rs
-    src/credentials/store.rs
+    src/credentials/store/
     src/credentials/crl.rs
     src/proxy/transparent.rs
     src/proxy/transparent/

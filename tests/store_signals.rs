@@ -4,7 +4,7 @@
 //! a plain rotation; a revision that keeps the leaf and grows the bundle is
 //! applied; a stale CRL is reported once; the CRL scope is set once for
 //! every later trust; a refusal names the certificate file. Each test names
-//! the cargo-mutants mutants of `src/credentials/store.rs` it kills.
+//! the cargo-mutants mutants of `src/credentials/store/` it kills.
 
 mod common;
 

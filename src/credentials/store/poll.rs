@@ -1,89 +1,16 @@
-//! The one credential store a source's routes share. Handshakes read it
-//! lock-free (arc-swap); the poller replaces its contents whole.
+//! Moving a new revision of the source on, one poll at a time: a plain
+//! directory's content settles first, a revision is parsed once, then
+//! judged in time on every poll (not yet valid: pending; expired:
+//! rejected, judged again), and applied or rejected; graced anchors retire
+//! when due.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use arc_swap::ArcSwap;
-use rustls::crypto::CryptoProvider;
-use rustls::sign::CertifiedKey;
-use serde::Serialize;
-use tokio::sync::watch;
-
-use super::trust::{Anchor, Trust};
-use super::validate::{parse, ParsedRevision};
-use super::{CredError, CredentialSource, CrlInfo, CrlScope};
-use crate::identity::CertInfo;
-
-/// One applied revision: identity and trust, swapped together.
-#[derive(Debug)]
-pub struct Credentials {
-    /// Hex content hash of the files this came from.
-    pub revision: String,
-    pub identity: Arc<CertifiedKey>,
-    pub leaf: CertInfo,
-    pub trust: Arc<Trust>,
-}
-
-/// What the poller has seen, for `/status` and `/readyz`.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct ReloadStatus {
-    pub last_poll: Option<SystemTime>,
-    pub last_applied: Option<SystemTime>,
-    pub last_rejected_revision: Option<String>,
-    pub last_rejected_error: Option<String>,
-    pub last_rejected_at: Option<SystemTime>,
-    /// A newer revision that is good but not valid yet; it is applied on the
-    /// first poll once it is.
-    pub pending: Option<PendingRevision>,
-    /// True when the newest revision judged is the one in force; false while
-    /// a newer one is rejected or pending. A plain directory's revision that
-    /// is still settling has no verdict yet and leaves this as it was.
-    pub last_reload_successful: bool,
-}
-
-/// A revision waiting for one of its certificates to become valid.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PendingRevision {
-    /// Its content hash.
-    pub revision: String,
-    /// Why it is not in force yet (names the file and the time).
-    pub reason: String,
-    /// When the failing certificate becomes valid.
-    pub valid_from: SystemTime,
-    /// When the poller first saw this revision.
-    pub since: SystemTime,
-}
-
-/// The outcome of one poll.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Applied {
-    /// Same content as in force, or as already judged (rejected, or pending
-    /// and still not valid).
-    Unchanged,
-    /// A new revision is in force.
-    Applied {
-        revision: String,
-        trust_shrank: bool,
-    },
-    /// Only the trust changed: a graced anchor retired.
-    TrustRetired,
-    /// A new revision failed validation; the last good one stays. Reported
-    /// once per revision.
-    Rejected { revision: String, error: CredError },
-    /// A new revision is good except that a certificate in it is not valid
-    /// yet; it is judged again on every poll and applied once valid.
-    /// Reported once per revision.
-    Pending {
-        revision: String,
-        error: CredError,
-        valid_from: SystemTime,
-    },
-    /// A plain directory's (or explicit files') content changed and has not
-    /// stayed the same for the settle window yet: it may be mid-write, so
-    /// no verdict before `until`.
-    Settling { revision: String, until: SystemTime },
-}
+use super::super::trust::Trust;
+use super::super::validate::{parse, ParsedRevision};
+use super::super::{CredError, CrlInfo};
+use super::{Applied, CredentialStore, Credentials, PendingRevision, ReloadStatus};
 
 /// How long a plain directory's (or explicit files') content must stay the
 /// same before it is judged (at least this, or the poll interval if
@@ -127,16 +54,16 @@ enum Reported {
 }
 
 #[derive(Debug)]
-struct PollState {
-    status: ReloadStatus,
+pub(super) struct PollState {
+    pub(super) status: ReloadStatus,
     candidate: Option<Candidate>,
-    settle_window: Duration,
+    pub(super) settle_window: Duration,
     /// The roles the store's routes play: (server, client).
-    roles: (bool, bool),
+    pub(super) roles: (bool, bool),
     /// How many revisions were parsed in full (a diagnostic).
-    parses: u64,
+    pub(super) parses: u64,
     /// The stale CRLs already reported (each is reported once).
-    stale_reported: Vec<CrlInfo>,
+    pub(super) stale_reported: Vec<CrlInfo>,
 }
 
 impl Default for PollState {
@@ -155,91 +82,7 @@ impl Default for PollState {
     }
 }
 
-/// Holds the credentials in force for one source.
-#[derive(Debug)]
-pub struct CredentialStore {
-    source: CredentialSource,
-    provider: Arc<CryptoProvider>,
-    trust_grace: Duration,
-    current: ArcSwap<Credentials>,
-    state: Mutex<PollState>,
-    trust_shrunk: watch::Sender<u64>,
-    generation: watch::Sender<u64>,
-}
-
 impl CredentialStore {
-    /// Reads and validates the source; any problem is an error naming the file.
-    pub fn load(
-        source: CredentialSource,
-        provider: Arc<CryptoProvider>,
-        trust_grace: Duration,
-    ) -> Result<Arc<CredentialStore>, CredError> {
-        let now = SystemTime::now();
-        let raw = source.read()?;
-        let rev = super::validate(&raw, &provider, now)?;
-        let trust = Arc::new(Trust::build(
-            Anchor::bundle(&rev.anchors),
-            rev.crls.clone(),
-            CrlScope::default(),
-            &provider,
-        )?);
-        let creds = Credentials {
-            revision: rev.hash,
-            identity: rev.identity,
-            leaf: rev.leaf,
-            trust,
-        };
-        let mut state = PollState::default();
-        state.status.last_poll = Some(now);
-        state.status.last_applied = Some(now);
-        Ok(Arc::new(CredentialStore {
-            source,
-            provider,
-            trust_grace,
-            current: ArcSwap::from_pointee(creds),
-            state: Mutex::new(state),
-            trust_shrunk: watch::channel(0).0,
-            generation: watch::channel(0).0,
-        }))
-    }
-
-    /// The credentials in force. Cheap; called on every handshake.
-    pub fn current(&self) -> Arc<Credentials> {
-        self.current.load_full()
-    }
-
-    /// Where this store reads from.
-    pub fn source(&self) -> &CredentialSource {
-        &self.source
-    }
-
-    /// The crypto provider credentials were validated with.
-    pub fn provider(&self) -> &Arc<CryptoProvider> {
-        &self.provider
-    }
-
-    /// A copy of what the poller has seen.
-    pub fn status(&self) -> ReloadStatus {
-        self.lock().status.clone()
-    }
-
-    /// Changes whenever the effective trust loses an anchor or the CRLs in
-    /// force change; routes re-verify their live connections then.
-    pub fn trust_shrunk(&self) -> watch::Receiver<u64> {
-        self.trust_shrunk.subscribe()
-    }
-
-    /// Changes whenever anything new is swapped in.
-    pub fn generation(&self) -> watch::Receiver<u64> {
-        self.generation.subscribe()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, PollState> {
-        // A panic while holding this lock cannot leave PollState invalid
-        // (plain values), so a poisoned lock is still usable.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Reads the source once and applies what changed. A `..data` revision
     /// is judged at once; a plain directory's or explicit files' content
     /// only once it has stayed the same for the settle window.
@@ -288,31 +131,6 @@ impl CredentialStore {
             .flatten()
             .filter(|t| floor.is_none_or(|polled| *t > polled))
             .min()
-    }
-
-    /// The CRLs in force that are past their nextUpdate at `now` and were
-    /// not returned before: each stale CRL is reported once.
-    pub fn newly_stale_crls(&self, now: SystemTime) -> Vec<CrlInfo> {
-        let now = crate::identity::time_to_epoch(now);
-        let current = self.current();
-        let mut state = self.lock();
-        let in_force = &current.trust.crls.infos;
-        state.stale_reported.retain(|c| in_force.contains(c));
-        let mut fresh = Vec::new();
-        for crl in current.trust.crls.stale(now) {
-            if !state.stale_reported.contains(crl) {
-                state.stale_reported.push(crl.clone());
-                fresh.push(crl.clone());
-            }
-        }
-        fresh
-    }
-
-    /// How many revisions were parsed in full since start-up. A revision
-    /// waiting to become valid is parsed once and only re-judged in time
-    /// on later polls; tests use this to prove it.
-    pub fn parses(&self) -> u64 {
-        self.lock().parses
     }
 
     fn retire_due(&self, current: &Credentials, now: SystemTime) -> bool {
@@ -381,7 +199,7 @@ impl CredentialStore {
         &self,
         state: &mut PollState,
         candidate: &mut Candidate,
-        read: Result<super::RawRevision, CredError>,
+        read: Result<super::super::RawRevision, CredError>,
         current: &Credentials,
         now: SystemTime,
         force: bool,
@@ -404,7 +222,7 @@ impl CredentialStore {
                 let (server, client) = state.roles;
                 let parsed = read.and_then(|raw| {
                     let rev = parse(&raw, &self.provider)?;
-                    super::check_usage(&rev.leaf, &raw.cert.path, server, client)?;
+                    super::super::check_usage(&rev.leaf, &raw.cert.path, server, client)?;
                     Ok(rev)
                 });
                 match parsed {
@@ -502,57 +320,6 @@ impl CredentialStore {
         }
     }
 
-    fn cert_path(&self) -> std::path::PathBuf {
-        match &self.source {
-            CredentialSource::Dir(d) => d.join(super::CERT_FILE),
-            CredentialSource::Files { cert, .. } => cert.clone(),
-        }
-    }
-
-    /// Requires every future revision's leaf to allow these roles, and checks
-    /// the one in force now.
-    pub fn require_roles(&self, server: bool, client: bool) -> Result<(), CredError> {
-        super::check_usage(&self.current().leaf, &self.cert_path(), server, client)?;
-        self.lock().roles = (server, client);
-        Ok(())
-    }
-
-    /// Sets which certificates of a peer chain the CRLs judge, for the
-    /// trust in force and every later one. Called once at start-up, before
-    /// any route serves.
-    pub fn set_crl_scope(&self, scope: CrlScope) -> Result<(), CredError> {
-        let _state = self.lock();
-        let current = self.current();
-        if current.trust.scope == scope {
-            return Ok(());
-        }
-        let trust = current.trust.with_scope(scope, &self.provider)?;
-        self.swap(Credentials {
-            revision: current.revision.clone(),
-            identity: current.identity.clone(),
-            leaf: current.leaf.clone(),
-            trust: Arc::new(trust),
-        });
-        Ok(())
-    }
-
-    /// Makes a plain directory's changed content wait `max(window,
-    /// SETTLE_WINDOW)` of stability before it is judged (set to the poll
-    /// interval by the app).
-    pub fn set_settle_window(&self, window: Duration) {
-        self.lock().settle_window = window.max(SETTLE_WINDOW);
-    }
-
-    /// A plain directory (no `..data` link) and explicit files are written
-    /// file by file and write by write, so a reading may be a write in
-    /// progress.
-    fn settles(&self) -> bool {
-        match &self.source {
-            CredentialSource::Dir(d) => !d.join(super::DATA_LINK).is_symlink(),
-            CredentialSource::Files { .. } => true,
-        }
-    }
-
     fn reject(
         &self,
         state: &mut PollState,
@@ -568,11 +335,6 @@ impl CredentialStore {
             revision: key,
             error,
         }
-    }
-
-    fn swap(&self, creds: Credentials) {
-        self.current.store(Arc::new(creds));
-        self.generation.send_modify(|g| *g += 1);
     }
 }
 

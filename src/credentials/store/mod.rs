@@ -1,0 +1,202 @@
+//! The one credential store a source's routes share. Handshakes read it
+//! lock-free (arc-swap); the poller replaces its contents whole.
+//!
+//! This file holds the store and what reads it; [`poll`] moves a new
+//! revision on (settle, parse once, judge in time, apply or reject);
+//! [`outcome`] is what a poll reports and `/status` shows.
+
+mod outcome;
+mod poll;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwap;
+use rustls::crypto::CryptoProvider;
+use rustls::sign::CertifiedKey;
+use tokio::sync::watch;
+
+use super::trust::{Anchor, Trust};
+use super::{CredError, CredentialSource, CrlInfo, CrlScope};
+use crate::identity::CertInfo;
+
+pub use outcome::{Applied, PendingRevision, ReloadStatus};
+use poll::PollState;
+pub use poll::SETTLE_WINDOW;
+
+/// One applied revision: identity and trust, swapped together.
+#[derive(Debug)]
+pub struct Credentials {
+    /// Hex content hash of the files this came from.
+    pub revision: String,
+    pub identity: Arc<CertifiedKey>,
+    pub leaf: CertInfo,
+    pub trust: Arc<Trust>,
+}
+
+/// Holds the credentials in force for one source.
+#[derive(Debug)]
+pub struct CredentialStore {
+    source: CredentialSource,
+    provider: Arc<CryptoProvider>,
+    trust_grace: Duration,
+    current: ArcSwap<Credentials>,
+    state: Mutex<PollState>,
+    trust_shrunk: watch::Sender<u64>,
+    generation: watch::Sender<u64>,
+}
+
+impl CredentialStore {
+    /// Reads and validates the source; any problem is an error naming the file.
+    pub fn load(
+        source: CredentialSource,
+        provider: Arc<CryptoProvider>,
+        trust_grace: Duration,
+    ) -> Result<Arc<CredentialStore>, CredError> {
+        let now = SystemTime::now();
+        let raw = source.read()?;
+        let rev = super::validate(&raw, &provider, now)?;
+        let trust = Arc::new(Trust::build(
+            Anchor::bundle(&rev.anchors),
+            rev.crls.clone(),
+            CrlScope::default(),
+            &provider,
+        )?);
+        let creds = Credentials {
+            revision: rev.hash,
+            identity: rev.identity,
+            leaf: rev.leaf,
+            trust,
+        };
+        let mut state = PollState::default();
+        state.status.last_poll = Some(now);
+        state.status.last_applied = Some(now);
+        Ok(Arc::new(CredentialStore {
+            source,
+            provider,
+            trust_grace,
+            current: ArcSwap::from_pointee(creds),
+            state: Mutex::new(state),
+            trust_shrunk: watch::channel(0).0,
+            generation: watch::channel(0).0,
+        }))
+    }
+
+    /// The credentials in force. Cheap; called on every handshake.
+    pub fn current(&self) -> Arc<Credentials> {
+        self.current.load_full()
+    }
+
+    /// Where this store reads from.
+    pub fn source(&self) -> &CredentialSource {
+        &self.source
+    }
+
+    /// The crypto provider credentials were validated with.
+    pub fn provider(&self) -> &Arc<CryptoProvider> {
+        &self.provider
+    }
+
+    /// A copy of what the poller has seen.
+    pub fn status(&self) -> ReloadStatus {
+        self.lock().status.clone()
+    }
+
+    /// Changes whenever the effective trust loses an anchor or the CRLs in
+    /// force change; routes re-verify their live connections then.
+    pub fn trust_shrunk(&self) -> watch::Receiver<u64> {
+        self.trust_shrunk.subscribe()
+    }
+
+    /// Changes whenever anything new is swapped in.
+    pub fn generation(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PollState> {
+        // A panic while holding this lock cannot leave PollState invalid
+        // (plain values), so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The CRLs in force that are past their nextUpdate at `now` and were
+    /// not returned before: each stale CRL is reported once.
+    pub fn newly_stale_crls(&self, now: SystemTime) -> Vec<CrlInfo> {
+        let now = crate::identity::time_to_epoch(now);
+        let current = self.current();
+        let mut state = self.lock();
+        let in_force = &current.trust.crls.infos;
+        state.stale_reported.retain(|c| in_force.contains(c));
+        let mut fresh = Vec::new();
+        for crl in current.trust.crls.stale(now) {
+            if !state.stale_reported.contains(crl) {
+                state.stale_reported.push(crl.clone());
+                fresh.push(crl.clone());
+            }
+        }
+        fresh
+    }
+
+    /// How many revisions were parsed in full since start-up. A revision
+    /// waiting to become valid is parsed once and only re-judged in time
+    /// on later polls; tests use this to prove it.
+    pub fn parses(&self) -> u64 {
+        self.lock().parses
+    }
+
+    fn cert_path(&self) -> std::path::PathBuf {
+        match &self.source {
+            CredentialSource::Dir(d) => d.join(super::CERT_FILE),
+            CredentialSource::Files { cert, .. } => cert.clone(),
+        }
+    }
+
+    /// Requires every future revision's leaf to allow these roles, and checks
+    /// the one in force now.
+    pub fn require_roles(&self, server: bool, client: bool) -> Result<(), CredError> {
+        super::check_usage(&self.current().leaf, &self.cert_path(), server, client)?;
+        self.lock().roles = (server, client);
+        Ok(())
+    }
+
+    /// Sets which certificates of a peer chain the CRLs judge, for the
+    /// trust in force and every later one. Called once at start-up, before
+    /// any route serves.
+    pub fn set_crl_scope(&self, scope: CrlScope) -> Result<(), CredError> {
+        let _state = self.lock();
+        let current = self.current();
+        if current.trust.scope == scope {
+            return Ok(());
+        }
+        let trust = current.trust.with_scope(scope, &self.provider)?;
+        self.swap(Credentials {
+            revision: current.revision.clone(),
+            identity: current.identity.clone(),
+            leaf: current.leaf.clone(),
+            trust: Arc::new(trust),
+        });
+        Ok(())
+    }
+
+    /// Makes a plain directory's changed content wait `max(window,
+    /// SETTLE_WINDOW)` of stability before it is judged (set to the poll
+    /// interval by the app).
+    pub fn set_settle_window(&self, window: Duration) {
+        self.lock().settle_window = window.max(SETTLE_WINDOW);
+    }
+
+    /// A plain directory (no `..data` link) and explicit files are written
+    /// file by file and write by write, so a reading may be a write in
+    /// progress.
+    fn settles(&self) -> bool {
+        match &self.source {
+            CredentialSource::Dir(d) => !d.join(super::DATA_LINK).is_symlink(),
+            CredentialSource::Files { .. } => true,
+        }
+    }
+
+    fn swap(&self, creds: Credentials) {
+        self.current.store(Arc::new(creds));
+        self.generation.send_modify(|g| *g += 1);
+    }
+}
