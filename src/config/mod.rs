@@ -19,8 +19,10 @@ use values::{
     alpn, bounded_count, bounded_duration, mark, opt_duration, patterns, spki_pins, NONZERO,
 };
 
+mod credentials;
 mod values;
 
+pub use credentials::CredentialSpec;
 pub use values::{parse_duration, MAX_ALPN};
 
 /// How long a connection half-closed by one side may stay quiet before it
@@ -155,18 +157,6 @@ pub struct RouteSpec {
     pub credentials: CredentialSpec,
 }
 
-/// Where credentials come from, as written by a user.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CredentialSpec {
-    pub tls_dir: Option<PathBuf>,
-    pub cert: Option<PathBuf>,
-    pub key: Option<PathBuf>,
-    pub ca: Option<PathBuf>,
-    /// A CRL file beside `cert`/`key`/`ca` (a directory's is its `ca.crl`).
-    pub crl: Option<PathBuf>,
-}
-
 /// Process-wide options as written by a user.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -186,36 +176,6 @@ pub struct FileSpec {
     pub credentials: CredentialSpec,
     #[serde(default, rename = "route")]
     pub routes: Vec<RouteSpec>,
-}
-
-impl CredentialSpec {
-    /// Resolves to a source; `prefix` qualifies field names in messages.
-    pub fn to_source(&self, prefix: &str) -> Result<Option<CredentialSource>, ConfigError> {
-        if self.crl.is_some() && self.cert.is_none() {
-            return Err(invalid(
-                format!("{prefix}crl"),
-                "goes with --cert/--key/--ca; a directory's CRL is its ca.crl",
-            ));
-        }
-        match (&self.tls_dir, &self.cert, &self.key, &self.ca) {
-            (None, None, None, None) => Ok(None),
-            (Some(dir), None, None, None) => Ok(Some(CredentialSource::Dir(dir.clone()))),
-            (None, Some(cert), Some(key), Some(ca)) => Ok(Some(CredentialSource::Files {
-                cert: cert.clone(),
-                key: key.clone(),
-                ca: ca.clone(),
-                crl: self.crl.clone(),
-            })),
-            (Some(_), _, _, _) => Err(invalid(
-                format!("{prefix}tls-dir"),
-                "give either a directory or --cert/--key/--ca, not both",
-            )),
-            _ => Err(invalid(
-                format!("{prefix}cert/key/ca"),
-                "--cert, --key and --ca must be given together",
-            )),
-        }
-    }
 }
 
 impl RouteSpec {
