@@ -1,0 +1,108 @@
+//! The validated configuration of a sidecar process: its routes and the
+//! credential source they share. Built from the command line (`server`,
+//! `client`) or a TOML file (`run --config`); everything downstream takes
+//! these types, never raw flags.
+//!
+//! This file holds what every part shares: `Settings`, `ConfigError`, the
+//! defaults and the upper `bounds`. The parts, each importing only lower
+//! ones: `values` (one field's text to its typed, bounded value),
+//! `credentials` (where certificates come from), `route` (one route to a
+//! `RouteConfig`) and `file` (the TOML file to `Settings`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::credentials::CrlScope;
+use crate::proxy::addr::Addr;
+use crate::proxy::settings::RouteConfig;
+use crate::sandbox::SandboxMode;
+
+mod credentials;
+mod file;
+mod route;
+mod values;
+
+pub use credentials::CredentialSpec;
+pub use file::FileSpec;
+pub use route::RouteSpec;
+pub use values::{parse_duration, MAX_ALPN};
+
+/// How long a connection half-closed by one side may stay quiet before it
+/// is reaped (so it never lingers in CLOSE_WAIT).
+pub const DEFAULT_HALF_CLOSE_LINGER: Duration = Duration::from_secs(60);
+
+/// The longest `--trust-grace` accepted: a removed CA must not linger.
+pub const MAX_TRUST_GRACE: Duration = Duration::from_secs(24 * 3600);
+
+/// Upper bounds on every count and duration, checked when flags or a file
+/// are read, so no value can make a later task panic or overflow (a
+/// semaphore's permit limit, an `Instant` plus a duration). Each is far
+/// beyond any sensible setting; README's configuration reference lists them.
+pub mod bounds {
+    use std::time::Duration;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+    const DAY: Duration = Duration::from_secs(24 * 3600);
+
+    /// `--max-connections`: authenticated, forwarded connections per route.
+    pub const MAX_CONNECTIONS: usize = 1_000_000;
+    /// `--max-handshakes`: unauthenticated handshakes in flight per route.
+    pub const MAX_HANDSHAKES: usize = 1_000_000;
+    /// `--worker-threads`.
+    pub const WORKER_THREADS: usize = 1024;
+    /// `--handshake-timeout`, `--connect-timeout`.
+    pub const TIMEOUT: Duration = HOUR;
+    /// `--reload-interval`.
+    pub const RELOAD_INTERVAL: Duration = HOUR;
+    /// `--drain-timeout`.
+    pub const DRAIN_TIMEOUT: Duration = HOUR;
+    /// `--max-connection-lifetime`.
+    pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
+    /// The hidden `--half-close-linger`.
+    pub const HALF_CLOSE_LINGER: Duration = DAY;
+}
+
+/// The default `--max-connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// The default `--max-handshakes`.
+pub const DEFAULT_MAX_HANDSHAKES: usize = 1024;
+
+/// Process-wide settings plus the routes.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub routes: Vec<RouteConfig>,
+    pub admin: Option<Addr>,
+    pub reload_interval: Duration,
+    pub trust_grace: Duration,
+    /// Which certificates of a peer chain are checked against the CRLs.
+    pub crl_scope: CrlScope,
+    pub drain_timeout: Duration,
+    /// Runtime worker threads; `None`: the CPUs the process may use.
+    pub worker_threads: Option<usize>,
+    /// `--sandbox` / `sandbox`: how Landlock restricts the process.
+    pub sandbox: SandboxMode,
+}
+
+/// A configuration problem; the message names the flag, file or field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{field}: {why}")]
+    Invalid { field: String, why: String },
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: Box<toml::de::Error>,
+    },
+}
+
+fn invalid(field: impl Into<String>, why: impl std::fmt::Display) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        why: why.to_string(),
+    }
+}
