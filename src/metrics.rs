@@ -254,7 +254,7 @@ fn process_metrics() {
 }
 
 /// Starts the task refreshing the process metrics every
-/// [`PROCESS_INTERVAL`] on the running runtime (once per process; the
+/// `PROCESS_INTERVAL` on the running runtime (once per process; the
 /// metrics are installed before the runtime exists, so the app calls this
 /// when it starts serving).
 pub fn spawn_process_refresh() {

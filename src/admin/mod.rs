@@ -6,7 +6,7 @@
 //! flood on the admin port itself: a liveness probe that gets a reset
 //! restarts the pod, so `/livez` and `/readyz` must answer however many
 //! idle or stalled admin connections are open. Every connection is tracked
-//! ([`admission`]) and watched: a header timeout, an idle keep-alive
+//! (`admission.rs`) and watched: a header timeout, an idle keep-alive
 //! timeout and a bound on how long a response write may block close the
 //! stuck ones, and when the connection cap is reached the newcomer is
 //! always admitted while the most stuck connection is closed. HTTP/1.1 only

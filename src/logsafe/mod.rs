@@ -17,7 +17,7 @@
 //! The escaped text is the same in the text and the JSON log formats, so a
 //! JSON consumer sees exactly what a reader of the text log sees.
 //!
-//! [`escape`] holds the escaping, [`ratelimit`] the rate limits.
+//! `escape.rs` holds the escaping, `ratelimit.rs` the rate limits.
 
 mod escape;
 mod ratelimit;

@@ -151,7 +151,7 @@ impl DevCa {
         })
     }
 
-    /// Loads a CA written by [`DevCa::write`] (or any CA cert and PKCS#8 key).
+    /// Loads a CA written by `certs init` (or any CA cert and PKCS#8 key).
     pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<DevCa, rcgen::Error> {
         let key = KeyPair::from_pem(key_pem)?;
         let issuer = Issuer::from_ca_cert_pem(cert_pem, key)?;

@@ -341,7 +341,7 @@ fn revision_name() -> String {
     )
 }
 
-/// True for names [`revision_name`] (and the kubelet) produce.
+/// True for names `revision_name` (and the kubelet) produce.
 pub fn is_revision_name(name: &str) -> bool {
     let Some(rest) = name.strip_prefix("..") else {
         return false;

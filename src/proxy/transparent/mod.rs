@@ -14,10 +14,10 @@
 //! sidecar's own outbound connection looping back (the rules forgot to skip
 //! `--mark`) are refused: never forwarded, in plaintext or otherwise.
 //!
-//! The rules themselves (parsing, validation, lookup) are in [`rules`];
-//! reading where a connection was going and deciding it, in [`lookup`];
-//! the sidecar's own outbound sockets (the loop guard), in [`outbound`];
-//! `--tproxy`'s listener, in [`tproxy`]; the refusal log, in [`log`]. This
+//! The rules themselves (parsing, validation, lookup) are in `rules.rs`;
+//! reading where a connection was going and deciding it, in `lookup.rs`;
+//! the sidecar's own outbound sockets (the loop guard), in `outbound.rs`;
+//! `--tproxy`'s listener, in `tproxy.rs`; the refusal log, in `log.rs`. This
 //! module holds a route's per-rule TLS. `--mark`, which lets the rules
 //! leave the sidecar's own connections alone, is in [`super::mark`].
 
