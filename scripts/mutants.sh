@@ -33,7 +33,6 @@ declare -A TARGETS=(
     [src/credentials/trust.rs]="--test trust_anchors --test store"
     [src/credentials/store/]="--test store --test store_signals"
     [src/credentials/crl.rs]="--lib --test crl"
-    [src/proxy/transparent.rs]="--lib --test transparent"
     [src/proxy/transparent/]="--lib --test transparent"
     [src/proxy/proxy_header.rs]="--lib --test handoff"
     [src/identity/pin.rs]="--lib --test handoff --test refusals"
@@ -46,7 +45,6 @@ ORDER=(
     src/credentials/trust.rs
     src/credentials/store/
     src/credentials/crl.rs
-    src/proxy/transparent.rs
     src/proxy/transparent/
     src/proxy/proxy_header.rs
     src/identity/pin.rs

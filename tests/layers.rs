@@ -1,8 +1,11 @@
-//! The architecture, checked: every `crate::` import in `src/` points down
-//! the layer order written in `src/lib.rs`, and no two sibling files of a
-//! folder import each other round a circle. Test modules (`#[cfg(test)]`)
-//! may use anything (they mint certificates with the development PKI in
-//! `ops/`); comments and string literals are not code.
+//! The architecture, checked: every path in `src/` that reaches another
+//! module from the crate root (`crate::`, groups included) or by climbing
+//! (`super::super::`) points down the layer order written in `src/lib.rs`,
+//! and no two sibling modules of a folder (files or sub-folders, a
+//! sub-folder counting every file below it) import each other round a
+//! circle. Test modules (`#[cfg(test)]`) may use anything (they mint
+//! certificates with the development PKI in `ops/`); comments and string
+//! literals are not code.
 //!
 //! A failure names the file, the import and both layers: move the item the
 //! lower layer needs down to it (as `proxy/settings.rs` and
@@ -151,56 +154,106 @@ fn without_tests(code: &str) -> String {
     out
 }
 
-/// Every `crate::a::b…` path in `code`, with its line; `crate::{a, b}`
-/// groups give one path per member.
-fn crate_paths(code: &str) -> Vec<(usize, Vec<String>)> {
+/// Every path in `code` that starts at the crate root (`crate::`,
+/// `$crate::`) or climbs out of `module` (`super::`, `super::super::`…),
+/// resolved from the crate root, with its line. A group gives one path per
+/// member, nested (`crate::{a::{b, c}, d}`) or over several lines as
+/// rustfmt writes a long one.
+fn crate_paths(code: &str, module: &[String]) -> Vec<(usize, Vec<String>)> {
+    let b = code.as_bytes();
     let mut found = Vec::new();
-    for (n, line) in code.lines().enumerate() {
-        let mut rest = line;
-        while let Some(at) = rest.find("crate::") {
-            let before = rest[..at].chars().last();
-            rest = &rest[at + "crate::".len()..];
-            if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
-                continue; // e.g. `mtls_sidecar::`… is not this crate's path
+    let mut i = 0;
+    while i < b.len() {
+        let preceded = i > 0 && (is_ident(b[i - 1]) || b[i - 1] == b':');
+        let base = if preceded {
+            None
+        } else if code[i..].starts_with("crate::") {
+            i += "crate::".len();
+            Some(Vec::new())
+        } else if code[i..].starts_with("super::") {
+            let mut up = 0;
+            while code[i..].starts_with("super::") {
+                i += "super::".len();
+                up += 1;
             }
-            if let Some(group) = rest.strip_prefix('{') {
-                let inner = group.split('}').next().unwrap_or("");
-                for member in inner.split(',') {
-                    let segs = segments(member.trim());
-                    if !segs.is_empty() {
-                        found.push((n + 1, segs));
-                    }
-                }
-            } else {
-                found.push((n + 1, segments(rest)));
-            }
+            Some(module[..module.len().saturating_sub(up)].to_vec())
+        } else {
+            None
+        };
+        match base {
+            Some(base) => i = use_tree(code, i, base, &mut found),
+            None => i += 1,
         }
     }
     found
 }
 
-fn segments(s: &str) -> Vec<String> {
-    let mut segs = Vec::new();
-    let mut rest = s;
-    loop {
-        let ident: String = rest
-            .chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_')
-            .collect();
-        if ident.is_empty() {
-            break;
-        }
-        rest = &rest[ident.len()..];
-        segs.push(ident);
-        match rest.strip_prefix("::") {
-            Some(r) => rest = r,
-            None => break,
-        }
-    }
-    segs
+fn is_ident(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_'
 }
 
-/// `src/proxy/route.rs` -> ["proxy", "route"]; `src/proxy/mod.rs` ->
+fn line_of(code: &str, at: usize) -> usize {
+    code[..at].matches('\n').count() + 1
+}
+
+/// Reads the path (or `{…}` group of paths) at `at` below `prefix` into
+/// `out`; returns where it ends.
+fn use_tree(
+    code: &str,
+    mut at: usize,
+    mut prefix: Vec<String>,
+    out: &mut Vec<(usize, Vec<String>)>,
+) -> usize {
+    let b = code.as_bytes();
+    let skip_space = |mut k: usize| {
+        while k < b.len() && b[k].is_ascii_whitespace() {
+            k += 1;
+        }
+        k
+    };
+    let from = skip_space(at);
+    loop {
+        at = skip_space(at);
+        if at < b.len() && b[at] == b'{' {
+            at += 1;
+            loop {
+                at = skip_space(at);
+                if at >= b.len() {
+                    return at;
+                }
+                match b[at] {
+                    b'}' => return at + 1,
+                    b',' => at += 1,
+                    _ => {
+                        let before = at;
+                        at = use_tree(code, at, prefix.clone(), out);
+                        if at == before {
+                            at += 1; // not a path: step over it
+                        }
+                    }
+                }
+            }
+        }
+        let len = b[at..].iter().take_while(|&&c| is_ident(c)).count();
+        if len == 0 {
+            break;
+        }
+        prefix.push(code[at..at + len].to_string());
+        at += len;
+        let next = skip_space(at);
+        if code[next..].starts_with("::") {
+            at = next + 2;
+        } else {
+            break;
+        }
+    }
+    if !prefix.is_empty() {
+        out.push((line_of(code, from), prefix));
+    }
+    at
+}
+
+/// `src/proxy/route/client.rs` -> ["proxy", "route", "client"]; `src/proxy/mod.rs` ->
 /// ["proxy"]; `src/ops/check.rs` -> ["ops", "check"].
 fn module_of(src: &Path, file: &Path) -> Vec<String> {
     let rel = file.strip_prefix(src).unwrap().with_extension("");
@@ -259,7 +312,7 @@ fn every_import_points_down_the_layers() {
             ));
             continue;
         };
-        for (line, path) in crate_paths(&s.code) {
+        for (line, path) in crate_paths(&s.code, &s.module) {
             let Some(target) = path.first() else { continue };
             if target == own || !top_level.contains(target) {
                 continue; // its own module, or an item of the crate root
@@ -298,60 +351,56 @@ fn every_top_level_module_has_a_layer() {
     }
 }
 
-/// The sibling modules (files of one folder, not its `mod.rs`) a file
-/// imports, as `super::x` or by its full path.
-fn sibling_imports(s: &Source, siblings: &BTreeSet<String>) -> BTreeSet<String> {
-    let parent = &s.module[..s.module.len() - 1];
-    let mut out = BTreeSet::new();
-    for (_, path) in crate_paths(&s.code) {
-        if path.len() > parent.len() && path[..parent.len()] == *parent {
-            out.insert(path[parent.len()].clone());
-        }
-    }
-    for (n, _) in s.code.match_indices("super::") {
-        let segs = segments(&s.code[n + "super::".len()..]);
-        if let Some(first) = segs.first() {
-            out.insert(first.clone());
-        }
-        // `super::{a, b}`
-        if let Some(group) = s.code[n + "super::".len()..].strip_prefix('{') {
-            for member in group.split('}').next().unwrap_or("").split(',') {
-                if let Some(first) = segments(member.trim()).first() {
-                    out.insert(first.clone());
-                }
+#[test]
+fn src_lib_rs_states_the_same_order() {
+    let lib =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
+    let doc: Vec<&str> = lib.lines().filter_map(|l| l.strip_prefix("//!")).collect();
+    let doc = doc.join(" ");
+    let from = doc
+        .find("Imports point down")
+        .expect("src/lib.rs's doc states the layer order");
+    let stated: Vec<&str> = doc[from..]
+        .split("[`")
+        .skip(1)
+        .filter_map(|s| s.split("`]").next())
+        .collect();
+    let checked: Vec<&str> = LAYERS.iter().flat_map(|g| g.iter().copied()).collect();
+    assert_eq!(stated, checked, "src/lib.rs's order and LAYERS differ");
+}
+
+/// Which module imports which, as edges between the two siblings (files
+/// or folders of one folder) that hold them: `proxy/route/client.rs`
+/// importing `crate::proxy::transparent::dial` is the edge
+/// `proxy::route` -> `proxy::transparent`. Imports of a module's own
+/// ancestors, or of items its `mod.rs` defines, are not edges.
+fn sibling_edges(
+    imports: &[(Vec<String>, Vec<Vec<String>>)],
+) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+    let modules: BTreeSet<&[String]> = imports
+        .iter()
+        .flat_map(|(m, _)| (1..=m.len()).map(move |k| &m[..k]))
+        .collect();
+    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for (module, paths) in imports {
+        for path in paths {
+            let common = module.iter().zip(path).take_while(|(a, b)| a == b).count();
+            // Below one top-level module (across them, the layers rule),
+            // and between two of its children.
+            if common == 0 || common >= module.len() || common >= path.len() {
+                continue;
+            }
+            let (from, to) = (&module[..=common], &path[..=common]);
+            if modules.contains(to) {
+                edges.entry(from.to_vec()).or_default().insert(to.to_vec());
             }
         }
     }
-    out.retain(|m| siblings.contains(m) && Some(m) != s.module.last());
-    out
+    edges
 }
 
-#[test]
-fn no_sibling_files_import_each_other_round_a_circle() {
-    let sources = sources();
-    // Folder -> its child modules.
-    let mut children: BTreeMap<Vec<String>, BTreeSet<String>> = BTreeMap::new();
-    for s in &sources {
-        if s.module.len() >= 2 {
-            let (parent, name) = s.module.split_at(s.module.len() - 1);
-            children
-                .entry(parent.to_vec())
-                .or_default()
-                .insert(name[0].clone());
-        }
-    }
-    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
-    for s in &sources {
-        if s.module.len() < 2 {
-            continue;
-        }
-        let parent = s.module[..s.module.len() - 1].to_vec();
-        for to in sibling_imports(s, &children[&parent]) {
-            let mut target = parent.clone();
-            target.push(to);
-            edges.entry(s.module.clone()).or_default().insert(target);
-        }
-    }
+/// A circle in `edges`, if there is one.
+fn find_circle(edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Option<Vec<Vec<String>>> {
     // Depth-first search for a back edge.
     fn visit(
         node: &Vec<String>,
@@ -384,24 +433,76 @@ fn no_sibling_files_import_each_other_round_a_circle() {
     let mut state = BTreeMap::new();
     for node in edges.keys() {
         if !state.contains_key(node) {
-            if let Some(circle) = visit(node, &edges, &mut state, &mut Vec::new()) {
-                let names: Vec<String> = circle.iter().map(|m| m.join("::")).collect();
-                panic!("sibling modules import each other: {}", names.join(" -> "));
+            if let Some(circle) = visit(node, edges, &mut state, &mut Vec::new()) {
+                return Some(circle);
             }
         }
+    }
+    None
+}
+
+#[test]
+fn no_sibling_modules_import_each_other_round_a_circle() {
+    let imports: Vec<_> = sources()
+        .into_iter()
+        .map(|s| {
+            let paths = crate_paths(&s.code, &s.module)
+                .into_iter()
+                .map(|(_, p)| p)
+                .collect();
+            (s.module, paths)
+        })
+        .collect();
+    if let Some(circle) = find_circle(&sibling_edges(&imports)) {
+        let names: Vec<String> = circle.iter().map(|m| m.join("::")).collect();
+        panic!("sibling modules import each other: {}", names.join(" -> "));
     }
 }
 
 #[test]
 fn the_checker_sees_what_it_must() {
-    // Positive controls: an upward import in code is found; the same in a
-    // comment, a string or a test module is not.
-    let code = "use crate::proxy::route::Route;\n// crate::ops::pki\nlet s = \"crate::app\";\n#[cfg(test)]\nmod tests { use crate::ops::pki::DevCa; fn f() { let c = '{'; } }\nfn g() { crate::{tls, app}; }\n";
+    // Positive controls: an upward import in code is found, in a group too
+    // (nested, or over several lines), or climbing with `super::`; the
+    // same in a comment, a string or a test module is not.
+    let code = "use crate::proxy::route::Route;\n// crate::ops::pki\nlet s = \"crate::app\";\n#[cfg(test)]\nmod tests { use crate::ops::pki::DevCa; fn f() { let c = '{'; } }\nfn g() { crate::{tls, app}; }\nuse crate::{\n    identity::{SanPolicy, pin},\n    app::Prepared,\n};\nuse super::super::ops::pki;\n";
+    let module = ["tls".to_string(), "resolve".to_string()];
     let cleaned = without_tests(&code_only(code));
-    let found: Vec<String> = crate_paths(&cleaned)
+    let found: Vec<String> = crate_paths(&cleaned, &module)
         .into_iter()
         .map(|(line, p)| format!("{line}:{}", p.join("::")))
         .collect();
-    assert_eq!(found, ["1:proxy::route::Route", "6:tls", "6:app"]);
+    assert_eq!(
+        found,
+        [
+            "1:proxy::route::Route",
+            "6:tls",
+            "6:app",
+            "8:identity::SanPolicy",
+            "8:identity::pin",
+            "9:app::Prepared",
+            "11:ops::pki",
+        ]
+    );
     assert!(rank("ops") < rank("proxy") && rank("proxy") < rank("reason"));
+
+    // A circle through files below two sibling folders (or a folder and a
+    // file) is a circle between those siblings; importing an ancestor, or
+    // an item of one's own `mod.rs`, is not an edge.
+    let m = |s: &str| s.split("::").map(str::to_string).collect::<Vec<_>>();
+    let imports = vec![
+        (m("proxy::addr"), vec![m("proxy::transparent::Outbound")]),
+        (m("proxy::transparent"), vec![]),
+        (
+            m("proxy::transparent::tproxy"),
+            vec![
+                m("proxy::addr::StdListener"),
+                m("proxy::transparent::Rules"),
+            ],
+        ),
+        (m("proxy::route"), vec![]),
+        (m("proxy::route::client"), vec![m("proxy::route::Route")]),
+    ];
+    let circle = find_circle(&sibling_edges(&imports)).expect("the circle");
+    assert!(circle.contains(&m("proxy::addr")) && circle.contains(&m("proxy::transparent")));
+    assert_eq!(find_circle(&sibling_edges(&imports[1..])), None);
 }

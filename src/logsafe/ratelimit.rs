@@ -185,7 +185,9 @@ impl RefusalLog {
 
     fn summary(&self, reason: FailureReason, suppressed: u64) {
         tracing::warn!(
-            target: "mtls_sidecar::proxy::route",
+            // The module of the `handshake refused` lines it summarises
+            // (src/proxy/route/refusal.rs), so one filter keeps both.
+            target: "mtls_sidecar::proxy::route::refusal",
             route = %self.route,
             reason = reason.as_str(),
             suppressed,
