@@ -185,9 +185,7 @@ impl RefusalLog {
 
     fn summary(&self, reason: FailureReason, suppressed: u64) {
         tracing::warn!(
-            // The module of the `handshake refused` lines it summarises
-            // (src/proxy/route/refusal.rs), so one filter keeps both.
-            target: "mtls_sidecar::proxy::route::refusal",
+            target: "mtls_sidecar::proxy::route",
             route = %self.route,
             reason = reason.as_str(),
             suppressed,
