@@ -197,7 +197,10 @@ async fn client_refuses_a_revoked_server_until_the_crl_is_removed() {
     // Removing ca.crl is a rotation; SIGHUP judges the plain directory now.
     std::fs::remove_file(client_dir.join("ca.crl")).unwrap();
     client.signal(libc::SIGHUP);
-    client.wait_log(&["applied credential revision"]).await;
+    // Under the documented module (docs/logging.md), which log filters use.
+    client
+        .wait_log(&[" INFO mtls_sidecar::reload: applied credential revision "])
+        .await;
     let mut local = tokio::net::TcpStream::connect(client.addr("client"))
         .await
         .unwrap();

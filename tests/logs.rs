@@ -28,7 +28,7 @@ const WINDOW: Duration = Duration::from_secs(10);
 /// The organisation an attacker chose: a bare forged line, a forged line
 /// with a perfect log prefix, a Unicode line separator and a bidi override.
 const FORGED_ORG: &str = "Acme\nINFO FORGED-BARE handshake complete\n\
-    2099-01-01T00:00:00.000000Z  INFO mtls_sidecar::proxy::route: FORGED-PREFIXED listening\
+    2099-01-01T00:00:00.000000Z  INFO mtls_sidecar::route: FORGED-PREFIXED listening\
     \u{2028}FORGED-LS\u{202e}DESREVER\u{1b}[2J";
 
 /// Characters no log line may carry raw: controls (other than the line's own
@@ -174,6 +174,21 @@ async fn a_forged_subject_is_one_escaped_capped_warn_line() {
     assert_eq!(warns.len(), 1, "{all}");
     let line = warns[0];
     assert!(line.contains("handshake refused"), "{line}");
+    // The module shown is the documented one (docs/logging.md), whichever
+    // file of src/proxy/route/ wrote the line: operators filter on it
+    // (RUST_LOG=mtls_sidecar::route=debug).
+    assert!(
+        line.contains(" WARN mtls_sidecar::route: handshake refused "),
+        "{line}"
+    );
+    let complete = logs
+        .iter()
+        .find(|l| l.contains("handshake complete") && !l.contains("FORGED"))
+        .expect("the good connection's handshake complete line");
+    assert!(
+        complete.contains(" mtls_sidecar::route: handshake complete"),
+        "{complete}"
+    );
     assert_eq!(forged_lines[0], line);
 
     // The forged text is there, escaped: a reader sees what was sent.
@@ -252,6 +267,13 @@ async fn a_refusal_burst_is_rate_limited_and_summarised_while_metrics_count_all(
     let summary = srv.sidecar.warn_lines(&["handshake refusals suppressed"]);
     assert!(
         summary.iter().all(|l| l.contains("route=server")),
+        "{summary:#?}"
+    );
+    // The same module as the lines it summarises, so one filter keeps both.
+    assert!(
+        summary
+            .iter()
+            .all(|l| l.contains(" WARN mtls_sidecar::route: handshake refusals suppressed ")),
         "{summary:#?}"
     );
     if one_window {

@@ -37,7 +37,7 @@ pub async fn run(
 ) {
     let file_event = Arc::new(Notify::new());
     let _watcher = if file_watch_disabled() {
-        info!(source = %store.source(), "file watcher disabled ({NO_FILE_WATCH_ENV}=1); polling every {interval:?} only");
+        info!(target: "mtls_sidecar::reload", source = %store.source(), "file watcher disabled ({NO_FILE_WATCH_ENV}=1); polling every {interval:?} only");
         None
     } else {
         start_watcher(&store, file_event.clone())
@@ -90,7 +90,7 @@ pub fn report(store: &CredentialStore, outcome: &Applied) {
         Applied::Unchanged => {}
         Applied::Settling { revision, until } => {
             debug!(
-                source = %store.source(),
+                target: "mtls_sidecar::reload", source = %store.source(),
                 revision = %short(revision),
                 until = %humantime::format_rfc3339_millis(*until),
                 "credential files changed; judging them once unchanged for the settle window"
@@ -103,7 +103,7 @@ pub fn report(store: &CredentialStore, outcome: &Applied) {
             let creds = store.current();
             crate::metrics::credential_reload(true);
             info!(
-                source = %store.source(),
+                target: "mtls_sidecar::reload", source = %store.source(),
                 revision = %short(revision),
                 subject = %creds.leaf.subject,
                 serial = %creds.leaf.serial,
@@ -114,7 +114,7 @@ pub fn report(store: &CredentialStore, outcome: &Applied) {
             );
         }
         Applied::TrustRetired => {
-            info!(source = %store.source(), anchors = store.current().trust.anchors.len(), "trust grace ended; removed CA is no longer trusted");
+            info!(target: "mtls_sidecar::reload", source = %store.source(), anchors = store.current().trust.anchors.len(), "trust grace ended; removed CA is no longer trusted");
         }
         Applied::Pending {
             revision,
@@ -122,7 +122,7 @@ pub fn report(store: &CredentialStore, outcome: &Applied) {
             valid_from,
         } => {
             warn!(
-                source = %store.source(),
+                target: "mtls_sidecar::reload", source = %store.source(),
                 revision = %short(revision),
                 valid_from = %humantime::format_rfc3339_seconds(*valid_from),
                 error = %error,
@@ -132,7 +132,7 @@ pub fn report(store: &CredentialStore, outcome: &Applied) {
         Applied::Rejected { revision, error } => {
             crate::metrics::credential_reload(false);
             error!(
-                source = %store.source(),
+                target: "mtls_sidecar::reload", source = %store.source(),
                 revision = %short(revision),
                 error = %error,
                 "rejected credential revision; the last good one stays in force"
@@ -146,7 +146,7 @@ pub fn report(store: &CredentialStore, outcome: &Applied) {
 fn warn_stale_crls(store: &CredentialStore) {
     for crl in store.newly_stale_crls(SystemTime::now()) {
         warn!(
-            source = %store.source(),
+            target: "mtls_sidecar::reload", source = %store.source(),
             issuer = %crl.issuer,
             crl_number = crl.number.as_deref().unwrap_or("none"),
             next_update = %crl.next_update.map(fmt_time).unwrap_or_default(),
@@ -207,21 +207,22 @@ fn start_watcher(store: &CredentialStore, wake: Arc<Notify>) -> Option<notify::R
     // The poll itself opens the files it reads, and inotify reports those
     // opens: waking on read-only access would make the poller chase its own
     // tail (a plain directory is watched directly), spinning a core.
-    let mut watcher =
-        match notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+    let mut watcher = match notify::recommended_watcher(
+        move |event: notify::Result<notify::Event>| {
             if !event.as_ref().is_ok_and(is_read_only) {
                 wake.notify_one()
             }
-        }) {
-            Ok(w) => w,
-            Err(e) => {
-                warn!(error = %e, "file watcher unavailable; polling only");
-                return None;
-            }
-        };
+        },
+    ) {
+        Ok(w) => w,
+        Err(e) => {
+            warn!(target: "mtls_sidecar::reload", error = %e, "file watcher unavailable; polling only");
+            return None;
+        }
+    };
     for dir in store.source().watch_dirs() {
         if let Err(e) = watcher.watch(&dir, notify::RecursiveMode::NonRecursive) {
-            warn!(dir = %dir.display(), error = %e, "cannot watch directory; polling only");
+            warn!(target: "mtls_sidecar::reload", dir = %dir.display(), error = %e, "cannot watch directory; polling only");
         }
     }
     Some(watcher)

@@ -185,7 +185,7 @@ impl RefusalLog {
 
     fn summary(&self, reason: FailureReason, suppressed: u64) {
         tracing::warn!(
-            target: "mtls_sidecar::proxy::route",
+            target: "mtls_sidecar::route",
             route = %self.route,
             reason = reason.as_str(),
             suppressed,

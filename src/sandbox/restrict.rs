@@ -73,7 +73,7 @@ pub(super) fn restrict(plan: &Plan, mode: SandboxMode) -> Result<SandboxStatus, 
                         source,
                     });
                 }
-                warn!(path = %path.display(), error = %source, "sandbox: cannot open an allow-list entry; it stays unreadable");
+                warn!(target: "mtls_sidecar::sandbox", path = %path.display(), error = %source, "sandbox: cannot open an allow-list entry; it stays unreadable");
                 skipped.push(path.display().to_string());
                 continue;
             }

@@ -79,14 +79,14 @@ impl SandboxStatus {
 
 pub(super) fn log(s: &SandboxStatus) {
     if s.mode == SandboxMode::Off {
-        info!("sandbox off (--sandbox off): the process keeps all of its user's access");
+        info!(target: "mtls_sidecar::sandbox", "sandbox off (--sandbox off): the process keeps all of its user's access");
         return;
     }
     let abi = s
         .landlock_abi
         .map_or_else(|| "none".to_string(), |a| a.to_string());
     info!(
-        mode = s.mode.as_str(),
+        target: "mtls_sidecar::sandbox", mode = s.mode.as_str(),
         landlock_abi = %abi,
         filesystem = s.filesystem.as_str(),
         network = s.network.as_str(),
@@ -97,9 +97,9 @@ pub(super) fn log(s: &SandboxStatus) {
         "sandbox applied (Landlock)"
     );
     if let Some(n) = &s.note {
-        warn!("sandbox: {n}");
+        warn!(target: "mtls_sidecar::sandbox", "sandbox: {n}");
     }
     if s.filesystem == Enforcement::NotEnforced {
-        warn!("sandbox: this kernel offers no Landlock; the process is not sandboxed (--sandbox require would refuse to start)");
+        warn!(target: "mtls_sidecar::sandbox", "sandbox: this kernel offers no Landlock; the process is not sandboxed (--sandbox require would refuse to start)");
     }
 }

@@ -10,6 +10,7 @@ use rustls_pki_types::CertificateDer;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::{debug, info, warn};
 
+use super::LOG_TARGET;
 use super::{Route, RouteTls};
 use crate::proxy::conn::{LiveConn, Registration};
 use crate::proxy::pending::Ticket;
@@ -33,7 +34,7 @@ impl Route {
         if let Ok(p) = self.slots.clone().try_acquire_owned() {
             return Some(p);
         }
-        debug!(route = %self.cfg.name, peer = %reg.conn.peer_addr, "all --max-connections slots taken; waiting for one");
+        debug!(target: LOG_TARGET, route = %self.cfg.name, peer = %reg.conn.peer_addr, "all --max-connections slots taken; waiting for one");
         tokio::select! {
             biased;
             reason = reg.conn.signal.closed() => {
@@ -57,7 +58,7 @@ impl Route {
     pub(super) async fn await_displaced(&self, old: &LiveConn) {
         let bound = self.cfg.connect_timeout.saturating_add(DISPLACE_GRACE);
         if tokio::time::timeout(bound, old.finished()).await.is_err() {
-            warn!(route = %self.cfg.name, incumbent = %old.peer_addr, waited = ?bound, "exclusive: the displaced connection did not close in time; dialing the target anyway");
+            warn!(target: LOG_TARGET, route = %self.cfg.name, incumbent = %old.peer_addr, waited = ?bound, "exclusive: the displaced connection did not close in time; dialing the target anyway");
         }
     }
 
@@ -65,7 +66,7 @@ impl Route {
     /// was forwarded (revoked, displaced or drained while it waited).
     pub(super) fn closed_early(&self, reg: &Registration, reason: CloseReason) {
         self.metrics.closed(reason);
-        info!(route = %self.cfg.name, peer = %reg.conn.peer_addr, reason = reason.as_str(), "connection closed before forwarding");
+        info!(target: LOG_TARGET, route = %self.cfg.name, peer = %reg.conn.peer_addr, reason = reason.as_str(), "connection closed before forwarding");
     }
 
     /// Runs one handshake under `--handshake-timeout`, unless its ticket is
@@ -134,7 +135,7 @@ impl Route {
         if let Some(c) = &report.cert {
             use crate::logsafe::{clean, clean_list};
             debug!(
-                route = %self.cfg.name, peer = %peer_addr, subject = %clean(&c.subject),
+                target: LOG_TARGET, route = %self.cfg.name, peer = %peer_addr, subject = %clean(&c.subject),
                 serial = %c.serial, sans = %clean_list(&c.sans()), "handshake complete"
             );
         }
@@ -156,7 +157,7 @@ impl Route {
         if let Err(e) = verdict {
             self.metrics.closed(CloseReason::Revoked);
             warn!(
-                route = %self.cfg.name, peer = %reg.conn.peer_addr,
+                target: LOG_TARGET, route = %self.cfg.name, peer = %reg.conn.peer_addr,
                 error = %crate::logsafe::clean_display(&e),
                 "closing connection: its peer lost trust during the handshake"
             );
@@ -166,7 +167,7 @@ impl Route {
         if self.cfg.exclusive {
             if let Some(old) = self.registry.promote(&reg) {
                 info!(
-                    route = %self.cfg.name,
+                    target: LOG_TARGET, route = %self.cfg.name,
                     incumbent = %old.peer_addr,
                     newcomer = %reg.conn.peer_addr,
                     "exclusive: authenticated newcomer displaces the incumbent"

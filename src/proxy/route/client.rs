@@ -11,6 +11,7 @@ use tokio_rustls::TlsConnector;
 use tracing::debug;
 
 use super::verdict::ServerVerdict;
+use super::LOG_TARGET;
 use super::{Dial, Local, Route, RouteTls};
 use crate::proxy::addr::Stream;
 use crate::proxy::pending::Ticket;
@@ -54,7 +55,7 @@ impl Route {
         // at any log level that shows them.
         let span = tracing::warn_span!("transparent", original_dst = %original, rule);
         let _entered = span.enter();
-        debug!(route = %self.cfg.name, peer = %peer_addr, dial = %to, "transparent: dialing the original destination's sidecar");
+        debug!(target: LOG_TARGET, route = %self.cfg.name, peer = %peer_addr, dial = %to, "transparent: dialing the original destination's sidecar");
         drop(_entered);
         let Some(tls) = t.tls.get(rule) else { return };
         let server_name = t.server_name(rule, to);
@@ -125,7 +126,7 @@ impl Route {
             drop(ticket);
             tls.get_mut().0.lift();
             if let Some(p) = tls.get_ref().1.alpn_protocol() {
-                debug!(route = %self.cfg.name, conn = reg.conn.id, alpn = %String::from_utf8_lossy(p), "ALPN negotiated");
+                debug!(target: LOG_TARGET, route = %self.cfg.name, conn = reg.conn.id, alpn = %String::from_utf8_lossy(p), "ALPN negotiated");
             }
             let mut server = ServerVerdict::new(tls, &self.metrics.handshakes);
             self.supervise(reg, local, &mut server).await;

@@ -39,6 +39,12 @@ use crate::proxy::pending::{Pending, Ticket};
 use crate::reason::FailureReason;
 use crate::tls::verify::{ClientCertPolicy, ServerCertPolicy};
 
+/// The target of every log line a route writes, whichever file of this
+/// folder writes it: the name those lines had before `route.rs` became a
+/// folder, so `RUST_LOG=mtls_sidecar::route=debug` and log pipelines that
+/// match on it keep working (docs/logging.md).
+pub(crate) const LOG_TARGET: &str = "mtls_sidecar::route";
+
 mod admission;
 mod client;
 mod refusal;
@@ -216,7 +222,7 @@ impl Route {
         }
         let mut backoff = Duration::from_millis(5);
         info!(
-            route = %self.cfg.name, mode = self.cfg.mode.as_str(), listen = %self.bound,
+            target: LOG_TARGET, route = %self.cfg.name, mode = self.cfg.mode.as_str(), listen = %self.bound,
             target = %self.cfg.target, max_connections = self.cfg.max_connections,
             max_handshakes = self.cfg.max_handshakes, "listening"
         );
@@ -238,7 +244,7 @@ impl Route {
                     self.metrics.connections.increment(1);
                     let (ticket, evicted) = self.pending.admit();
                     if evicted > 0 {
-                        debug!(route = %self.cfg.name, evicted, "--max-handshakes reached: closing the oldest pending handshake");
+                        debug!(target: LOG_TARGET, route = %self.cfg.name, evicted, "--max-handshakes reached: closing the oldest pending handshake");
                     }
                     let live = crate::memtrim::Live::start();
                     tokio::spawn(self.clone().handle(stream, peer, ticket, live));
@@ -249,13 +255,13 @@ impl Route {
                     if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
                         self.pending.stop_oldest(FailureReason::Overload);
                     }
-                    warn!(route = %self.cfg.name, error = %e, backoff = ?backoff, "accept failed; backing off");
+                    warn!(target: LOG_TARGET, route = %self.cfg.name, error = %e, backoff = ?backoff, "accept failed; backing off");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
             }
         }
-        info!(route = %self.cfg.name, "stopped accepting");
+        info!(target: LOG_TARGET, route = %self.cfg.name, "stopped accepting");
     }
 
     /// One connection, from handshake to close, as the future its task

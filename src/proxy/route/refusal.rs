@@ -9,6 +9,7 @@ use rustls::AlertDescription;
 use tracing::warn;
 
 use super::Route;
+use super::LOG_TARGET;
 use crate::proxy::conn::LiveConn;
 use crate::reason::{CloseReason, FailureReason};
 use crate::tls::verify::PeerReport;
@@ -26,7 +27,7 @@ impl Route {
     ) {
         self.metrics.target_connect_failures.increment(1);
         self.metrics.closed(CloseReason::TargetError);
-        warn!(route = %self.cfg.name, peer = %peer, target = %target, error = %e, "cannot connect to target");
+        warn!(target: LOG_TARGET, route = %self.cfg.name, peer = %peer, target = %target, error = %e, "cannot connect to target");
     }
 
     pub(super) fn refused(
@@ -57,12 +58,12 @@ impl Route {
         let error = clean_display(error);
         match cert {
             Some(c) => warn!(
-                route = %self.cfg.name, peer = %peer, reason = reason.as_str(),
+                target: LOG_TARGET, route = %self.cfg.name, peer = %peer, reason = reason.as_str(),
                 subject = %clean(&c.subject), serial = %c.serial, sans = %clean_list(&c.sans()),
                 error = %error, "handshake refused"
             ),
             None => warn!(
-                route = %self.cfg.name, peer = %peer, reason = reason.as_str(), error = %error,
+                target: LOG_TARGET, route = %self.cfg.name, peer = %peer, reason = reason.as_str(), error = %error,
                 "handshake refused"
             ),
         }

@@ -9,6 +9,7 @@ use tokio_rustls::TlsAcceptor;
 use tracing::debug;
 
 use super::Route;
+use super::LOG_TARGET;
 use crate::proxy::addr::Stream;
 use crate::proxy::conn::Registration;
 use crate::proxy::pending::Ticket;
@@ -35,7 +36,7 @@ impl Route {
         };
         tls.get_mut().0.lift();
         if let Some(p) = tls.get_ref().1.alpn_protocol() {
-            debug!(route = %self.cfg.name, conn = reg.conn.id, alpn = %String::from_utf8_lossy(p), "ALPN negotiated");
+            debug!(target: LOG_TARGET, route = %self.cfg.name, conn = reg.conn.id, alpn = %String::from_utf8_lossy(p), "ALPN negotiated");
         }
         // The ticket is kept while waiting for a slot: authenticated
         // connections queued behind a full route stay bounded by

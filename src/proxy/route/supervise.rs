@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::Route;
+use super::LOG_TARGET;
 use crate::proxy::addr::Stream;
 use crate::proxy::conn::Registration;
 use crate::proxy::forward::{forward, Deadline, Totals};
@@ -85,17 +86,17 @@ impl Route {
         let duration = conn.opened.elapsed();
         match reason {
             CloseReason::Completed => {
-                debug!(route = %self.cfg.name, conn = conn.id, peer = %conn.peer_addr, to_target = to, from_target = from, ?duration, "connection closed")
+                debug!(target: LOG_TARGET, route = %self.cfg.name, conn = conn.id, peer = %conn.peer_addr, to_target = to, from_target = from, ?duration, "connection closed")
             }
             CloseReason::Expired
             | CloseReason::Revoked
             | CloseReason::Lifetime
             | CloseReason::Displaced
             | CloseReason::Drain => {
-                info!(route = %self.cfg.name, conn = conn.id, peer = %conn.peer_addr, reason = reason.as_str(), to_target = to, from_target = from, ?duration, "connection closed")
+                info!(target: LOG_TARGET, route = %self.cfg.name, conn = conn.id, peer = %conn.peer_addr, reason = reason.as_str(), to_target = to, from_target = from, ?duration, "connection closed")
             }
             _ => {
-                debug!(route = %self.cfg.name, conn = conn.id, peer = %conn.peer_addr, reason = reason.as_str(), to_target = to, from_target = from, ?duration, "connection closed")
+                debug!(target: LOG_TARGET, route = %self.cfg.name, conn = conn.id, peer = %conn.peer_addr, reason = reason.as_str(), to_target = to, from_target = from, ?duration, "connection closed")
             }
         }
         drop(reg);
@@ -126,7 +127,7 @@ impl Route {
                         .map(|c| (c.subject.as_str(), c.serial.as_str(), c.sans()))
                         .unwrap_or_default();
                     warn!(
-                        route = %self.cfg.name, peer = %conn.peer_addr, subject = %clean(subject), serial = %serial,
+                        target: LOG_TARGET, route = %self.cfg.name, peer = %conn.peer_addr, subject = %clean(subject), serial = %serial,
                         sans = %clean_list(&sans), error = %clean_display(&e),
                         "closing connection: its peer is no longer trusted"
                     );

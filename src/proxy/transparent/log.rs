@@ -57,11 +57,11 @@ impl NoDestinationLog {
         let error = crate::logsafe::clean_display(why);
         match why.original() {
             Some(original) => tracing::warn!(
-                route = %self.route, peer = %peer, original_dst = %original, reason = KEY,
+                target: "mtls_sidecar::transparent", route = %self.route, peer = %peer, original_dst = %original, reason = KEY,
                 error = %error, "connection refused: no destination"
             ),
             None => tracing::warn!(
-                route = %self.route, peer = %peer, reason = KEY, error = %error,
+                target: "mtls_sidecar::transparent", route = %self.route, peer = %peer, reason = KEY, error = %error,
                 "connection refused: no destination"
             ),
         }
@@ -69,7 +69,7 @@ impl NoDestinationLog {
 
     fn summary(&self, suppressed: u64) {
         tracing::warn!(
-            route = %self.route, reason = KEY, suppressed,
+            target: "mtls_sidecar::transparent", route = %self.route, reason = KEY, suppressed,
             window = %humantime::format_duration(REFUSAL_WINDOW),
             "no_destination refusals suppressed"
         );
