@@ -25,7 +25,7 @@ pub fn parse_mark(s: &str) -> Result<u32, String> {
 }
 
 /// A TCP socket for `addr`, with `mark` set when there is one.
-pub fn socket_for(addr: SocketAddr, mark: Option<u32>) -> io::Result<TcpSocket> {
+pub(crate) fn socket_for(addr: SocketAddr, mark: Option<u32>) -> io::Result<TcpSocket> {
     let sock = match addr {
         SocketAddr::V4(_) => TcpSocket::new_v4()?,
         SocketAddr::V6(_) => TcpSocket::new_v6()?,

@@ -53,7 +53,7 @@ impl Plan {
         sources: impl Iterator<Item = &'a CredentialSource>,
         listeners: impl Iterator<Item = &'a StdListener>,
         listen_addrs: impl Iterator<Item = &'a Addr>,
-        routes: impl Iterator<Item = &'a RouteConfig> + Clone,
+        routes: impl Iterator<Item = &'a RouteConfig>,
         config_file: Option<&Path>,
     ) -> Plan {
         let scope = Scope::of_process();

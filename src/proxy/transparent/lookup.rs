@@ -121,7 +121,7 @@ fn decide(
 
 #[cfg(test)]
 mod tests {
-    use super::super::outbound::{outbound, Outbound};
+    use super::super::outbound::register;
     use super::super::rules::tests::{sa, spec};
     use super::*;
 
@@ -194,8 +194,7 @@ mod tests {
             );
         }
         // The loop guard holds under TPROXY too.
-        outbound().insert(40001);
-        let _ours = Outbound(40001);
+        let _ours = register(40001);
         assert!(matches!(
             resolve_tproxy(&d, Ok(sa("10.1.2.3:2100")), lo, Ok(sa("127.0.0.1:40001"))),
             Err(NoDestination::Loop(_))

@@ -15,7 +15,7 @@ use tokio::net::{TcpSocket, TcpStream};
 /// hold. Each is bound (port 0, the wildcard address) before it connects,
 /// so its port is known and reserved before any SYN leaves: a diverted
 /// connection whose source port is in here is the sidecar talking to itself.
-pub(super) fn outbound() -> MutexGuard<'static, BTreeSet<u16>> {
+fn outbound() -> MutexGuard<'static, BTreeSet<u16>> {
     static OUTBOUND: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     // Plain data; a panic elsewhere cannot leave it inconsistent.
     OUTBOUND.lock().unwrap_or_else(|e| e.into_inner())
@@ -27,12 +27,18 @@ pub(super) fn is_own_outbound(port: u16) -> bool {
 
 /// One registered outbound port; unregistered when dropped.
 #[derive(Debug)]
-pub struct Outbound(pub(super) u16);
+pub struct Outbound(u16);
 
 impl Drop for Outbound {
     fn drop(&mut self) {
         outbound().remove(&self.0);
     }
+}
+
+/// Registers `port` as one of the sidecar's own until the guard drops.
+pub(super) fn register(port: u16) -> Outbound {
+    outbound().insert(port);
+    Outbound(port)
 }
 
 /// Dials `addr` for a transparent route: bound to an ephemeral port that is
@@ -51,8 +57,7 @@ pub async fn dial(
     };
     sock.bind(SocketAddr::new(any, 0))?;
     let port = sock.local_addr()?.port();
-    outbound().insert(port);
-    let guard = Outbound(port);
+    let guard = register(port);
     let stream = connect_within(sock, addr, timeout).await?;
     Ok((stream, guard))
 }
