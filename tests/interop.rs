@@ -77,13 +77,7 @@ async fn client_sidecar_talks_to_openssl_s_server() {
     let mut app = TcpStream::connect(client.addr("client")).await.unwrap();
     app.write_all(b"controller says hi\n").await.unwrap();
     server.wait_stdout("controller says hi\n").await;
-    server.send(b"replica says hi\n").await;
-    let mut buf = vec![0u8; b"replica says hi\n".len()];
-    tokio::time::timeout(DEADLINE, app.read_exact(&mut buf))
-        .await
-        .expect("reply from s_server in time")
-        .unwrap();
-    assert_eq!(buf, b"replica says hi\n");
+    server.reply_to(&mut app, b"replica says hi\n").await;
     assert!(client.warn_lines(&["handshake refused"]).is_empty());
 }
 
@@ -122,13 +116,7 @@ async fn client_sidecar_speaks_tls12_to_openssl_only_when_allowed() {
     let mut app = TcpStream::connect(relaxed.addr("client")).await.unwrap();
     app.write_all(hello).await.unwrap();
     server.wait_stdout("controller over 1.2\n").await;
-    server.send(b"replica over 1.2\n").await;
-    let mut buf = vec![0u8; b"replica over 1.2\n".len()];
-    tokio::time::timeout(DEADLINE, app.read_exact(&mut buf))
-        .await
-        .expect("reply from s_server in time")
-        .unwrap();
-    assert_eq!(buf, b"replica over 1.2\n");
+    server.reply_to(&mut app, b"replica over 1.2\n").await;
     assert!(relaxed.warn_lines(&["handshake refused"]).is_empty());
 }
 

@@ -114,6 +114,19 @@ impl Proc {
         stdin.flush().await.unwrap();
     }
 
+    /// Writes `line` to the process's stdin (what `s_server` sends its
+    /// peer) and waits, within [`DEADLINE`], until exactly it arrives at
+    /// `app`, the plaintext end the sidecar forwards to.
+    pub async fn reply_to(&mut self, app: &mut tokio::net::TcpStream, line: &[u8]) {
+        self.send(line).await;
+        let mut buf = vec![0u8; line.len()];
+        tokio::time::timeout(DEADLINE, app.read_exact(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("no reply from {} in time", self.name))
+            .unwrap();
+        assert_eq!(buf, line);
+    }
+
     /// Waits for the process to exit on its own; returns its exit code.
     pub async fn wait_exit(&mut self) -> Option<i32> {
         let status = tokio::time::timeout(DEADLINE, self.child.wait())
