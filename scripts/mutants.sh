@@ -34,6 +34,7 @@ declare -A TARGETS=(
     [src/credentials/store/]="--test store --test store_signals"
     [src/credentials/crl.rs]="--lib --test crl"
     [src/proxy/transparent/]="--lib --test transparent"
+    [src/proxy/route/admission.rs]="--test admin --test client_reverify --test limits --test process --test refusals --test rotation"
     [src/proxy/proxy_header.rs]="--lib --test handoff"
     [src/identity/pin.rs]="--lib --test handoff --test refusals"
 )
@@ -46,6 +47,7 @@ ORDER=(
     src/credentials/store/
     src/credentials/crl.rs
     src/proxy/transparent/
+    src/proxy/route/admission.rs
     src/proxy/proxy_header.rs
     src/identity/pin.rs
 )
