@@ -34,7 +34,7 @@ impl AtomicDir {
     pub fn publish(&self, files: &[(&str, &[u8])]) -> io::Result<PathBuf> {
         let data = self.root.join("..data");
         let old = fs::read_link(&data).ok();
-        let rev_name = revision_name();
+        let rev_name = super::publish::revision_name();
         let rev = self.root.join(&rev_name);
         fs::create_dir(&rev)?;
         fs::set_permissions(&rev, fs::Permissions::from_mode(0o700))?;
@@ -59,20 +59,4 @@ impl AtomicDir {
         }
         Ok(rev)
     }
-}
-
-fn revision_name() -> String {
-    let now = time::OffsetDateTime::now_utc();
-    let mut r = [0u8; 8];
-    let _ = aws_lc_rs::rand::fill(&mut r);
-    format!(
-        "..{:04}_{:02}_{:02}_{:02}_{:02}_{:02}.{}",
-        now.year(),
-        u8::from(now.month()),
-        now.day(),
-        now.hour(),
-        now.minute(),
-        now.second(),
-        u64::from_le_bytes(r) % 10_000_000_000
-    )
 }

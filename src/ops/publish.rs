@@ -325,7 +325,7 @@ fn sync_dir(dir: &Path) -> Result<(), PublishError> {
 }
 
 /// `..YYYY_MM_DD_HH_MM_SS.N` in UTC, as the kubelet names revisions.
-fn revision_name() -> String {
+pub fn revision_name() -> String {
     let now = time::OffsetDateTime::now_utc();
     let mut r = [0u8; 8];
     let _ = aws_lc_rs::rand::fill(&mut r);
@@ -341,7 +341,7 @@ fn revision_name() -> String {
     )
 }
 
-/// True for names `revision_name` (and the kubelet) produce.
+/// True for names [`revision_name`] (and the kubelet) produce.
 pub fn is_revision_name(name: &str) -> bool {
     let Some(rest) = name.strip_prefix("..") else {
         return false;
