@@ -75,33 +75,28 @@ impl Proc {
 
     /// Waits until stdout or stderr contains `needle`; returns both.
     pub async fn wait_output(&self, needle: &str) -> String {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            let out = self.output();
-            if out.contains(needle) {
-                return out;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} never printed {needle:?}:\n{out}",
-                self.name
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        self.wait_in(Proc::output, needle).await
     }
 
     /// Waits until stdout contains `needle`.
     pub async fn wait_stdout(&self, needle: &str) -> String {
+        self.wait_in(Proc::stdout, needle).await
+    }
+
+    /// Waits until `read` (one of the stream readers above) contains
+    /// `needle`; returns what it read.
+    async fn wait_in(&self, read: fn(&Proc) -> String, needle: &str) -> String {
         let deadline = Instant::now() + DEADLINE;
         loop {
-            let out = self.stdout();
+            let out = read(self);
             if out.contains(needle) {
                 return out;
             }
             assert!(
                 Instant::now() < deadline,
-                "{} never printed {needle:?}\nstdout:\n{out}\nstderr:\n{}",
+                "{} never printed {needle:?}\nstdout:\n{}\nstderr:\n{}",
                 self.name,
+                self.stdout(),
                 self.stderr()
             );
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
