@@ -260,7 +260,10 @@ fn a_future_crl_is_held_pending_and_never_blocks_a_correct_one() {
     let wake = store.next_due().expect("due for the pending CRL");
     // thisUpdate has whole seconds.
     let exact = due - CLOCK_SKEW;
-    assert!(wake <= exact && wake + Duration::from_secs(1) > exact, "{wake:?}");
+    assert!(
+        wake <= exact && wake + Duration::from_secs(1) > exact,
+        "{wake:?}"
+    );
     assert_eq!(
         store.poll(wake - Duration::from_secs(1)),
         Applied::Unchanged
