@@ -532,34 +532,6 @@ fn certs_revoke_writes_and_extends_a_crl_and_check_fails_a_revoked_identity() {
     assert!(out.contains("not revoked"), "{out}");
 }
 
-/// A client config presenting `leaf` with its intermediate, trusting `ca_pem`.
-fn chain_client(
-    leaf: &Issued,
-    intermediate_pem: &str,
-    ca_pem: &str,
-) -> std::sync::Arc<rustls::ClientConfig> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
-        .unwrap();
-    let chain = vec![
-        leaf.cert_der.clone(),
-        CertificateDer::from_pem_slice(intermediate_pem.as_bytes()).unwrap(),
-    ];
-    let cfg = rustls::ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_client_auth_cert(
-            chain,
-            PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap(),
-        )
-        .unwrap();
-    std::sync::Arc::new(cfg)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crl_scope_chain_judges_the_intermediate_and_leaf_does_not() {
     let tmp = tempfile::tempdir().unwrap();

@@ -12,39 +12,11 @@ mod common;
 use common::*;
 use mtls_sidecar::ops::atomic_writer::AtomicDir;
 use mtls_sidecar::ops::pki::{serial_of, CrlIdp, CrlSpec, DevCa, Issued, LeafSpec, Role};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 const HANDSHAKE_FAILURES: &str = "mtls_sidecar_tls_handshake_failures_total";
 
 fn serial(l: &Issued) -> Vec<u8> {
     serial_of(&l.cert_der).expect("serial")
-}
-
-/// A client config presenting `leaf` with `intermediate` behind it.
-fn chain_client(
-    leaf: &Issued,
-    intermediate: &DevCa,
-    ca_pem: &str,
-) -> std::sync::Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
-        .unwrap();
-    let chain = vec![
-        leaf.cert_der.clone(),
-        CertificateDer::from_pem_slice(intermediate.cert_pem.as_bytes()).unwrap(),
-    ];
-    let cfg = rustls::ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_client_auth_cert(
-            chain,
-            PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap(),
-        )
-        .unwrap();
-    std::sync::Arc::new(cfg)
 }
 
 /// True when the server at `addr` refuses a client with `cfg`.
@@ -113,13 +85,19 @@ async fn an_intermediates_crl_refuses_its_leaf_at_the_handshake() {
     let addr = sc.addr("server");
     let st = status(&sc.admin()).await;
     assert_eq!(st["credentials"][0]["crls"][0]["state"], "verified", "{st}");
-    assert!(refuses(&addr, chain_client(&bad, &issuing, &pki.ca.cert_pem)).await);
+    assert!(
+        refuses(
+            &addr,
+            chain_client(&bad, &issuing.cert_pem, &pki.ca.cert_pem)
+        )
+        .await
+    );
     sc.wait_field("handshake refused", "reason", "revoked")
         .await;
     let mut ok = tls_connect(
         &addr,
         REPLICA,
-        chain_client(&good, &issuing, &pki.ca.cert_pem),
+        chain_client(&good, &issuing.cert_pem, &pki.ca.cert_pem),
     )
     .await
     .expect("good leaf handshake");
