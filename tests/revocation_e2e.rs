@@ -5,7 +5,9 @@
 //! (Issuing Distribution Point URI differing by letter case) is refused
 //! as `revoked_status_unknown` by a server route's handshake, a client
 //! route's handshake, live re-verification (the connection is closed),
-//! `check` on that identity, and `/status` of a sidecar holding it.
+//! `check` on that identity, and `/status` of a sidecar holding it; and a
+//! CRL dated beyond the skew tolerance is held pending (WARN once, gauge,
+//! `/status`), revoking nothing yet.
 
 mod common;
 
@@ -226,4 +228,44 @@ async fn one_revision_one_verdict_everywhere() {
     let line = sc.wait_log(&["closing connection"]).await;
     assert!(line.contains("UnknownRevocationStatus"), "{line}");
     sc.wait_closed("server", "revoked", 1.0).await;
+}
+
+/// A CRL dated an hour ahead (beyond the 5-minute skew tolerance) does not
+/// stop the sidecar: it is held pending (one WARN, the gauge, `/status`)
+/// and revokes nothing yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_future_crl_is_held_pending_and_shown() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("pending CA");
+    let peer = pki.leaf(CONTROLLER, Role::Client);
+    let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+    let now = std::time::SystemTime::now();
+    let mut spec = CrlSpec::new(1, vec![serial(&peer)], 7);
+    spec.this_update = now + std::time::Duration::from_secs(3600);
+    spec.next_update = now + std::time::Duration::from_secs(7200);
+    std::fs::write(dir.join("ca.crl"), pki.ca.crl(&spec).unwrap().pem).unwrap();
+    let echo = echo_target().await;
+    let sc = start_server(
+        &dir,
+        &echo.addr.to_string(),
+        &["--admin", "127.0.0.1:0", "--reload-interval", "100ms"],
+    )
+    .await;
+    sc.wait_log(&["CRL held pending"]).await;
+    let admin = sc.admin();
+    scrape_until(&admin, "the pending gauge", |m| {
+        m.value("mtls_sidecar_crl_pending", &[]) == Some(1.0)
+    })
+    .await;
+    let st = status(&admin).await;
+    assert_eq!(st["credentials"][0]["crls"][0]["state"], "pending", "{st}");
+    let mut s = tls_connect(
+        &sc.addr("server"),
+        REPLICA,
+        client_config(Some(&peer), &pki.ca.cert_pem),
+    )
+    .await
+    .expect("not revoked yet");
+    assert_eq!(roundtrip(&mut s, b"hi").await, b"hi");
+    assert_eq!(sc.log_count("CRL held pending"), 1, "{:#?}", sc.logs());
 }
