@@ -70,8 +70,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def load(path):
-    with open(path) as f:
-        return [d for d in yaml.safe_load_all(f) if isinstance(d, dict)]
+    try:
+        with open(path) as f:
+            return [d for d in yaml.safe_load_all(f) if isinstance(d, dict)]
+    except (OSError, yaml.YAMLError) as e:
+        sys.exit(f"error: {path}: {e}")
 
 
 def ident(obj):
@@ -97,7 +100,7 @@ class Scenario:
         for _, objs in self.steps[: index + 1]:
             for o in objs:
                 if o.get("kind") == "Namespace":
-                    out[o["metadata"]["name"]] = o
+                    out[(o.get("metadata") or {}).get("name")] = o
         return out
 
     def all_objects(self):

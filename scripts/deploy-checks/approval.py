@@ -139,7 +139,7 @@ def constraint_problems(cons, req):
     key = cons.get("privateKey") or {}
     if "algorithm" in key and key["algorithm"] != req["algorithm"]:
         out.append(f"key algorithm {req['algorithm']} is not {key['algorithm']}")
-    size = req["size"]
+    size = req["size"] if isinstance(req["size"], int) else None
     if "minSize" in key and (size is None or size < key["minSize"]):
         out.append(f"key size {size} below minSize {key['minSize']}")
     if "maxSize" in key and (size is None or size > key["maxSize"]):
@@ -197,22 +197,26 @@ def may_use(objects, policy_name, namespace):
     return False
 
 
+def name_of(obj):
+    return (obj.get("metadata") or {}).get("name", "?")
+
+
 def check_certificate(cert, objects, ns_labels):
     """[(rule id, message)]: empty when some policy approves the request."""
     req = request_of(cert)
     policies = [o for o in objects if o.get("kind") == "CertificateRequestPolicy"]
     selecting = [p for p in policies if not selection_problems(p, req, ns_labels)]
-    usable = [p for p in selecting if may_use(objects, p["metadata"]["name"], req["namespace"])]
+    usable = [p for p in selecting if may_use(objects, name_of(p), req["namespace"])]
     if not selecting:
         why = "; ".join(
-            f"{p['metadata']['name']}: {', '.join(selection_problems(p, req, ns_labels))}" for p in policies
+            f"{name_of(p)}: {', '.join(selection_problems(p, req, ns_labels))}" for p in policies
         ) or "there are no policies"
         return [("approval.unselected", f"no CertificateRequestPolicy selects its request ({why})")]
     if not usable:
-        names = [p["metadata"]["name"] for p in selecting]
+        names = [name_of(p) for p in selecting]
         return [("approval.unusable",
                  f"{names} select it, but no binding lets {'/'.join(CERT_MANAGER_SA)} use them in {req['namespace']!r}")]
-    denials = {p["metadata"]["name"]: permit_problems(p, req) for p in usable}
+    denials = {name_of(p): permit_problems(p, req) for p in usable}
     if all(denials.values()):
         why = "; ".join(f"{n}: {', '.join(d)}" for n, d in denials.items())
         return [("approval.denied", f"every policy that applies denies it ({why})")]
