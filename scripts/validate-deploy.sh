@@ -2,8 +2,10 @@
 # Offline validation of deploy/:
 #
 #  1. Kubernetes manifests as they are applied: each kustomization
-#     (deploy/kubernetes, deploy/kubernetes/pki, and deploy/kubernetes with
-#     the transparent component, through an overlay written under target/)
+#     (deploy/kubernetes/pki, deploy/kubernetes, and through overlays
+#     written under target/: deploy/kubernetes with the transparent
+#     component, deploy/kubernetes/pki with its transparent and rotation
+#     components)
 #     is built with `kubectl kustomize` (so the configMapGenerator's
 #     hash-suffixed name and the patches are what gets checked), plus
 #     secret-example.yaml. The core-API objects of the result are validated

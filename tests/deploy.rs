@@ -3,8 +3,10 @@
 //! (cert-manager, Prometheus operator) required fields, the sidecar
 //! container's probes and hardening, no `subPath` mounts, identities that
 //! line up across files, and every command line they contain parsing and
-//! validating with the real CLI. scripts/validate-deploy.sh validates the
-//! core Kubernetes objects against their schemas.
+//! validating with the real CLI, the image's paths (deploy/image.rs) and
+//! the sizing figures (deploy/sizing.rs). scripts/validate-deploy.sh
+//! validates the core Kubernetes objects against their schemas, and
+//! scripts/deploy-checks/admission.py what admission would refuse.
 
 #[path = "deploy/host.rs"]
 mod host;
