@@ -39,6 +39,20 @@ fn two_layouts(root: &Path) -> (PathBuf, PathBuf) {
     (classic, cm)
 }
 
+/// `certs revoke --ca CA --serial SERIAL --out OUT`, which must succeed.
+fn revoke_serial(ca: &Path, serial: &str, out: &str) -> String {
+    ok(&[
+        "certs",
+        "revoke",
+        "--ca",
+        &s(ca),
+        "--serial",
+        serial,
+        "--out",
+        out,
+    ])
+}
+
 fn issue(ca: &Path, out: &Path) {
     ok(&[
         "certs",
@@ -131,16 +145,7 @@ fn revoke_without_a_serial_re_signs_the_crl_at_out_and_refuses_to_mint_an_empty_
         "{out}"
     );
     assert!(!Path::new(&crl).exists());
-    ok(&[
-        "certs",
-        "revoke",
-        "--ca",
-        &s(&cm),
-        "--serial",
-        "7f:01",
-        "--out",
-        &crl,
-    ]);
+    revoke_serial(&cm, "7f:01", &crl);
     let first = std::fs::read(&crl).unwrap();
     let out = ok(&[
         "certs",
@@ -267,16 +272,7 @@ fn the_cronjob_re_signs_the_configmaps_crl_and_writes_it_back_conditionally() {
     fake_kubectl(&bin, &api);
     // What the ConfigMap holds: CRL number 1, one serial.
     let in_force = s(&api.join("ca.crl"));
-    ok(&[
-        "certs",
-        "revoke",
-        "--ca",
-        &s(&cm),
-        "--serial",
-        "7f:01",
-        "--out",
-        &in_force,
-    ]);
+    revoke_serial(&cm, "7f:01", &in_force);
 
     let job = cronjob();
     let steps = containers(&job);

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use common::*;
 use mtls_sidecar::ops::atomic_writer::AtomicDir;
-use mtls_sidecar::ops::pki::{Issued, Role};
+use mtls_sidecar::ops::pki::Role;
 
 /// `name{labels} value` lines of a scrape, keyed by everything before the
 /// value.
@@ -122,15 +122,6 @@ async fn build_info_and_process_metrics_are_exported_and_stay_current() {
 
 const REVISION_INFO: &str = "mtls_sidecar_credential_revision_info";
 
-fn publish(dir: &AtomicDir, leaf: &Issued, ca: &str) {
-    dir.publish(&[
-        ("tls.crt", leaf.cert_pem.as_bytes()),
-        ("tls.key", leaf.key_pem.as_bytes()),
-        ("ca.crt", ca.as_bytes()),
-    ])
-    .unwrap();
-}
-
 /// `(source, revision)` of every `revision_info` series, each checked at 1.
 fn revision_series(m: &common::expo::Exposition) -> Vec<(String, String)> {
     let mut v: Vec<_> = m
@@ -216,8 +207,8 @@ async fn revision_info_is_one_series_per_source_and_a_replaced_revision_is_gone(
     let pki = Pki::new("revision CA");
     let a = AtomicDir::new(&tmp.path().join("source \"a\"")).unwrap();
     let b = AtomicDir::new(&tmp.path().join("b")).unwrap();
-    publish(&a, &pki.leaf(REPLICA, Role::Server), &pki.ca.cert_pem);
-    publish(&b, &pki.leaf(REPLICA, Role::Server), &pki.ca.cert_pem);
+    publish_identity(&a, &pki.leaf(REPLICA, Role::Server), &pki.ca.cert_pem);
+    publish_identity(&b, &pki.leaf(REPLICA, Role::Server), &pki.ca.cert_pem);
     let echo = echo_target().await;
     let mut config = "admin = \"127.0.0.1:0\"\nreload_interval = \"100ms\"\n".to_string();
     for (name, dir) in [("one", &a), ("two", &b)] {
@@ -250,7 +241,7 @@ async fn revision_info_is_one_series_per_source_and_a_replaced_revision_is_gone(
         .unwrap()
         .1
         .clone();
-    publish(&a, &pki.leaf(REPLICA, Role::Server), &pki.ca.cert_pem);
+    publish_identity(&a, &pki.leaf(REPLICA, Role::Server), &pki.ca.cert_pem);
     let m = scrape_until(&admin, "source a's new revision", |m| {
         revision_series(m)
             .iter()
