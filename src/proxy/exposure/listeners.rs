@@ -2,6 +2,8 @@
 //! `/proc/self/net/tcp` and `/proc/self/net/tcp6`: readable by any user,
 //! with no capability (reading the firewall's rules would need
 //! `CAP_NET_ADMIN`), and inside the sandbox, which allows `/proc/self`.
+//! Not `/proc/net`: systemd's `ProcSubset=pid`, which the shipped unit
+//! sets, hides it, while `/proc/self/net` stays.
 //!
 //! Only the listening sockets are wanted, and the kernel lists those first
 //! (its listening table before its established one), so reading stops at
@@ -120,46 +122,46 @@ mod tests {
     const HEADER: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when \
                           retrnsmt   uid  timeout inode";
 
+    /// `parse` of a table with these lines under the header.
+    fn parsed(lines: &[String], v6: bool) -> Vec<SocketAddr> {
+        let table = std::iter::once(HEADER.to_string())
+            .chain(lines.iter().cloned())
+            .collect::<Vec<_>>()
+            .join("\n");
+        parse(table.as_bytes(), v6)
+    }
+
+    fn addrs(list: &[&str]) -> Vec<SocketAddr> {
+        list.iter().map(|a| a.parse().unwrap()).collect()
+    }
+
     #[test]
     fn reads_listeners_up_to_the_first_other_state() {
         let lo = Ipv4Addr::LOCALHOST;
-        let table = [
-            HEADER.to_string(),
+        let lines = [
             line(&v4_hex(Ipv4Addr::UNSPECIFIED), 2100, "0A"),
             line(&v4_hex(lo), 9901, "0A"),
             line(&v4_hex(lo), 40000, "01"),
             // Past the listening table: not read.
             line(&v4_hex(lo), 7000, "0A"),
-        ]
-        .join("\n");
-        let got = parse(table.as_bytes(), false);
+        ];
         assert_eq!(
-            got,
-            vec![
-                "0.0.0.0:2100".parse::<SocketAddr>().unwrap(),
-                "127.0.0.1:9901".parse().unwrap(),
-            ]
+            parsed(&lines, false),
+            addrs(&["0.0.0.0:2100", "127.0.0.1:9901"])
         );
     }
 
     #[test]
     fn reads_ipv6_and_mapped_addresses() {
         let mapped = "::ffff:127.0.0.1".parse::<Ipv6Addr>().unwrap();
-        let table = [
-            HEADER.to_string(),
+        let lines = [
             line(&v6_hex(Ipv6Addr::UNSPECIFIED), 2100, "0A"),
             line(&v6_hex(mapped), 2101, "0A"),
             line(&v6_hex("fd00:77::2".parse().unwrap()), 2102, "0A"),
-        ]
-        .join("\n");
-        let got = parse(table.as_bytes(), true);
+        ];
         assert_eq!(
-            got,
-            vec![
-                "[::]:2100".parse::<SocketAddr>().unwrap(),
-                "[::ffff:127.0.0.1]:2101".parse().unwrap(),
-                "[fd00:77::2]:2102".parse().unwrap(),
-            ]
+            parsed(&lines, true),
+            addrs(&["[::]:2100", "[::ffff:127.0.0.1]:2101", "[fd00:77::2]:2102"])
         );
     }
 
@@ -186,11 +188,8 @@ mod tests {
     #[test]
     fn at_most_max_lines_are_read() {
         let one = line(&v4_hex(Ipv4Addr::LOCALHOST), 1, "0A");
-        let table = std::iter::once(HEADER.to_string())
-            .chain(std::iter::repeat_n(one, MAX_LINES + 5))
-            .collect::<Vec<_>>()
-            .join("\n");
-        assert_eq!(parse(table.as_bytes(), false).len(), MAX_LINES);
+        let lines = vec![one; MAX_LINES + 5];
+        assert_eq!(parsed(&lines, false).len(), MAX_LINES);
     }
 
     #[test]
