@@ -181,7 +181,7 @@ impl TargetExposure {
         }
     }
 
-    /// Checks every `every` (at least [`MIN_INTERVAL`]) until `halt`.
+    /// Checks every `every` (at least `MIN_INTERVAL`) until `halt`.
     pub async fn run(self: Arc<Self>, every: Duration, mut halt: watch::Receiver<bool>) {
         if self.watched.is_empty() {
             return;
