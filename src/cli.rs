@@ -258,13 +258,13 @@ pub enum CertsCommand {
     Ca(CertsCaArgs),
     /// Issue a leaf from a CA into DIR (tls.crt, tls.key, ca.crt).
     Issue(CertsIssueArgs),
-    /// Write a CRL signed by the CA in DIR revoking serials, or extend an existing one.
+    /// Write a CRL signed by the CA in DIR revoking serials, or extend (or, with no serial, re-sign) an existing one.
     Revoke(CertsRevokeArgs),
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct CertsRevokeArgs {
-    /// Directory written by `certs ca`.
+    /// Directory written by `certs ca` (ca.crt, ca.key), or a cert-manager CA Secret's files (tls.crt, tls.key).
     #[arg(long, value_name = "DIR")]
     pub ca: PathBuf,
     /// Serial number to revoke, hex, colons allowed (repeatable).
@@ -273,7 +273,7 @@ pub struct CertsRevokeArgs {
     /// Certificate file whose serial to revoke (repeatable).
     #[arg(long, value_name = "FILE")]
     pub cert: Vec<PathBuf>,
-    /// The CRL file to write; an existing one is extended (its entries kept, its CRL number incremented).
+    /// The CRL file to write; an existing one is extended (its entries kept, its CRL number incremented); with no --serial/--cert it is re-signed with a new nextUpdate.
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
     /// Days until the CRL's nextUpdate.
@@ -297,7 +297,7 @@ pub struct CertsCaArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct CertsIssueArgs {
-    /// Directory written by `certs ca`.
+    /// Directory written by `certs ca` (ca.crt, ca.key), or a cert-manager CA Secret's files (tls.crt, tls.key).
     #[arg(long, value_name = "DIR")]
     pub ca: PathBuf,
     #[arg(long, value_name = "DIR")]
