@@ -6,6 +6,8 @@
 //! both the filesystem and the network halves are expected in force.
 
 mod common;
+#[path = "sandbox/rules.rs"]
+mod rules;
 
 use common::http;
 
@@ -406,13 +408,29 @@ async fn a_sandboxed_sidecar_keeps_working() {
     .await;
     let line = sc.wait_log(&["sandbox applied"]).await;
     assert!(line.contains(" INFO "), "{line}");
+    // The line says what is enforced and what is not.
+    assert!(
+        line.contains(r#"scopes=["abstract_unix_socket", "signal"]"#)
+            && line.contains(r#"unrestricted=["udp", "pathname_unix_socket"]"#),
+        "{line}"
+    );
 
     let st = status(&admin).await;
     let sandbox = &st["sandbox"];
     assert_eq!(sandbox["filesystem"], "enforced", "{sandbox}");
     assert_eq!(sandbox["network"], "enforced", "{sandbox}");
     assert!(
-        sandbox["landlock_abi"].as_i64().unwrap_or(0) >= 4,
+        sandbox["landlock_abi"].as_i64().unwrap_or(0) >= 6,
+        "{sandbox}"
+    );
+    assert_eq!(
+        sandbox["scopes"],
+        serde_json::json!(["abstract_unix_socket", "signal"]),
+        "{sandbox}"
+    );
+    assert_eq!(
+        sandbox["unrestricted"],
+        serde_json::json!(["udp", "pathname_unix_socket"]),
         "{sandbox}"
     );
     let connect: Vec<i64> = sandbox["connect_ports"]

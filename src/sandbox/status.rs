@@ -41,6 +41,14 @@ pub struct SandboxStatus {
     pub landlock_abi: Option<i32>,
     pub filesystem: Enforcement,
     pub network: Enforcement,
+    /// The Landlock scopes in force (ABI 6): `abstract_unix_socket`
+    /// (connecting to one created outside the sandbox) and `signal`
+    /// (signalling a process outside it).
+    pub scopes: Vec<&'static str>,
+    /// What this sandbox does not restrict: always `udp` and
+    /// `pathname_unix_socket` (connecting to a unix socket by its path),
+    /// plus each scope not in force. Empty when no sandbox was applied.
+    pub unrestricted: Vec<&'static str>,
     /// Readable paths (directories: everything beneath).
     pub read_only: Vec<String>,
     /// Directories where unix sockets may be created.
@@ -62,6 +70,8 @@ impl SandboxStatus {
             landlock_abi: None,
             filesystem: Enforcement::Off,
             network: Enforcement::Off,
+            scopes: Vec::new(),
+            unrestricted: Vec::new(),
             read_only: Vec::new(),
             unix_socket_dirs: Vec::new(),
             bind_ports: Vec::new(),
@@ -90,6 +100,8 @@ pub(super) fn log(s: &SandboxStatus) {
         landlock_abi = %abi,
         filesystem = s.filesystem.as_str(),
         network = s.network.as_str(),
+        scopes = ?s.scopes,
+        unrestricted = ?s.unrestricted,
         read_only = ?s.read_only,
         unix_socket_dirs = ?s.unix_socket_dirs,
         bind_ports = ?s.bind_ports,
