@@ -411,6 +411,7 @@ async fn a_sandboxed_sidecar_keeps_working() {
     // The line says what is enforced and what is not.
     assert!(
         line.contains(r#"scopes=["abstract_unix_socket", "signal"]"#)
+            && line.contains(r#"seccomp="enforced""#)
             && line.contains(r#"unrestricted=["udp", "pathname_unix_socket"]"#),
         "{line}"
     );
@@ -428,6 +429,8 @@ async fn a_sandboxed_sidecar_keeps_working() {
         serde_json::json!(["abstract_unix_socket", "signal"]),
         "{sandbox}"
     );
+    // A host-name target: the seccomp filter leaves UDP open for DNS.
+    assert_eq!(sandbox["seccomp"], "enforced", "{sandbox}");
     assert_eq!(
         sandbox["unrestricted"],
         serde_json::json!(["udp", "pathname_unix_socket"]),

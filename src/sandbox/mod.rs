@@ -46,6 +46,7 @@ mod mode;
 mod plan;
 mod restrict;
 mod scope;
+mod seccomp;
 mod status;
 
 pub use mode::SandboxMode;

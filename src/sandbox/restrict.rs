@@ -13,6 +13,7 @@ use tracing::warn;
 
 use super::mode::SandboxMode;
 use super::plan::Plan;
+use super::seccomp;
 use super::status::{Enforcement, SandboxStatus};
 use super::SandboxError;
 
@@ -26,34 +27,52 @@ const FS_ABI: ABI = ABI::V5;
 /// reaches `NOTIFY_SOCKET` by path; nothing signals another process).
 const SCOPE_ABI: ABI = ABI::V6;
 
-/// What the rule set never restricts on any kernel, as `/status` names it.
-/// The crate has the rights for both, but the kernel here (Landlock ABI 7)
-/// has neither, so rules for them could not be tested: UDP (`BindUdp`,
-/// `ConnectSendUdp`: ABI 10) would have to stay open for DNS wherever a
-/// target is a host name; connecting to a pathname unix socket
-/// (`ResolveUnix`: ABI 9) would have to stay open for `NOTIFY_SOCKET` and
-/// unix-socket targets.
-const NEVER_RESTRICTED: [&str; 2] = ["udp", "pathname_unix_socket"];
+/// What Landlock never restricts here, as `/status` names it. The crate
+/// has the rights for both, but the kernel here (Landlock ABI 7) has
+/// neither, so rules for them could not be tested: UDP (`BindUdp`,
+/// `ConnectSendUdp`: ABI 10; the seccomp filter refuses datagram sockets
+/// instead, where no target is a host name) and connecting to a pathname
+/// unix socket (`ResolveUnix`: ABI 9), which would have to stay open for
+/// `NOTIFY_SOCKET` and unix-socket targets anyway.
+const UDP: &str = "udp";
+const PATHNAME_UNIX_SOCKET: &str = "pathname_unix_socket";
+const SCOPES: [&str; 2] = ["abstract_unix_socket", "signal"];
 
 /// The scopes in force, as `/status` names them: both where the rule set
 /// is in force on a kernel with ABI 6 or later, none otherwise.
 fn scopes_in_force(in_force: bool, level: i32) -> Vec<&'static str> {
     if in_force && level >= SCOPE_ABI as i32 {
-        vec!["abstract_unix_socket", "signal"]
+        SCOPES.to_vec()
     } else {
         Vec::new()
     }
 }
 
-/// What stays open: [`NEVER_RESTRICTED`], and each scope not in force.
-fn unrestricted(scopes: &[&'static str]) -> Vec<&'static str> {
-    let mut open = NEVER_RESTRICTED.to_vec();
-    for s in ["abstract_unix_socket", "signal"] {
-        if !scopes.contains(&s) {
-            open.push(s);
+/// What stays open: UDP unless the filter refuses it, pathname unix
+/// sockets, and each scope not in force.
+fn unrestricted(scopes: &[&'static str], udp_refused: bool) -> Vec<&'static str> {
+    let mut open = Vec::new();
+    if !udp_refused {
+        open.push(UDP);
+    }
+    open.push(PATHNAME_UNIX_SOCKET);
+    open.extend(SCOPES.iter().filter(|s| !scopes.contains(s)));
+    open
+}
+
+/// Installs the socket filter ([`seccomp`]); datagram sockets stay open
+/// when a target is a host name (DNS). Returns whether it is in force, and
+/// whether it refuses UDP.
+fn filter_sockets(plan: &Plan) -> (Enforcement, bool) {
+    let dns = !plan.hostname_targets.is_empty();
+    match seccomp::install(dns) {
+        Ok(true) => (Enforcement::Enforced, !dns),
+        Ok(false) => (Enforcement::NotEnforced, false),
+        Err(e) => {
+            warn!(target: "mtls_sidecar::sandbox", error = %e, "sandbox: cannot install the seccomp socket filter; UDP stays open");
+            (Enforcement::NotEnforced, false)
         }
     }
-    open
 }
 
 /// Threads of this process other than the caller, from `/proc/self/task`
@@ -159,6 +178,7 @@ pub(super) fn restrict(plan: &Plan, mode: SandboxMode) -> Result<SandboxStatus, 
         Enforcement::NotEnforced
     };
     let scopes = scopes_in_force(in_force, level);
+    let (seccomp, udp_refused) = filter_sockets(plan);
     let note = (threads > 0).then(|| {
         format!("{threads} threads started before the sandbox and are not restricted by it")
     });
@@ -167,7 +187,8 @@ pub(super) fn restrict(plan: &Plan, mode: SandboxMode) -> Result<SandboxStatus, 
         landlock_abi: abi,
         filesystem,
         network,
-        unrestricted: unrestricted(&scopes),
+        seccomp,
+        unrestricted: unrestricted(&scopes, udp_refused),
         scopes,
         read_only,
         unix_socket_dirs: plan
@@ -206,9 +227,10 @@ mod tests {
     #[test]
     fn what_is_not_in_force_is_listed_as_unrestricted() {
         let all = scopes_in_force(true, 6);
-        assert_eq!(unrestricted(&all), ["udp", "pathname_unix_socket"]);
+        assert_eq!(unrestricted(&all, true), ["pathname_unix_socket"]);
+        assert_eq!(unrestricted(&all, false), ["udp", "pathname_unix_socket"]);
         assert_eq!(
-            unrestricted(&[]),
+            unrestricted(&[], false),
             [
                 "udp",
                 "pathname_unix_socket",

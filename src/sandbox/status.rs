@@ -45,9 +45,13 @@ pub struct SandboxStatus {
     /// (connecting to one created outside the sandbox) and `signal`
     /// (signalling a process outside it).
     pub scopes: Vec<&'static str>,
-    /// What this sandbox does not restrict: always `udp` and
-    /// `pathname_unix_socket` (connecting to a unix socket by its path),
-    /// plus each scope not in force. Empty when no sandbox was applied.
+    /// The seccomp filter on `socket(2)`: no raw IP sockets, and no UDP
+    /// ones unless a target is a host name.
+    pub seccomp: Enforcement,
+    /// What this sandbox does not restrict: `udp` (unless the seccomp
+    /// filter refuses it), `pathname_unix_socket` (connecting to a unix
+    /// socket by its path), and each scope not in force. Empty when no
+    /// sandbox was applied.
     pub unrestricted: Vec<&'static str>,
     /// Readable paths (directories: everything beneath).
     pub read_only: Vec<String>,
@@ -71,6 +75,7 @@ impl SandboxStatus {
             filesystem: Enforcement::Off,
             network: Enforcement::Off,
             scopes: Vec::new(),
+            seccomp: Enforcement::Off,
             unrestricted: Vec::new(),
             read_only: Vec::new(),
             unix_socket_dirs: Vec::new(),
@@ -101,6 +106,7 @@ pub(super) fn log(s: &SandboxStatus) {
         filesystem = s.filesystem.as_str(),
         network = s.network.as_str(),
         scopes = ?s.scopes,
+        seccomp = s.seccomp.as_str(),
         unrestricted = ?s.unrestricted,
         read_only = ?s.read_only,
         unix_socket_dirs = ?s.unix_socket_dirs,
