@@ -7,11 +7,12 @@
 //! EACCES or EPERM) or `failed` (any other error), as one JSON document on
 //! stdout. Tests use it; it is not for operators.
 
+use std::borrow::Borrow;
 use std::io::{self, Read};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -72,26 +73,29 @@ fn attempt(what: String, r: io::Result<()>) -> Attempt {
 }
 
 /// Tries `f` on each item, named by `name`.
-fn each<T>(
+fn each<T: Borrow<U>, U: ?Sized>(
     items: &[T],
-    name: impl Fn(&T) -> String,
-    f: impl Fn(&T) -> io::Result<()>,
+    name: impl Fn(&U) -> String,
+    f: impl Fn(&U) -> io::Result<()>,
 ) -> Vec<Attempt> {
-    items.iter().map(|i| attempt(name(i), f(i))).collect()
+    items
+        .iter()
+        .map(|i| attempt(name(i.borrow()), f(i.borrow())))
+        .collect()
 }
 
-fn shown(p: &PathBuf) -> String {
+fn shown(p: &Path) -> String {
     p.display().to_string()
 }
 
-fn try_read(path: &PathBuf) -> io::Result<()> {
+fn try_read(path: &Path) -> io::Result<()> {
     let mut f = std::fs::File::open(path)?;
     f.read(&mut [0u8; 1]).map(|_| ())
 }
 
 /// Opens for writing (creating the file when it is missing: Landlock's
 /// MakeReg; writing an existing one: WriteFile), without truncating.
-fn try_write(path: &PathBuf) -> io::Result<()> {
+fn try_write(path: &Path) -> io::Result<()> {
     use std::io::Write;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -101,7 +105,7 @@ fn try_write(path: &PathBuf) -> io::Result<()> {
     f.write_all(b"written under the sandbox\n")
 }
 
-fn try_remove(path: &PathBuf) -> io::Result<()> {
+fn try_remove(path: &Path) -> io::Result<()> {
     std::fs::remove_file(path)
 }
 
@@ -120,19 +124,19 @@ fn on_each_address(
     Err(last)
 }
 
-fn try_connect(addr: &String) -> io::Result<()> {
+fn try_connect(addr: &str) -> io::Result<()> {
     on_each_address(addr, |a| {
         TcpStream::connect_timeout(&a, CONNECT_TIMEOUT).map(drop)
     })
 }
 
-fn try_bind(addr: &String) -> io::Result<()> {
+fn try_bind(addr: &str) -> io::Result<()> {
     on_each_address(addr, |a| TcpListener::bind(a).map(drop))
 }
 
 /// Sends one datagram from an unbound socket of the destination's family
 /// (the kernel binds it to an ephemeral port on the way).
-fn try_udp_send(addr: &String) -> io::Result<()> {
+fn try_udp_send(addr: &str) -> io::Result<()> {
     on_each_address(addr, |a| {
         let local = if a.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
         let s = UdpSocket::bind(local)?;
@@ -140,12 +144,12 @@ fn try_udp_send(addr: &String) -> io::Result<()> {
     })
 }
 
-fn try_abstract_connect(name: &String) -> io::Result<()> {
+fn try_abstract_connect(name: &str) -> io::Result<()> {
     let addr = SocketAddr::from_abstract_name(name.as_bytes())?;
     UnixStream::connect_addr(&addr).map(drop)
 }
 
-fn try_unix_connect(path: &PathBuf) -> io::Result<()> {
+fn try_unix_connect(path: &Path) -> io::Result<()> {
     UnixStream::connect(path).map(drop)
 }
 
@@ -202,10 +206,10 @@ pub fn run(args: &SandboxProbeArgs) -> u8 {
     let mut report = Report {
         sandbox,
         read: each(&args.read, shown, try_read),
-        connect: each(&args.connect, String::clone, try_connect),
+        connect: each(&args.connect, str::to_owned, try_connect),
         write: each(&args.write, shown, try_write),
         remove: each(&args.remove, shown, try_remove),
-        bind: each(&args.bind, String::clone, try_bind),
+        bind: each(&args.bind, str::to_owned, try_bind),
         rebind: Vec::new(),
         abstract_connect: each(
             &args.abstract_connect,
@@ -214,12 +218,12 @@ pub fn run(args: &SandboxProbeArgs) -> u8 {
         ),
         unix_connect: each(&args.unix_connect, shown, try_unix_connect),
         signal: each(&args.signal, i32::to_string, try_signal),
-        udp_send: each(&args.udp_send, String::clone, try_udp_send),
+        udp_send: each(&args.udp_send, str::to_owned, try_udp_send),
     };
     if args.rebind_listeners {
         let own = tcp_addresses(&prepared);
         drop(prepared);
-        report.rebind = each(&own, String::clone, try_bind);
+        report.rebind = each(&own, str::to_owned, try_bind);
     }
     print(&report)
 }
