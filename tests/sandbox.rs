@@ -3,7 +3,9 @@
 //! tries accesses outside and inside its allow-list; and real sidecars keep
 //! serving under it (a host-name target, unix sockets, SIGHUP, drain) and
 //! say on `/status` what is enforced. This kernel offers Landlock ABI 7, so
-//! both the filesystem and the network halves are expected in force.
+//! both the filesystem and the network halves and the ABI 6 scopes are
+//! expected in force. `sandbox/rules.rs` tries each rule the README claims
+//! (writes, binds, scopes, the seccomp filter) and what it says stays open.
 
 mod common;
 #[path = "sandbox/rules.rs"]
