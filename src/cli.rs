@@ -355,6 +355,9 @@ pub struct SandboxProbeArgs {
     /// A process to try signalling, with signal 0 (repeatable).
     #[arg(long, value_name = "PID", value_parser = clap::value_parser!(i32).range(1..))]
     pub signal: Vec<i32>,
+    /// Try creating a raw IPv4 (ICMP) socket.
+    #[arg(long)]
+    pub raw_socket: bool,
     /// A UDP address to try sending one datagram to (repeatable).
     #[arg(long, value_name = "HOST:PORT")]
     pub udp_send: Vec<String>,

@@ -53,6 +53,7 @@ pub struct Report {
     pub unix_connect: Vec<Attempt>,
     pub signal: Vec<Attempt>,
     pub udp_send: Vec<Attempt>,
+    pub raw_socket: Vec<Attempt>,
 }
 
 /// Classifies one outcome: EACCES and EPERM are the sandbox's refusals
@@ -165,6 +166,19 @@ fn try_signal(pid: &i32) -> io::Result<()> {
     }
 }
 
+/// A raw IPv4 socket: the seccomp filter refuses it with EACCES (lacking
+/// CAP_NET_RAW, the kernel answers EPERM).
+fn try_raw_socket() -> io::Result<()> {
+    // SAFETY: socket takes no pointers; the descriptor is closed at once.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_ICMP) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by socket and is owned here.
+    unsafe { libc::close(fd) };
+    Ok(())
+}
+
 /// The TCP addresses `listeners` are bound to.
 fn tcp_addresses(prepared: &crate::app::Prepared) -> Vec<String> {
     prepared
@@ -211,6 +225,11 @@ pub fn run(args: &SandboxProbeArgs) -> u8 {
         remove: each(&args.remove, shown, try_remove),
         bind: each(&args.bind, str::to_owned, try_bind),
         rebind: Vec::new(),
+        raw_socket: if args.raw_socket {
+            vec![attempt("raw IPv4 socket".into(), try_raw_socket())]
+        } else {
+            Vec::new()
+        },
         abstract_connect: each(
             &args.abstract_connect,
             |n| format!("@{n}"),

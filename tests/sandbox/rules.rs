@@ -260,6 +260,22 @@ fn udp_is_refused_unless_a_target_is_a_host_name() {
     assert_eq!(&buf[..n], b"sent under the sandbox");
 }
 
+/// The seccomp filter refuses raw IP sockets, with EACCES: without
+/// CAP_NET_RAW the kernel's own refusal is EPERM, so the error tells the
+/// two apart whoever runs the test.
+#[test]
+fn raw_sockets_are_refused_by_the_filter() {
+    let s = Setup::new();
+    let report = run(&s, "", &["--raw-socket".to_string()]);
+    let a = &report["raw_socket"][0];
+    assert_eq!(a["result"], "refused", "{report}");
+    let eacces = format!("(os error {})", libc::EACCES);
+    assert!(a["error"].as_str().unwrap_or("").contains(&eacces), "{a}");
+    let report = run(&s, "sandbox = \"off\"", &["--raw-socket".to_string()]);
+    let a = &report["raw_socket"][0];
+    assert!(!a.to_string().contains(&eacces), "unsandboxed: {a}");
+}
+
 /// What the README says the sandbox does not restrict, held to the truth:
 /// `/status` lists `pathname_unix_socket` as unrestricted, and a connect to
 /// a unix socket of this test, by its path, is accepted.
