@@ -333,6 +333,34 @@ pub struct SandboxProbeArgs {
     /// A TCP address to try connecting to once the sandbox is in force (repeatable).
     #[arg(long, value_name = "HOST:PORT")]
     pub connect: Vec<String>,
+    /// A file to try opening for writing, created if missing (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub write: Vec<PathBuf>,
+    /// A file to try removing (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub remove: Vec<PathBuf>,
+    /// A TCP address to try binding (repeatable).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub bind: Vec<String>,
+    /// Once the other attempts are made, close the sidecar's own TCP
+    /// listeners and try binding their addresses again.
+    #[arg(long)]
+    pub rebind_listeners: bool,
+    /// An abstract unix socket name (without the leading NUL) to try connecting to (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub abstract_connect: Vec<String>,
+    /// A pathname unix socket to try connecting to (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub unix_connect: Vec<PathBuf>,
+    /// A process to try signalling, with signal 0 (repeatable).
+    #[arg(long, value_name = "PID", value_parser = clap::value_parser!(i32).range(1..))]
+    pub signal: Vec<i32>,
+    /// Try creating a raw IPv4 (ICMP) socket.
+    #[arg(long)]
+    pub raw_socket: bool,
+    /// A UDP address to try sending one datagram to (repeatable).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub udp_send: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]
