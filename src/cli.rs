@@ -262,13 +262,13 @@ pub enum CertsCommand {
     Ca(CertsCaArgs),
     /// Issue a leaf from a CA into DIR (tls.crt, tls.key, ca.crt).
     Issue(CertsIssueArgs),
-    /// Write a CRL signed by the CA in DIR revoking serials, or extend an existing one.
+    /// Write a CRL signed by the CA in DIR revoking serials, or extend (or, with no serial, re-sign) an existing one.
     Revoke(CertsRevokeArgs),
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct CertsRevokeArgs {
-    /// Directory written by `certs ca`.
+    /// Directory written by `certs ca` (ca.crt, ca.key), or a cert-manager CA Secret's files (tls.crt, tls.key).
     #[arg(long, value_name = "DIR")]
     pub ca: PathBuf,
     /// Serial number to revoke, hex, colons allowed (repeatable).
@@ -277,7 +277,7 @@ pub struct CertsRevokeArgs {
     /// Certificate file whose serial to revoke (repeatable).
     #[arg(long, value_name = "FILE")]
     pub cert: Vec<PathBuf>,
-    /// The CRL file to write; an existing one is extended (its entries kept, its CRL number incremented).
+    /// The CRL file to write; an existing one is extended (its entries kept, its CRL number incremented); with no --serial/--cert it is re-signed with a new nextUpdate.
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
     /// Days until the CRL's nextUpdate.
@@ -301,7 +301,7 @@ pub struct CertsCaArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct CertsIssueArgs {
-    /// Directory written by `certs ca`.
+    /// Directory written by `certs ca` (ca.crt, ca.key), or a cert-manager CA Secret's files (tls.crt, tls.key).
     #[arg(long, value_name = "DIR")]
     pub ca: PathBuf,
     #[arg(long, value_name = "DIR")]
@@ -337,6 +337,34 @@ pub struct SandboxProbeArgs {
     /// A TCP address to try connecting to once the sandbox is in force (repeatable).
     #[arg(long, value_name = "HOST:PORT")]
     pub connect: Vec<String>,
+    /// A file to try opening for writing, created if missing (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub write: Vec<PathBuf>,
+    /// A file to try removing (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub remove: Vec<PathBuf>,
+    /// A TCP address to try binding (repeatable).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub bind: Vec<String>,
+    /// Once the other attempts are made, close the sidecar's own TCP
+    /// listeners and try binding their addresses again.
+    #[arg(long)]
+    pub rebind_listeners: bool,
+    /// An abstract unix socket name (without the leading NUL) to try connecting to (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub abstract_connect: Vec<String>,
+    /// A pathname unix socket to try connecting to (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub unix_connect: Vec<PathBuf>,
+    /// A process to try signalling, with signal 0 (repeatable).
+    #[arg(long, value_name = "PID", value_parser = clap::value_parser!(i32).range(1..))]
+    pub signal: Vec<i32>,
+    /// Try creating a raw IPv4 (ICMP) socket.
+    #[arg(long)]
+    pub raw_socket: bool,
+    /// A UDP address to try sending one datagram to (repeatable).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub udp_send: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -13,6 +13,9 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::reason::{CloseReason, FailureReason};
 
+pub mod info;
+pub use info::render;
+
 pub const HANDSHAKES: &str = "mtls_sidecar_tls_handshakes_total";
 pub const HANDSHAKE_FAILURES: &str = "mtls_sidecar_tls_handshake_failures_total";
 pub const HANDSHAKE_DURATION: &str = "mtls_sidecar_tls_handshake_duration_seconds";
@@ -259,13 +262,17 @@ pub const RUSTLS_VERSION: &str = locked_version(include_str!("../Cargo.lock"), "
 /// How often the process metrics are refreshed.
 const PROCESS_INTERVAL: Duration = Duration::from_secs(5);
 
-/// `mtls_sidecar_build_info{version, rustls} 1`.
+/// `mtls_sidecar_build_info{version, rustls} 1`, an [`info`] family (the
+/// labels never change, but every `_info` metric is rendered the same way).
 fn build_info() {
-    describe_gauge!(
+    info::set(
         BUILD_INFO,
-        "Always 1; the labels say which build runs: version (mtls-sidecar) and rustls."
+        "Always 1; the labels say which build runs: version (mtls-sidecar) and rustls.",
+        vec![vec![
+            ("version", VERSION.to_string()),
+            ("rustls", RUSTLS_VERSION.to_string()),
+        ]],
     );
-    gauge!(BUILD_INFO, "version" => VERSION, "rustls" => RUSTLS_VERSION).set(1.0);
 }
 
 /// `process_resident_memory_bytes`, `process_open_fds`, `process_max_fds`,
@@ -368,46 +375,50 @@ const fn starts_at(b: &[u8], at: usize, pat: &[u8]) -> bool {
 /// yet and leaves the gauge as it was.
 pub const CREDENTIAL_LAST_RELOAD_SUCCESSFUL: &str =
     "mtls_sidecar_credential_last_reload_successful";
-/// 1 for each revision in force, labelled `revision` with the first 12 hex
-/// digits of its content hash. The recorder (metrics 0.24 with
-/// metrics-exporter-prometheus 0.17) cannot remove one series, so a revision
-/// no longer in force stays at 0: count a rollout with
-/// `count by (revision) (mtls_sidecar_credential_revision_info == 1)`, or
-/// `sum by (revision) (...)`.
+/// 1 for each credential source, labelled `source` (its name as `/status`
+/// shows it) and `revision` (the first 12 hex digits of the content hash in
+/// force): exactly one series per source. A replaced revision's series
+/// disappears from the next scrape (an [`info`] family, rendered by us), so
+/// `count by (revision) (mtls_sidecar_credential_revision_info)` across pods
+/// counts pods per revision with no `== 1` needed.
 pub const CREDENTIAL_REVISION_INFO: &str = "mtls_sidecar_credential_revision_info";
 
-/// The revisions [`credential_reload_state`] last set to 1.
-static REVISIONS_SHOWN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-
-/// Publishes whether the last reloads succeeded and which revisions are in
-/// force (full hashes; shortened here). Revisions no longer in force go to 0.
-pub fn credential_reload_state(successful: bool, in_force: &[String]) {
+/// Publishes whether the last reloads succeeded and, for each credential
+/// source, the revision in force (`(source, full hash)` pairs; the hash is
+/// shortened here). A revision no longer in force leaves `/metrics`.
+pub fn credential_reload_state(successful: bool, in_force: &[(String, String)]) {
     static DESCRIBED: std::sync::Once = std::sync::Once::new();
     DESCRIBED.call_once(|| {
         describe_gauge!(
             CREDENTIAL_LAST_RELOAD_SUCCESSFUL,
             "1 when the newest credential revision seen is the one in force, 0 while a newer one is rejected or pending."
         );
-        describe_gauge!(
-            CREDENTIAL_REVISION_INFO,
-            "1 for the credential revision in force (first 12 hex of its content hash); 0 for one that was."
-        );
     });
     gauge!(CREDENTIAL_LAST_RELOAD_SUCCESSFUL).set(if successful { 1.0 } else { 0.0 });
-    let mut now: Vec<String> = in_force
+    info::set(
+        CREDENTIAL_REVISION_INFO,
+        "1 for each credential source: the revision in force (first 12 hex of its content hash).",
+        revision_series(in_force),
+    );
+}
+
+/// One `{source, revision}` label set per source, the hash shortened to 12
+/// hex digits.
+fn revision_series(in_force: &[(String, String)]) -> Vec<info::Labels> {
+    in_force
         .iter()
-        .map(|r| r.get(..12).unwrap_or(r).to_string())
-        .collect();
-    now.sort();
-    now.dedup();
-    let mut shown = REVISIONS_SHOWN.lock().unwrap_or_else(|e| e.into_inner());
-    for old in shown.iter().filter(|r| !now.contains(r)) {
-        gauge!(CREDENTIAL_REVISION_INFO, "revision" => old.clone()).set(0.0);
-    }
-    for r in &now {
-        gauge!(CREDENTIAL_REVISION_INFO, "revision" => r.clone()).set(1.0);
-    }
-    *shown = now;
+        .map(|(source, revision)| {
+            vec![
+                ("source", source.clone()),
+                ("revision", short_revision(revision).to_string()),
+            ]
+        })
+        .collect()
+}
+
+/// The first 12 characters of a revision hash (all of a shorter one).
+fn short_revision(revision: &str) -> &str {
+    revision.get(..12).unwrap_or(revision)
 }
 
 #[cfg(test)]
@@ -419,5 +430,27 @@ mod ops_tests {
         assert!(RUSTLS_VERSION.starts_with("0.23."), "{RUSTLS_VERSION}");
         let lock = "[[package]]\nname = \"rustls-webpki\"\nversion = \"9\"\n\n[[package]]\nname = \"rustls\"\nversion = \"1.2.3\"\n";
         assert_eq!(locked_version(lock, "rustls"), "1.2.3");
+    }
+
+    #[test]
+    fn one_revision_series_per_source_shortened() {
+        let pairs = [
+            ("/a".to_string(), "0123456789abcdef".to_string()),
+            ("/b".to_string(), "short".to_string()),
+        ];
+        let series = revision_series(&pairs);
+        assert_eq!(
+            series,
+            vec![
+                vec![
+                    ("source", "/a".to_string()),
+                    ("revision", "0123456789ab".to_string())
+                ],
+                vec![
+                    ("source", "/b".to_string()),
+                    ("revision", "short".to_string())
+                ],
+            ]
+        );
     }
 }

@@ -219,9 +219,9 @@ pub fn publish_reload_state(stores: &[Arc<CredentialStore>]) {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let successful = stores.iter().all(|s| s.status().last_reload_successful);
-    let in_force: Vec<String> = stores
+    let in_force: Vec<(String, String)> = stores
         .iter()
-        .map(|s| s.current().revision.clone())
+        .map(|s| (s.source().to_string(), s.current().revision.clone()))
         .collect();
     crate::metrics::credential_reload_state(successful, &in_force);
 }

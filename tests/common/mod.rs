@@ -61,6 +61,20 @@ impl Pki {
     }
 }
 
+/// Publishes `leaf` and `ca` as one kubelet-style revision of `dir`.
+pub fn publish_identity(
+    dir: &mtls_sidecar::ops::atomic_writer::AtomicDir,
+    leaf: &Issued,
+    ca: &str,
+) {
+    dir.publish(&[
+        ("tls.crt", leaf.cert_pem.as_bytes()),
+        ("tls.key", leaf.key_pem.as_bytes()),
+        ("ca.crt", ca.as_bytes()),
+    ])
+    .expect("publish a revision");
+}
+
 /// The real binary, its stderr captured.
 pub struct Sidecar {
     child: Child,
