@@ -937,3 +937,31 @@ pub async fn status(admin: &str) -> serde_json::Value {
     assert_eq!(a.header("content-type"), Some("application/json"));
     serde_json::from_str(&a.body).unwrap_or_else(|e| panic!("{e}\n{}", a.body))
 }
+
+/// A client config presenting `leaf` with its intermediate, trusting `ca_pem`.
+pub fn chain_client(
+    leaf: &Issued,
+    intermediate_pem: &str,
+    ca_pem: &str,
+) -> std::sync::Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let chain = vec![
+        leaf.cert_der.clone(),
+        CertificateDer::from_pem_slice(intermediate_pem.as_bytes()).unwrap(),
+    ];
+    let cfg = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(
+            chain,
+            PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap(),
+        )
+        .unwrap();
+    std::sync::Arc::new(cfg)
+}
