@@ -1,0 +1,280 @@
+//! `publish` judges every file of the new revision with the sidecar's own
+//! reader and loader, and carries over what it was not given: through the
+//! real binary, each credential file kind is refused when the sidecar would
+//! refuse it (naming the file) and accepted when it would not; a renewal
+//! that gives `tls.crt tls.key ca.crt` keeps the `ca.crl` in force (and
+//! judges it), `--drop ca.crl` removes it; and a running sidecar on the
+//! published directory keeps refusing the revoked peer across the renewal.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use common::*;
+use mtls_sidecar::ops::pki::{serial_of, CrlSpec, Issued, IssuedCrl, Role};
+
+/// Writes `contents` to a fresh file under `root` and returns `NAME=PATH`.
+fn arg(root: &Path, name: &str, contents: &[u8]) -> String {
+    let d = tempfile::Builder::new()
+        .prefix("staged")
+        .tempdir_in(root)
+        .unwrap()
+        .keep();
+    let p = d.join("file");
+    fs::write(&p, contents).unwrap();
+    format!("{name}={}", p.display())
+}
+
+/// The three credential files of `leaf` from `ca_pem`.
+fn creds(root: &Path, leaf: &Issued, ca_pem: &str) -> Vec<String> {
+    vec![
+        arg(root, "tls.crt", leaf.cert_pem.as_bytes()),
+        arg(root, "tls.key", leaf.key_pem.as_bytes()),
+        arg(root, "ca.crt", ca_pem.as_bytes()),
+    ]
+}
+
+fn publish(into: &Path, extra: &[&str], files: &[String]) -> (i32, String) {
+    let mut args = vec!["publish", "--into", into.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    args.extend(files.iter().map(String::as_str));
+    run_bin(&args)
+}
+
+fn crl(pki: &Pki, number: u64, revoked: &[&Issued]) -> IssuedCrl {
+    let serials = revoked
+        .iter()
+        .map(|l| serial_of(&l.cert_der).expect("serial"))
+        .collect();
+    pki.ca
+        .crl(&CrlSpec::new(number, serials, 7))
+        .expect("sign CRL")
+}
+
+fn data_target(dir: &Path) -> PathBuf {
+    fs::read_link(dir.join("..data")).expect("..data is a symlink")
+}
+
+/// Publishes `files` and asserts it was refused naming `file` with
+/// `detail`, leaving the revision in force untouched.
+fn publish_refused(dir: &Path, files: &[String], file: &str, detail: &str) {
+    let before = fs::read_link(dir.join("..data")).ok();
+    let (code, out) = publish(dir, &[], files);
+    assert_eq!(code, 1, "{file}: {out}");
+    let named = format!("{}: ", dir.join(file).display());
+    assert!(
+        out.contains("not published") && out.contains(&named) && out.contains(detail),
+        "{file}: want {named:?} and {detail:?} in:\n{out}"
+    );
+    assert_eq!(fs::read_link(dir.join("..data")).ok(), before, "{file}");
+}
+
+#[test]
+fn each_credential_file_is_refused_as_the_sidecar_refuses_it_and_accepted_otherwise() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let pki = Pki::new("publish CA");
+    let foreign = Pki::new("foreign CA");
+    let leaf = pki.leaf(REPLICA, Role::Server);
+    let dir = root.join("tls");
+    let hostname = b"not a credential\n";
+
+    // tls.crt, tls.key, ca.crt: garbage, then a plausible wrong file.
+    let mut files = creds(root, &leaf, &pki.ca.cert_pem);
+    files[0] = arg(root, "tls.crt", hostname);
+    publish_refused(&dir, &files, "tls.crt", "not valid PEM");
+    files = creds(root, &leaf, &pki.ca.cert_pem);
+    files[1] = arg(root, "tls.key", hostname);
+    publish_refused(&dir, &files, "tls.key", "not valid PEM");
+    files[1] = arg(
+        root,
+        "tls.key",
+        pki.leaf(REPLICA, Role::Server).key_pem.as_bytes(),
+    );
+    publish_refused(&dir, &files, "tls.key", "does not match the certificate");
+    files = creds(root, &leaf, &pki.ca.cert_pem);
+    files[2] = arg(root, "ca.crt", hostname);
+    publish_refused(&dir, &files, "ca.crt", "not valid PEM");
+    files[2] = arg(root, "ca.crt", foreign.ca.cert_pem.as_bytes());
+    publish_refused(&dir, &files, "tls.crt", "does not chain to");
+    // ca.crl: garbage, then a CRL no CA of ca.crt signed.
+    files = creds(root, &leaf, &pki.ca.cert_pem);
+    files.push(arg(root, "ca.crl", hostname));
+    publish_refused(&dir, &files, "ca.crl", "CRL");
+    files.pop();
+    files.push(arg(root, "ca.crl", crl(&foreign, 1, &[]).pem.as_bytes()));
+    publish_refused(&dir, &files, "ca.crl", "foreign CA");
+    assert!(fs::symlink_metadata(dir.join("..data")).is_err());
+
+    // Accepted: each file judged, the CRL verified by the CA that signed it.
+    let revoked = pki.leaf(CONTROLLER, Role::Client);
+    files.pop();
+    files.push(arg(
+        root,
+        "ca.crl",
+        crl(&pki, 2, &[&revoked]).pem.as_bytes(),
+    ));
+    let (code, out) = publish(&dir, &[], &files);
+    assert_eq!(code, 0, "{out}");
+    for line in [
+        "tls.crt: CN=",
+        "tls.key: matches tls.crt",
+        "ca.crt: 1 trust anchor(s): CN=publish CA",
+        "ca.crl: CRL from CN=publish CA (CRL number 2, 1 revoked): verified",
+    ] {
+        assert!(out.contains(line), "{line:?} in:\n{out}");
+    }
+    let (code, text) = run_bin(&["check", "--tls-dir", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+
+    // A CRL older than the one in force is refused, as the sidecar refuses
+    // it; a newer one alone is accepted, the rest kept and judged with it.
+    let older = [arg(
+        root,
+        "ca.crl",
+        crl(&pki, 1, &[&revoked]).pem.as_bytes(),
+    )];
+    publish_refused(&dir, &older, "ca.crl", "older than the one in force");
+    let newer = [arg(
+        root,
+        "ca.crl",
+        crl(&pki, 3, &[&revoked]).pem.as_bytes(),
+    )];
+    let (code, out) = publish(&dir, &[], &newer);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("kept from the previous revision (not given): ca.crt, tls.crt, tls.key"),
+        "{out}"
+    );
+    assert!(
+        out.contains("tls.crt: CN="),
+        "the kept files are judged too:\n{out}"
+    );
+    // A kept file is judged like a given one: the CRL in force, signed by
+    // the old CA, does not fit a revision whose ca.crt is another CA.
+    let moved = foreign.leaf(REPLICA, Role::Server);
+    publish_refused(
+        &dir,
+        &creds(root, &moved, &foreign.ca.cert_pem),
+        "ca.crl",
+        "publish CA",
+    );
+}
+
+#[test]
+fn a_renewal_keeps_the_crl_in_force_and_drop_removes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let pki = Pki::new("publish CA");
+    let dir = root.join("tls");
+    let revoked = pki.leaf(CONTROLLER, Role::Client);
+    let the_crl = crl(&pki, 1, &[&revoked]);
+    let mut files = creds(root, &pki.leaf(REPLICA, Role::Server), &pki.ca.cert_pem);
+    files.push(arg(root, "ca.crl", the_crl.pem.as_bytes()));
+    let (code, out) = publish(&dir, &[], &files);
+    assert_eq!(code, 0, "{out}");
+
+    // The documented renewal: three files, the CRL not among them.
+    let renewal = creds(root, &pki.leaf(REPLICA, Role::Server), &pki.ca.cert_pem);
+    let (code, out) = publish(&dir, &[], &renewal);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(
+            "kept from the previous revision (not given): ca.crl; --drop NAME removes one"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("ca.crl: CRL from CN=publish CA (CRL number 1, 1 revoked): verified"),
+        "{out}"
+    );
+    assert_eq!(fs::read_to_string(dir.join("ca.crl")).unwrap(), the_crl.pem);
+
+    // Given and dropped at once is a usage error; nothing changes.
+    let before = data_target(&dir);
+    let (code, out) = publish(&dir, &["--drop", "tls.crt"], &renewal);
+    assert_eq!(code, 2, "{out}");
+    assert_eq!(data_target(&dir), before);
+
+    // --drop ca.crl removes it, said on stderr; dropping it again is a note.
+    let (code, out) = publish(&dir, &["--drop", "ca.crl"], &renewal);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("dropped (--drop): ca.crl"), "{out}");
+    assert!(fs::symlink_metadata(dir.join("ca.crl")).is_err());
+    assert!(!out.contains("kept from"), "{out}");
+    let (code, out) = publish(&dir, &["--drop", "ca.crl"], &renewal);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("--drop ca.crl: not in the previous revision"),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_running_sidecar_keeps_refusing_the_revoked_peer_across_a_renewal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let pki = Pki::new("publish CA");
+    let dir = root.join("tls");
+    let revoked = pki.leaf(CONTROLLER, Role::Client);
+    let good = pki.leaf(CONTROLLER, Role::Client);
+    let mut files = creds(&root, &pki.leaf(REPLICA, Role::Server), &pki.ca.cert_pem);
+    files.push(arg(
+        &root,
+        "ca.crl",
+        crl(&pki, 1, &[&revoked]).pem.as_bytes(),
+    ));
+    let (code, out) = publish(&dir, &[], &files);
+    assert_eq!(code, 0, "{out}");
+
+    let echo = echo_target().await;
+    let server = start_server(&dir, &echo.addr.to_string(), &["--reload-interval", "20ms"]).await;
+    let addr = server.addr("server");
+    let ca = pki.ca.cert_pem.clone();
+    let refused_now = |ident: Issued| {
+        let (addr, ca) = (addr.clone(), ca.clone());
+        async move {
+            match tls_connect(&addr, REPLICA, client_config(Some(&ident), &ca)).await {
+                Ok(mut s) => refused(&mut s).await,
+                Err(_) => true,
+            }
+        }
+    };
+    assert!(
+        refused_now(revoked.clone()).await,
+        "revoked before the renewal"
+    );
+
+    // The renewal hook: a new server leaf, the CRL not given.
+    let renewed = pki.leaf(REPLICA, Role::Server);
+    let renewal = creds(&root, &renewed, &pki.ca.cert_pem);
+    let (code, out) = tokio::task::spawn_blocking({
+        let dir = dir.clone();
+        move || publish(&dir, &[], &renewal)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{out}");
+    // Wait until the sidecar serves the renewed leaf: the new revision is
+    // in force.
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        let tls = tls_connect(&addr, REPLICA, client_config(Some(&good), &ca))
+            .await
+            .expect("handshake");
+        if tls.get_ref().1.peer_certificates().unwrap()[0] == renewed.cert_der {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "renewal not applied");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(
+        refused_now(revoked.clone()).await,
+        "the renewal un-revoked the peer:\n{}",
+        server.logs().join("\n")
+    );
+    assert!(!refused_now(good).await, "a good peer is admitted");
+    assert_eq!(server.log_count("rejected credential revision"), 0);
+    assert!(!server.warn_reason("revoked").is_empty());
+}
