@@ -3,8 +3,9 @@
 //! real binary, each credential file kind is refused when the sidecar would
 //! refuse it (naming the file) and accepted when it would not; a renewal
 //! that gives `tls.crt tls.key ca.crt` keeps the `ca.crl` in force (and
-//! judges it), `--drop ca.crl` removes it; and a running sidecar on the
-//! published directory keeps refusing the revoked peer across the renewal.
+//! judges it), `--drop ca.crl` removes it and says what that un-revokes;
+//! and a running sidecar on the published directory keeps refusing the
+//! revoked peer across the renewal.
 
 mod common;
 
@@ -78,50 +79,56 @@ fn each_credential_file_is_refused_as_the_sidecar_refuses_it_and_accepted_otherw
     let foreign = Pki::new("foreign CA");
     let leaf = pki.leaf(REPLICA, Role::Server);
     let dir = root.join("tls");
-    let hostname = b"not a credential\n";
+    let garbage = b"not a credential\n";
+    let other_key = pki.leaf(REPLICA, Role::Server).key_pem;
 
     // tls.crt, tls.key, ca.crt: garbage, then a plausible wrong file.
     let mut files = creds(root, &leaf, &pki.ca.cert_pem);
-    files[0] = arg(root, "tls.crt", hostname);
+    files[0] = arg(root, "tls.crt", garbage);
     publish_refused(&dir, &files, "tls.crt", "not valid PEM");
     files = creds(root, &leaf, &pki.ca.cert_pem);
-    files[1] = arg(root, "tls.key", hostname);
+    files[1] = arg(root, "tls.key", garbage);
     publish_refused(&dir, &files, "tls.key", "not valid PEM");
-    files[1] = arg(
-        root,
-        "tls.key",
-        pki.leaf(REPLICA, Role::Server).key_pem.as_bytes(),
-    );
+    files[1] = arg(root, "tls.key", other_key.as_bytes());
     publish_refused(&dir, &files, "tls.key", "does not match the certificate");
     files = creds(root, &leaf, &pki.ca.cert_pem);
-    files[2] = arg(root, "ca.crt", hostname);
+    files[2] = arg(root, "ca.crt", garbage);
     publish_refused(&dir, &files, "ca.crt", "not valid PEM");
     files[2] = arg(root, "ca.crt", foreign.ca.cert_pem.as_bytes());
     publish_refused(&dir, &files, "tls.crt", "does not chain to");
-    // ca.crl: garbage, then a CRL no CA of ca.crt signed.
+    // ca.crl: garbage, then two CRLs of one key.
     files = creds(root, &leaf, &pki.ca.cert_pem);
-    files.push(arg(root, "ca.crl", hostname));
+    files.push(arg(root, "ca.crl", garbage));
     publish_refused(&dir, &files, "ca.crl", "CRL");
     files.pop();
-    files.push(arg(root, "ca.crl", crl(&foreign, 1, &[]).pem.as_bytes()));
-    publish_refused(&dir, &files, "ca.crl", "foreign CA");
+    let twice = crl(&pki, 1, &[]).pem + &crl(&pki, 2, &[]).pem;
+    files.push(arg(root, "ca.crl", twice.as_bytes()));
+    publish_refused(&dir, &files, "ca.crl", "give one CRL per issuer key");
+    files.pop();
+    // intermediates: garbage.
+    files.push(arg(root, "intermediates", garbage));
+    publish_refused(&dir, &files, "intermediates", "not valid PEM");
+    files.pop();
     assert!(fs::symlink_metadata(dir.join("..data")).is_err());
 
-    // Accepted: each file judged, the CRL verified by the CA that signed it.
+    // Accepted: each file judged, the CRL verified by the CA that signed
+    // it; a CRL no known CA signed is kept unverified (judged at handshake
+    // against the issuer in the peer's chain), as the sidecar keeps it; an
+    // intermediate listed in `intermediates` is known, never an anchor.
     let revoked = pki.leaf(CONTROLLER, Role::Client);
-    files.pop();
-    files.push(arg(
-        root,
-        "ca.crl",
-        crl(&pki, 2, &[&revoked]).pem.as_bytes(),
-    ));
+    let inter = pki.ca.intermediate("publish intermediate", 30).unwrap();
+    let two = crl(&pki, 2, &[&revoked]).pem + &crl(&foreign, 1, &[]).pem;
+    files.push(arg(root, "ca.crl", two.as_bytes()));
+    files.push(arg(root, "intermediates", inter.cert_pem.as_bytes()));
     let (code, out) = publish(&dir, &[], &files);
     assert_eq!(code, 0, "{out}");
     for line in [
         "tls.crt: CN=",
         "tls.key: matches tls.crt",
         "ca.crt: 1 trust anchor(s): CN=publish CA",
-        "ca.crl: CRL from CN=publish CA (CRL number 2, 1 revoked): verified",
+        "intermediates (with the chain of tls.crt): 1 known intermediate CA(s), never trust anchors: CN=publish intermediate",
+        "ca.crl: CRL from CN=publish CA (CRL number 2, 1 revoked): verified, signed by CN=publish CA in ca.crt",
+        "ca.crl: CRL from CN=foreign CA (CRL number 1, 0 revoked): unverified, verified at handshake against the intermediate in the peer's chain",
     ] {
         assert!(out.contains(line), "{line:?} in:\n{out}");
     }
@@ -130,36 +137,29 @@ fn each_credential_file_is_refused_as_the_sidecar_refuses_it_and_accepted_otherw
 
     // A CRL older than the one in force is refused, as the sidecar refuses
     // it; a newer one alone is accepted, the rest kept and judged with it.
-    let older = [arg(
-        root,
-        "ca.crl",
-        crl(&pki, 1, &[&revoked]).pem.as_bytes(),
-    )];
+    let pem = |n: u64| crl(&pki, n, &[&revoked]).pem;
+    let older = [arg(root, "ca.crl", pem(1).as_bytes())];
     publish_refused(&dir, &older, "ca.crl", "older than the one in force");
-    let newer = [arg(
-        root,
-        "ca.crl",
-        crl(&pki, 3, &[&revoked]).pem.as_bytes(),
-    )];
+    let newer = [arg(root, "ca.crl", pem(3).as_bytes())];
     let (code, out) = publish(&dir, &[], &newer);
     assert_eq!(code, 0, "{out}");
-    assert!(
-        out.contains("kept from the previous revision (not given): ca.crt, tls.crt, tls.key"),
-        "{out}"
-    );
+    let kept =
+        "kept from the previous revision (not given): ca.crt, intermediates, tls.crt, tls.key";
+    assert!(out.contains(kept), "{out}");
     assert!(
         out.contains("tls.crt: CN="),
-        "the kept files are judged too:\n{out}"
+        "kept files are judged:\n{out}"
     );
-    // A kept file is judged like a given one: the CRL in force, signed by
-    // the old CA, does not fit a revision whose ca.crt is another CA.
+    // A kept file is judged like a given one: once ca.crt is another CA,
+    // the CRL in force of the old one is ignored, not a reason to refuse.
     let moved = foreign.leaf(REPLICA, Role::Server);
-    publish_refused(
-        &dir,
-        &creds(root, &moved, &foreign.ca.cert_pem),
-        "ca.crl",
-        "publish CA",
-    );
+    let mut files = creds(root, &moved, &foreign.ca.cert_pem);
+    files.insert(0, "intermediates".into());
+    files.insert(0, "--drop".into());
+    let (code, out) = publish(&dir, &[], &files);
+    assert_eq!(code, 0, "{out}");
+    let ignored = "ca.crl: CRL from CN=publish CA (CRL number 3, 1 revoked): ignored, its CA CN=publish CA is no longer in ca.crt";
+    assert!(out.contains(ignored), "{out}");
 }
 
 #[test]
@@ -189,6 +189,7 @@ fn a_renewal_keeps_the_crl_in_force_and_drop_removes_it() {
         out.contains("ca.crl: CRL from CN=publish CA (CRL number 1, 1 revoked): verified"),
         "{out}"
     );
+    assert!(!out.contains("un-revokes"), "{out}");
     assert_eq!(fs::read_to_string(dir.join("ca.crl")).unwrap(), the_crl.pem);
 
     // Given and dropped at once is a usage error; nothing changes.
@@ -197,10 +198,29 @@ fn a_renewal_keeps_the_crl_in_force_and_drop_removes_it() {
     assert_eq!(code, 2, "{out}");
     assert_eq!(data_target(&dir), before);
 
-    // --drop ca.crl removes it, said on stderr; dropping it again is a note.
+    // A CRL at the same number that lists fewer serials is applied with a
+    // warning naming what becomes admissible, as the sidecar WARNs.
+    let serial = serial_of(&revoked.cert_der).unwrap();
+    let hex: Vec<String> = serial.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = hex.join(":");
+    let shrunk = [arg(root, "ca.crl", crl(&pki, 1, &[]).pem.as_bytes())];
+    let (code, out) = publish(&dir, &[], &shrunk);
+    assert_eq!(code, 0, "{out}");
+    let warning = format!("warning: un-revokes 1 serial(s) of CN=publish CA (its new CRL lists fewer serials without a higher CRL number): {hex}");
+    assert!(out.contains(&warning), "{warning:?} in:\n{out}");
+    let again = [arg(root, "ca.crl", the_crl.pem.as_bytes())];
+    let (code, out) = publish(&dir, &[], &again);
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("un-revokes"), "{out}");
+
+    // --drop ca.crl removes it, said on stderr with what that un-revokes;
+    // dropping it again is a note.
     let (code, out) = publish(&dir, &["--drop", "ca.crl"], &renewal);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("dropped (--drop): ca.crl"), "{out}");
+    let warning =
+        format!("warning: un-revokes 1 serial(s) of CN=publish CA (its CRL is removed): {hex}");
+    assert!(out.contains(&warning), "{warning:?} in:\n{out}");
     assert!(fs::symlink_metadata(dir.join("ca.crl")).is_err());
     assert!(!out.contains("kept from"), "{out}");
     let (code, out) = publish(&dir, &["--drop", "ca.crl"], &renewal);

@@ -95,9 +95,9 @@ pub struct Outcome {
     pub kept: Vec<String>,
     /// `--drop` names the previous revision did not have.
     pub drop_absent: Vec<String>,
-    /// One line per judged file (empty with `--no-check` or when the
-    /// revision holds no credential file).
-    pub verdicts: Vec<String>,
+    /// What the sidecar will make of each file (empty with `--no-check` or
+    /// when the revision holds no credential file).
+    pub judged: verdict::Judged,
 }
 
 /// The new revision: the given files, then every file of `current` that
@@ -160,18 +160,18 @@ pub fn publish_request(dir: &Path, req: &Request) -> Result<Outcome, PublishErro
     layout::locked(dir, || {
         let current = layout::current(dir)?;
         let (entries, kept, drop_absent) = assemble(&req.given, &current, &req.drop)?;
-        let (published, verdicts) = layout::write_locked(dir, &entries, req.mode, |staged| {
+        let (published, judged) = layout::write_locked(dir, &entries, req.mode, |staged| {
             if req.check {
                 verdict::judge(dir, staged, std::time::SystemTime::now())
             } else {
-                Ok(Vec::new())
+                Ok(verdict::Judged::default())
             }
         })?;
         Ok(Outcome {
             published,
             kept,
             drop_absent,
-            verdicts,
+            judged,
         })
     })
 }
@@ -291,8 +291,11 @@ fn report(dir: &Path, o: &Outcome) {
             .map(|old| format!("; removed the previous revision {old}"))
             .unwrap_or_default()
     );
-    for line in &o.verdicts {
+    for line in &o.judged.lines {
         println!("  {line}");
+    }
+    for line in &o.judged.warnings {
+        eprintln!("warning: {line}");
     }
     if !o.kept.is_empty() {
         eprintln!(
