@@ -449,7 +449,7 @@ pub struct PublishArgs {
     pub into: PathBuf,
     /// Files of the new revision: PATH (published under its base name) or
     /// NAME=PATH. Files of the previous revision not given are kept.
-    #[arg(value_name = "FILE", required = true)]
+    #[arg(value_name = "FILE", required_unless_present = "drop")]
     pub files: Vec<String>,
     /// Remove NAME, a file of the previous revision, instead of keeping it (repeatable).
     #[arg(long, value_name = "NAME")]

@@ -150,7 +150,7 @@ pub fn check_drops(given: &[Entry], drop: &[String]) -> Result<(), PublishError>
 /// over, the whole revision is validated (unless `req.check` is false),
 /// then written.
 pub fn publish_request(dir: &Path, req: &Request) -> Result<Outcome, PublishError> {
-    if req.given.is_empty() {
+    if req.given.is_empty() && req.drop.is_empty() {
         return Err(PublishError::Usage("nothing to publish".into()));
     }
     for e in &req.given {
@@ -160,6 +160,12 @@ pub fn publish_request(dir: &Path, req: &Request) -> Result<Outcome, PublishErro
     layout::locked(dir, || {
         let current = layout::current(dir)?;
         let (entries, kept, drop_absent) = assemble(&req.given, &current, &req.drop)?;
+        if entries.is_empty() {
+            return Err(PublishError::Usage(format!(
+                "{}: nothing would be left to publish",
+                dir.display()
+            )));
+        }
         let (published, judged) = layout::write_locked(dir, &entries, req.mode, |staged| {
             if req.check {
                 verdict::judge(dir, staged, std::time::SystemTime::now())
@@ -257,8 +263,13 @@ pub fn parse_mode(s: &str) -> Result<u32, PublishError> {
 /// The `publish` subcommand; returns the exit status.
 pub fn run(args: &crate::cli::PublishArgs) -> u8 {
     let result = parse_mode(&args.mode).and_then(|mode| {
+        let given = match args.files.is_empty() {
+            // `--drop NAME` alone: a revision of what is kept.
+            true => Vec::new(),
+            false => read_args(&args.files)?,
+        };
         let req = Request {
-            given: read_args(&args.files)?,
+            given,
             drop: args.drop.clone(),
             check: !args.no_check,
             mode,
