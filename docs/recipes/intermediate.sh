@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Recipe: revoking leaves issued by an intermediate CA, and the intermediate
-# itself (docs/rotation.md#recipe-an-intermediate-ca).
+# itself (docs/rotation.md#recipes-intermediates-ca-rotation-same-name-cas).
 #
 #   root CA ──> intermediate CA ──> controller leaves (peers)
 #      └──────> the replica's own identity (tls.crt)

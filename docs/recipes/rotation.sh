@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Recipe: rotating the CA while a CRL is in force
-# (docs/rotation.md#recipe-ca-rotation-with-a-crl-in-force).
+# (docs/rotation.md#recipes-intermediates-ca-rotation-same-name-cas).
 #
 # ca.crt goes A -> A+B -> B. A's CRL is published once and never given
 # again: every `publish` keeps the ca.crl in force. While the sidecar's

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Recipe: two CAs with one name, one CRL each
-# (docs/rotation.md#recipe-two-cas-with-one-name).
+# (docs/rotation.md#recipes-intermediates-ca-rotation-same-name-cas).
 #
 # A CA re-keyed under the same subject (what a cert-manager CA Certificate
 # with rotationPolicy: Always does, or a second `certs ca --name` with the

@@ -100,14 +100,24 @@ pub struct Outcome {
     pub judged: verdict::Judged,
 }
 
+/// A new revision put together from the files given and the revision in
+/// force.
+#[derive(Debug, Clone)]
+pub struct Assembled {
+    pub entries: Vec<Entry>,
+    /// Names carried over from the revision in force.
+    pub kept: Vec<String>,
+    /// `--drop` names the revision in force lacks.
+    pub drop_absent: Vec<String>,
+}
+
 /// The new revision: the given files, then every file of `current` that
-/// is neither given nor dropped. Returns it with the names kept and the
-/// `--drop` names `current` lacks.
+/// is neither given nor dropped.
 pub fn assemble(
     given: &[Entry],
     current: &[Entry],
     drop: &[String],
-) -> Result<(Vec<Entry>, Vec<String>, Vec<String>), PublishError> {
+) -> Result<Assembled, PublishError> {
     let mut entries = given.to_vec();
     let mut kept = Vec::new();
     for e in current {
@@ -124,12 +134,16 @@ pub fn assemble(
             kept.len()
         )));
     }
-    let absent = drop
+    let drop_absent = drop
         .iter()
         .filter(|d| !current.iter().any(|e| &e.name == *d))
         .cloned()
         .collect();
-    Ok((entries, kept, absent))
+    Ok(Assembled {
+        entries,
+        kept,
+        drop_absent,
+    })
 }
 
 /// Checks the `--drop` names: publishable names, none of them also given.
@@ -159,7 +173,11 @@ pub fn publish_request(dir: &Path, req: &Request) -> Result<Outcome, PublishErro
     check_drops(&req.given, &req.drop)?;
     layout::locked(dir, || {
         let current = layout::current(dir)?;
-        let (entries, kept, drop_absent) = assemble(&req.given, &current, &req.drop)?;
+        let Assembled {
+            entries,
+            kept,
+            drop_absent,
+        } = assemble(&req.given, &current, &req.drop)?;
         if entries.is_empty() {
             return Err(PublishError::Usage(format!(
                 "{}: nothing would be left to publish",
@@ -349,16 +367,16 @@ mod tests {
     fn keeps_what_is_not_given_unless_dropped() {
         let current = [e("ca.crl", "old crl"), e("note", "n"), e("tls.crt", "old")];
         let given = [e("tls.crt", "new")];
-        let (all, kept, absent) = assemble(&given, &current, &[]).unwrap();
-        assert_eq!(kept, ["ca.crl", "note"]);
-        assert!(absent.is_empty());
-        assert_eq!(all.len(), 3);
-        assert_eq!(all[0], e("tls.crt", "new"), "the given file wins");
+        let a = assemble(&given, &current, &[]).unwrap();
+        assert_eq!(a.kept, ["ca.crl", "note"]);
+        assert!(a.drop_absent.is_empty());
+        assert_eq!(a.entries.len(), 3);
+        assert_eq!(a.entries[0], e("tls.crt", "new"), "the given file wins");
         let drop = ["ca.crl".to_string(), "gone".to_string()];
-        let (all, kept, absent) = assemble(&given, &current, &drop).unwrap();
-        assert_eq!(kept, ["note"]);
-        assert_eq!(absent, ["gone"]);
-        assert!(all.iter().all(|x| x.name != "ca.crl"));
+        let a = assemble(&given, &current, &drop).unwrap();
+        assert_eq!(a.kept, ["note"]);
+        assert_eq!(a.drop_absent, ["gone"]);
+        assert!(a.entries.iter().all(|x| x.name != "ca.crl"));
         // Given and dropped at once is a contradiction, not a choice.
         assert!(matches!(
             check_drops(&given, &["tls.crt".to_string()]),
