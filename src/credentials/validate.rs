@@ -14,7 +14,7 @@ use rustls::RootCertStore;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 
-use super::revocation::{classify, parse_file, Crl, CLOCK_SKEW};
+use super::revocation::{classify, parse_file, Crl};
 use super::source::{RawFile, RawRevision};
 use super::{Anchor, CredError, CrlSet, Trust};
 use crate::identity::{time_to_epoch, CertInfo};
@@ -213,7 +213,7 @@ impl ParsedRevision {
         now: SystemTime,
     ) -> Result<ValidRevision, CredError> {
         let now_secs = time_to_epoch(now);
-        if now_secs.saturating_add(CLOCK_SKEW.as_secs() as i64) < self.leaf.not_before {
+        if now_secs < self.leaf.not_before {
             return Err(CredError::NotYetValid {
                 path: self.cert_path.clone(),
                 not_before: self.leaf.not_before,
@@ -225,13 +225,7 @@ impl ParsedRevision {
                 not_after: self.leaf.not_after,
             });
         }
-        // Inside the skew tolerance before notBefore, the chain is judged
-        // at notBefore (webpki itself has no tolerance).
-        let at = match now_secs < self.leaf.not_before {
-            true => crate::identity::epoch_to_time(self.leaf.not_before),
-            false => now,
-        };
-        chain_error(&self.chain, &self.roots, provider, at).map_err(|e| match e {
+        chain_error(&self.chain, &self.roots, provider, now).map_err(|e| match e {
             webpki::Error::CertNotValidYet { not_before, .. } => CredError::ChainNotYetValid {
                 cert: self.cert_path.clone(),
                 not_before: secs(not_before),

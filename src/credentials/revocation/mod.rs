@@ -50,10 +50,16 @@ pub(crate) use signer::{Known, Signer, SignerKind};
 use scope::NodeRole;
 
 /// How far a clock may be off before a date is judged to be in the future:
-/// five minutes. Our own revision's certificate is judged valid from
-/// `notBefore - CLOCK_SKEW`, and a CRL whose thisUpdate is after
-/// `now + CLOCK_SKEW` is held pending (not enforced, never the reference
-/// for "older") until it is not.
+/// five minutes. A CRL whose thisUpdate is after `now + CLOCK_SKEW` is held
+/// pending (not enforced, never the reference for "older") until it is
+/// not; one dated within it is enforced at once.
+///
+/// Our own certificate is deliberately NOT served before its notBefore
+/// (a revision whose leaf is not valid yet stays pending, as before): peers
+/// (webpki, OpenSSL) judge validity without tolerance, so serving it early
+/// would make peers with a correct clock refuse us, while serving it up to
+/// this much late only keeps the previous, still valid, certificate in
+/// use a little longer.
 pub const CLOCK_SKEW: Duration = Duration::from_secs(300);
 
 /// Which certificates of a peer's chain are looked up in the CRLs.

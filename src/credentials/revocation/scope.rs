@@ -147,7 +147,7 @@ mod tests {
         }
     }
 
-    fn dps(uris: &[&str]) -> impl FnOnce() -> Option<Vec<Vec<u8>>> + '_ {
+    fn dps<'a>(uris: &'a [&'a str]) -> impl FnOnce() -> Option<Vec<Vec<u8>>> + 'a {
         move || Some(uris.iter().map(|u| u.as_bytes().to_vec()).collect())
     }
 
