@@ -13,7 +13,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use mtls_sidecar::ops::pki::{serial_of, CrlSpec, Issued, IssuedCrl, Role};
+use mtls_sidecar::ops::pki::{serial_of, Issued, Role};
 
 /// Writes `contents` to a fresh file under `root` and returns `NAME=PATH`.
 fn arg(root: &Path, name: &str, contents: &[u8]) -> String {
@@ -41,16 +41,6 @@ fn publish(into: &Path, extra: &[&str], files: &[String]) -> (i32, String) {
     args.extend_from_slice(extra);
     args.extend(files.iter().map(String::as_str));
     run_bin(&args)
-}
-
-fn crl(pki: &Pki, number: u64, revoked: &[&Issued]) -> IssuedCrl {
-    let serials = revoked
-        .iter()
-        .map(|l| serial_of(&l.cert_der).expect("serial"))
-        .collect();
-    pki.ca
-        .crl(&CrlSpec::new(number, serials, 7))
-        .expect("sign CRL")
 }
 
 fn data_target(dir: &Path) -> PathBuf {
@@ -101,7 +91,7 @@ fn each_credential_file_is_refused_as_the_sidecar_refuses_it_and_accepted_otherw
     files.push(arg(root, "ca.crl", garbage));
     publish_refused(&dir, &files, "ca.crl", "CRL");
     files.pop();
-    let twice = crl(&pki, 1, &[]).pem + &crl(&pki, 2, &[]).pem;
+    let twice = pki.crl(1, &[]).pem + &pki.crl(2, &[]).pem;
     files.push(arg(root, "ca.crl", twice.as_bytes()));
     publish_refused(&dir, &files, "ca.crl", "give one CRL per issuer key");
     files.pop();
@@ -117,7 +107,7 @@ fn each_credential_file_is_refused_as_the_sidecar_refuses_it_and_accepted_otherw
     // intermediate listed in `intermediates` is known, never an anchor.
     let revoked = pki.leaf(CONTROLLER, Role::Client);
     let inter = pki.ca.intermediate("publish intermediate", 30).unwrap();
-    let two = crl(&pki, 2, &[&revoked]).pem + &crl(&foreign, 1, &[]).pem;
+    let two = pki.crl(2, &[&revoked]).pem + &foreign.crl(1, &[]).pem;
     files.push(arg(root, "ca.crl", two.as_bytes()));
     files.push(arg(root, "intermediates", inter.cert_pem.as_bytes()));
     let (code, out) = publish(&dir, &[], &files);
@@ -137,7 +127,7 @@ fn each_credential_file_is_refused_as_the_sidecar_refuses_it_and_accepted_otherw
 
     // A CRL older than the one in force is refused, as the sidecar refuses
     // it; a newer one alone is accepted, the rest kept and judged with it.
-    let pem = |n: u64| crl(&pki, n, &[&revoked]).pem;
+    let pem = |n: u64| pki.crl(n, &[&revoked]).pem;
     let older = [arg(root, "ca.crl", pem(1).as_bytes())];
     publish_refused(&dir, &older, "ca.crl", "older than the one in force");
     let newer = [arg(root, "ca.crl", pem(3).as_bytes())];
@@ -169,7 +159,7 @@ fn a_renewal_keeps_the_crl_in_force_and_drop_removes_it() {
     let pki = Pki::new("publish CA");
     let dir = root.join("tls");
     let revoked = pki.leaf(CONTROLLER, Role::Client);
-    let the_crl = crl(&pki, 1, &[&revoked]);
+    let the_crl = pki.crl(1, &[&revoked]);
     let mut files = creds(root, &pki.leaf(REPLICA, Role::Server), &pki.ca.cert_pem);
     files.push(arg(root, "ca.crl", the_crl.pem.as_bytes()));
     let (code, out) = publish(&dir, &[], &files);
@@ -203,7 +193,7 @@ fn a_renewal_keeps_the_crl_in_force_and_drop_removes_it() {
     let serial = serial_of(&revoked.cert_der).unwrap();
     let hex: Vec<String> = serial.iter().map(|b| format!("{b:02x}")).collect();
     let hex = hex.join(":");
-    let shrunk = [arg(root, "ca.crl", crl(&pki, 1, &[]).pem.as_bytes())];
+    let shrunk = [arg(root, "ca.crl", pki.crl(1, &[]).pem.as_bytes())];
     let (code, out) = publish(&dir, &[], &shrunk);
     assert_eq!(code, 0, "{out}");
     let warning = format!("warning: un-revokes 1 serial(s) of CN=publish CA (its new CRL lists fewer serials without a higher CRL number): {hex}");
@@ -239,11 +229,7 @@ async fn a_running_sidecar_keeps_refusing_the_revoked_peer_across_a_renewal() {
     let revoked = pki.leaf(CONTROLLER, Role::Client);
     let good = pki.leaf(CONTROLLER, Role::Client);
     let mut files = creds(&root, &pki.leaf(REPLICA, Role::Server), &pki.ca.cert_pem);
-    files.push(arg(
-        &root,
-        "ca.crl",
-        crl(&pki, 1, &[&revoked]).pem.as_bytes(),
-    ));
+    files.push(arg(&root, "ca.crl", pki.crl(1, &[&revoked]).pem.as_bytes()));
     let (code, out) = publish(&dir, &[], &files);
     assert_eq!(code, 0, "{out}");
 
