@@ -229,13 +229,35 @@ async fn a_running_sidecar_keeps_refusing_the_revoked_peer_across_a_renewal() {
     let revoked = pki.leaf(CONTROLLER, Role::Client);
     let good = pki.leaf(CONTROLLER, Role::Client);
     let mut files = creds(&root, &pki.leaf(REPLICA, Role::Server), &pki.ca.cert_pem);
-    files.push(arg(&root, "ca.crl", pki.crl(1, &[&revoked]).pem.as_bytes()));
+    // Our CA's CRL, and one no known CA signed.
+    let foreign = Pki::new("foreign CA");
+    let crls = pki.crl(1, &[&revoked]).pem + &foreign.crl(1, &[]).pem;
+    files.push(arg(&root, "ca.crl", crls.as_bytes()));
     let (code, out) = publish(&dir, &[], &files);
     assert_eq!(code, 0, "{out}");
 
     let echo = echo_target().await;
-    let server = start_server(&dir, &echo.addr.to_string(), &["--reload-interval", "20ms"]).await;
+    let flags = ["--reload-interval", "20ms", "--admin", "127.0.0.1:0"];
+    let server = start_server(&dir, &echo.addr.to_string(), &flags).await;
     let addr = server.addr("server");
+    // What publish said of each CRL is what the sidecar holds (/status).
+    let status = get(&server.admin(), "/status").await;
+    let v: serde_json::Value = serde_json::from_str(&status.body).unwrap();
+    let held = v["credentials"][0]["crls"]
+        .as_array()
+        .expect("crls")
+        .clone();
+    assert_eq!(held.len(), 2, "{}", status.body);
+    for crl in &held {
+        let text = |k: &str| crl[k].as_str().unwrap_or_default().to_string();
+        let (issuer, state, detail) = (text("issuer"), text("state"), text("detail"));
+        let said = format!("{state}, {detail}");
+        assert!(
+            out.lines()
+                .any(|l| l.contains(&format!("CRL from {issuer} ")) && l.ends_with(&said)),
+            "{issuer}: the sidecar holds it {said:?}; publish said:\n{out}"
+        );
+    }
     let ca = pki.ca.cert_pem.clone();
     let refused_now = |ident: Issued| {
         let (addr, ca) = (addr.clone(), ca.clone());
