@@ -208,3 +208,77 @@ fn describe(crl: &CertificateRevocationList<'_>) -> CrlInfo {
         number_value,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::pki::{CrlSpec, DevCa};
+
+    fn file(bytes: Vec<u8>) -> RawFile {
+        RawFile {
+            path: "dir/ca.crl".into(),
+            bytes,
+        }
+    }
+
+    fn crl(ca: &DevCa, number: u64, serials: Vec<Vec<u8>>) -> crate::ops::pki::IssuedCrl {
+        ca.crl(&CrlSpec::new(number, serials, 7)).unwrap()
+    }
+
+    #[test]
+    fn pem_der_and_back_to_back_der_all_parse() {
+        let a = DevCa::new("A", 1).unwrap();
+        let b = DevCa::new("B", 1).unwrap();
+        let (ca, cb) = (crl(&a, 1, vec![vec![1]]), crl(&b, 5, Vec::new()));
+        let pem = parse_file(&file(format!("{}{}", ca.pem, cb.pem).into_bytes())).unwrap();
+        assert_eq!(pem.len(), 2);
+        assert_eq!(pem[0].info.issuer, "CN=A");
+        assert_eq!(pem[0].info.number.as_deref(), Some("1"));
+        assert_eq!(pem[0].info.revoked, 1);
+        assert_eq!(pem[0].serials, [vec![1u8]]);
+        assert!(pem[0].lists(&[1]) && !pem[0].lists(&[2]));
+        assert_eq!(pem[1].info.number.as_deref(), Some("5"));
+        assert_eq!(parse_file(&file(ca.der.clone())).unwrap().len(), 1);
+        let both = parse_file(&file([ca.der.clone(), cb.der.clone()].concat())).unwrap();
+        assert_eq!(both.len(), 2);
+        assert_eq!(both[0].der(), pem[0].der());
+        assert_eq!(both[1].der(), pem[1].der());
+    }
+
+    #[test]
+    fn bad_files_are_errors_naming_the_file() {
+        let a = DevCa::new("A", 1).unwrap();
+        let der = crl(&a, 1, Vec::new()).der;
+        for bytes in [
+            der[..der.len() / 2].to_vec(),
+            b"hello".to_vec(),
+            a.cert_pem.clone().into_bytes(),
+            [der.clone(), vec![0x30]].concat(),
+        ] {
+            let e = parse_file(&file(bytes)).unwrap_err().to_string();
+            assert!(e.starts_with("dir/ca.crl: "), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_count_is_bounded() {
+        let a = DevCa::new("A", 1).unwrap();
+        let one = crl(&a, 1, Vec::new()).pem;
+        assert_eq!(
+            parse_file(&file(one.repeat(MAX_CRLS).into_bytes()))
+                .unwrap()
+                .len(),
+            MAX_CRLS
+        );
+        let e = parse_file(&file(one.repeat(MAX_CRLS + 1).into_bytes())).unwrap_err();
+        assert!(e.to_string().contains("at most"), "{e}");
+    }
+
+    #[test]
+    fn versions_name_the_number_else_the_time() {
+        let a = DevCa::new("A", 1).unwrap();
+        let c = parse_file(&file(crl(&a, 7, Vec::new()).pem.into_bytes())).unwrap();
+        assert_eq!(c[0].info.version(), "CRL number 7");
+        assert_eq!(c[0].info.number_bytes(), Some(vec![7]));
+    }
+}

@@ -248,3 +248,69 @@ fn missing(old: &Crl, new: &Crl) -> Vec<Vec<u8>> {
         .cloned()
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::credentials::RawFile;
+    use crate::ops::pki::{CrlSpec, DevCa};
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::CertificateDer;
+
+    fn known(cas: &[&DevCa]) -> Known {
+        let mut k = Known::default();
+        let ders: Vec<_> = cas
+            .iter()
+            .map(|c| CertificateDer::from_pem_slice(c.cert_pem.as_bytes()).unwrap())
+            .collect();
+        k.add(&ders, SignerKind::Anchor);
+        k
+    }
+
+    fn crls(ca: &DevCa, number: u64, this_update: SystemTime) -> Vec<Arc<Crl>> {
+        let mut spec = CrlSpec::new(number, Vec::new(), 7);
+        spec.this_update = this_update;
+        let pem = ca.crl(&spec).unwrap().pem;
+        super::super::parse_file(&RawFile {
+            path: "ca.crl".into(),
+            bytes: pem.into_bytes(),
+        })
+        .unwrap()
+    }
+
+    /// The pending boundary is exactly now + CLOCK_SKEW (whole seconds).
+    #[test]
+    fn pending_starts_just_past_the_skew() {
+        let a = DevCa::new("A", 1).unwrap();
+        let k = known(&[&a]);
+        let now = crate::identity::epoch_to_time(crate::identity::time_to_epoch(SystemTime::now()));
+        let p = crate::crypto_provider();
+        let at = |t| {
+            let c = classify(&crls(&a, 1, t), &k, now, &CrlSet::empty(), &p).unwrap();
+            c.set.entries()[0].state.label()
+        };
+        assert_eq!(at(now + CLOCK_SKEW), "verified");
+        assert_eq!(
+            at(now + CLOCK_SKEW + std::time::Duration::from_secs(1)),
+            "pending"
+        );
+    }
+
+    /// Older is judged by number when both have one, else by thisUpdate;
+    /// another key's CRL is never compared.
+    #[test]
+    fn older_is_per_key() {
+        let a = DevCa::new("A", 1).unwrap();
+        let b = DevCa::new("A", 1).unwrap();
+        let k = known(&[&a, &b]);
+        let now = SystemTime::now();
+        let p = crate::crypto_provider();
+        let in_force = classify(&crls(&a, 5, now), &k, now, &CrlSet::empty(), &p)
+            .unwrap()
+            .set;
+        let next = |ca: &DevCa, n| classify(&crls(ca, n, now), &k, now, &in_force, &p);
+        assert!(matches!(next(&a, 4), Err(CredError::CrlOlder { .. })));
+        assert!(next(&a, 5).is_ok());
+        assert!(next(&b, 1).is_ok(), "a same-name CA's CRL is not compared");
+    }
+}
