@@ -480,9 +480,12 @@ pub struct PublishArgs {
     #[arg(long, value_name = "DIR")]
     pub into: PathBuf,
     /// Files of the new revision: PATH (published under its base name) or
-    /// NAME=PATH. Give every file: names the revision lacks are removed.
-    #[arg(value_name = "FILE", required = true)]
+    /// NAME=PATH. Files of the previous revision not given are kept.
+    #[arg(value_name = "FILE", required_unless_present = "drop")]
     pub files: Vec<String>,
+    /// Remove NAME, a file of the previous revision, instead of keeping it (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub drop: Vec<String>,
     /// Permission bits of the published files (octal).
     #[arg(long, value_name = "OCTAL", default_value = "0640")]
     pub mode: String,

@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mtls_sidecar::ops::pki::{write_secret_dir, DevCa, Issued, LeafSpec, Role};
+use mtls_sidecar::ops::pki::{
+    serial_of, write_secret_dir, CrlSpec, DevCa, Issued, IssuedCrl, LeafSpec, Role,
+};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -52,6 +54,17 @@ impl Pki {
     }
     pub fn issue(&self, spec: &LeafSpec) -> Issued {
         self.ca.issue(spec).expect("issue leaf")
+    }
+    /// This CA's CRL number `number` revoking `revoked`, next update in a
+    /// week.
+    pub fn crl(&self, number: u64, revoked: &[&Issued]) -> IssuedCrl {
+        let serials = revoked
+            .iter()
+            .map(|l| serial_of(&l.cert_der).expect("serial"))
+            .collect();
+        self.ca
+            .crl(&CrlSpec::new(number, serials, 7))
+            .expect("sign CRL")
     }
     /// A Secret-style directory holding `leaf` and this CA.
     pub fn dir(&self, root: &Path, sub: &str, leaf: &Issued) -> PathBuf {
