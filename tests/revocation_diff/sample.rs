@@ -1,0 +1,1 @@
+//! The handshake sample (filled in below).
