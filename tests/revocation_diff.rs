@@ -26,6 +26,8 @@ mod der;
 mod gen;
 #[path = "revocation_diff/judge.rs"]
 mod judge;
+#[path = "revocation_diff/mint.rs"]
+mod mint;
 #[path = "revocation_diff/openssl.rs"]
 mod openssl;
 #[path = "revocation_diff/sample.rs"]
@@ -39,7 +41,8 @@ use std::time::Instant;
 
 use mtls_sidecar::credentials::CrlScope;
 
-use gen::{Minted, Shape};
+use gen::Shape;
+use mint::Minted;
 use table::Comparison;
 
 const DEFAULT_SCENARIOS: usize = 240;
@@ -94,7 +97,7 @@ pub fn sidecar_verdict(m: &Minted, scope: CrlScope) -> String {
 /// where) when a comparison fails.
 fn run_scenario(i: usize, seed: u64) -> Vec<Row> {
     let shape = Shape::draw(seed);
-    let minted = gen::mint(&shape, &format!("s{i}"));
+    let minted = mint::mint(&shape, &format!("s{i}"));
     let dir = tempfile::tempdir().expect("tempdir");
     openssl::write_files(&minted, dir.path());
     let has_crl = gen::issuer_has_crl(&shape);
@@ -234,4 +237,64 @@ fn sidecar_verdicts_match_openssl_through_the_table() {
         failed, 0,
         "{failed} judgements disagree with the table (above)"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sample_is_confirmed_through_real_handshakes_against_one_sidecar() {
+    let seed = env_number("MTLS_SIDECAR_DIFF_SEED").unwrap_or(DEFAULT_SEED);
+    let shapes = sample::pick(seed);
+    assert!(shapes.len() >= sample::MIN_SAMPLE);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = mtls_sidecar::ops::atomic_writer::AtomicDir::new(&tmp.path().join("tls"))
+        .expect("credential directory");
+    // A first revision every sample scenario replaces: a root, the server's
+    // identity, no CRL.
+    let baseline = mint::mint(&Shape::draw(seed), "baseline");
+    dir.publish(&[
+        ("tls.crt", baseline.server_pem.as_bytes()),
+        ("tls.key", baseline.server_key_pem.as_bytes()),
+        ("ca.crt", baseline.ca_pem.as_bytes()),
+    ])
+    .expect("publish baseline");
+    let echo = common::echo_target().await;
+    let target = echo.addr.to_string();
+    let sc = common::Sidecar::start(
+        &[
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--target",
+            &target,
+            "--tls-dir",
+            dir.path().to_str().expect("utf-8 path"),
+            "--allow-san",
+            gen::PEER_NAME,
+            "--crl-scope",
+            "chain",
+            "--admin",
+            "127.0.0.1:0",
+        ],
+        1,
+    )
+    .await;
+    let started = Instant::now();
+    let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
+    let mut kinds = std::collections::BTreeSet::new();
+    for (i, shape) in shapes.iter().enumerate() {
+        let minted = mint::mint(shape, &format!("h{i}"));
+        let expected = sidecar_verdict(&minted, sample::SCOPE);
+        let got = sample::confirm(&sc, &dir, &minted, &expected).await;
+        *outcomes.entry(got).or_default() += 1;
+        kinds.extend(shape.kinds());
+    }
+    eprintln!(
+        "{} scenarios through real handshakes in {:.1} s: {outcomes:?}",
+        shapes.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let missing: Vec<_> = gen::ALL_KINDS
+        .iter()
+        .filter(|k| !kinds.contains(*k))
+        .collect();
+    assert!(missing.is_empty(), "kinds not sampled: {missing:?}");
 }

@@ -9,7 +9,8 @@ use std::process::Command;
 
 use mtls_sidecar::credentials::CrlScope;
 
-use super::gen::{Minted, Usage};
+use super::gen::Usage;
+use super::mint::Minted;
 
 /// What `openssl verify` said.
 #[derive(Debug, Clone, PartialEq, Eq)]
