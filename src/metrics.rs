@@ -25,6 +25,11 @@ pub const CREDENTIAL_RELOADS: &str = "mtls_sidecar_credential_reloads_total";
 pub const CERT_NOT_AFTER: &str = "mtls_sidecar_cert_not_after_timestamp_seconds";
 /// The earliest nextUpdate (Unix time) among the CRLs in force.
 pub const CRL_NEXT_UPDATE: &str = "mtls_sidecar_crl_next_update_timestamp_seconds";
+/// Revisions applied that made revoked serials admissible again (a CRL in
+/// force removed, or one listing fewer serials without a higher number).
+pub const CRL_REMOVALS: &str = "mtls_sidecar_crl_removals_total";
+/// CRLs held pending (thisUpdate in the future beyond the clock skew).
+pub const CRL_PENDING: &str = "mtls_sidecar_crl_pending";
 
 /// Handshake duration buckets: 100 µs to 10 s.
 const HANDSHAKE_BUCKETS: &[f64] = &[
@@ -54,6 +59,8 @@ pub fn install() -> PrometheusHandle {
             for result in ["applied", "rejected"] {
                 counter!(CREDENTIAL_RELOADS, "result" => result).increment(0);
             }
+            counter!(CRL_REMOVALS).increment(0);
+            gauge!(CRL_PENDING).set(0.0);
             build_info();
             process_metrics();
             handle
@@ -70,7 +77,7 @@ fn describe() {
     describe_counter!(
         HANDSHAKE_FAILURES,
         Unit::Count,
-        "TLS handshakes refused or failed, by route and reason (no_client_cert, unknown_ca, bad_san, expired, not_tls, timeout, protocol, io, overload, revoked, pin_mismatch)."
+        "TLS handshakes refused or failed, by route and reason (no_client_cert, unknown_ca, bad_san, expired, not_tls, timeout, protocol, io, overload, revoked, pin_mismatch, revoked_status_unknown)."
     );
     describe_histogram!(
         HANDSHAKE_DURATION,
@@ -103,6 +110,16 @@ fn describe() {
         Unit::Count,
         "Credential revisions applied or rejected."
     );
+    describe_counter!(
+        CRL_REMOVALS,
+        Unit::Count,
+        "Credential revisions applied that made revoked serials admissible again: a CRL in force removed while its CA is trusted, or a CRL listing fewer serials without a higher CRL number."
+    );
+    describe_gauge!(
+        CRL_PENDING,
+        Unit::Count,
+        "CRLs held pending because their thisUpdate is in the future (beyond the clock-skew tolerance); the previous CRL of that CA key stays in force."
+    );
     describe_gauge!(
         CERT_NOT_AFTER,
         Unit::Seconds,
@@ -114,6 +131,16 @@ fn describe() {
 pub fn credential_reload(applied: bool) {
     let result = if applied { "applied" } else { "rejected" };
     counter!(CREDENTIAL_RELOADS, "result" => result).increment(1);
+}
+
+/// Counts one applied revision that made revoked serials admissible.
+pub fn crl_removal() {
+    counter!(CRL_REMOVALS).increment(1);
+}
+
+/// Publishes how many CRLs are held pending across every store.
+pub fn crl_pending(held: usize) {
+    gauge!(CRL_PENDING).set(held as f64);
 }
 
 /// Publishes certificate expiry times (Unix seconds).

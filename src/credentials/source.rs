@@ -15,6 +15,10 @@ pub const KEY_FILE: &str = "tls.key";
 pub const CA_FILE: &str = "ca.crt";
 /// The optional certificate revocation list file in a credential directory.
 pub const CRL_FILE: &str = "ca.crl";
+/// The optional file of known intermediate CAs (PEM) in a credential
+/// directory: the issuers CRLs may be signed by besides the anchors. Never
+/// trust anchors themselves.
+pub const INTERMEDIATES_FILE: &str = "intermediates";
 /// The symlink the kubelet's atomic writer swaps to publish a revision.
 pub const DATA_LINK: &str = "..data";
 
@@ -63,6 +67,8 @@ pub struct RawRevision {
     pub ca: RawFile,
     /// `ca.crl` (or `--crl`), when there is one.
     pub crl: Option<RawFile>,
+    /// `intermediates` (or `--intermediates`), when there is one.
+    pub intermediates: Option<RawFile>,
     /// Hex SHA-256 over the contents: the revision's identity.
     pub hash: String,
 }
@@ -85,8 +91,27 @@ impl RawRevision {
             key,
             ca,
             crl,
+            intermediates: None,
             hash,
         }
+    }
+
+    /// The same revision with an `intermediates` file, hashed with it
+    /// (without one, the hash stays what it was before the file existed).
+    pub fn with_intermediates(mut self, file: Option<RawFile>) -> RawRevision {
+        if let Some(f) = &file {
+            let crl: &[u8] = self.crl.as_ref().map_or(&[], |c| &c.bytes);
+            self.hash = content_hash(&[
+                &self.cert.bytes,
+                &self.key.bytes,
+                &self.ca.bytes,
+                crl,
+                INTERMEDIATES_FILE.as_bytes(),
+                &f.bytes,
+            ]);
+        }
+        self.intermediates = file;
+        self
     }
 }
 
@@ -134,6 +159,9 @@ impl CredentialSource {
                         r.ca.path = dir.join(CA_FILE);
                         if let Some(crl) = &mut r.crl {
                             crl.path = dir.join(CRL_FILE);
+                        }
+                        if let Some(i) = &mut r.intermediates {
+                            i.path = dir.join(INTERMEDIATES_FILE);
                         }
                     }
                     return rev.map_err(|e| e.within(&rev_dir));
@@ -205,20 +233,26 @@ fn read_revision(
     Ok(RawRevision::with_crl(cert, key, ca, crl))
 }
 
-/// Reads a directory's files: the three required ones, and `ca.crl` when it
-/// exists (its absence is no error: a CRL is optional).
+/// Reads a directory's files: the three required ones, and `ca.crl` and
+/// `intermediates` when they exist (both are optional).
 fn read_dir_files(dir: &Path) -> Result<RawRevision, CredError> {
-    let crl_path = dir.join(CRL_FILE);
-    let crl = match fs::symlink_metadata(&crl_path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        _ => Some(read_file(&crl_path)?),
-    };
-    read_revision(
+    let crl = read_optional(&dir.join(CRL_FILE))?;
+    let intermediates = read_optional(&dir.join(INTERMEDIATES_FILE))?;
+    Ok(read_revision(
         &dir.join(CERT_FILE),
         &dir.join(KEY_FILE),
         &dir.join(CA_FILE),
         crl,
-    )
+    )?
+    .with_intermediates(intermediates))
+}
+
+/// An optional file: `None` when it does not exist, else read as any other.
+fn read_optional(path: &Path) -> Result<Option<RawFile>, CredError> {
+    match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        _ => read_file(path).map(Some),
+    }
 }
 
 /// Hex SHA-256 over length-prefixed parts, so moving bytes between files

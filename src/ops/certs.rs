@@ -233,7 +233,7 @@ pub fn revoke(args: &CertsRevokeArgs) -> Result<Vec<String>, CertsError> {
     spec.this_update = now;
     spec.next_update = now + Duration::from_secs(u64::from(args.days) * 86_400);
     if let Some(existing) = existing_crl(&args.out, &ca_pem, &ca_cert_path)? {
-        let number = existing.infos.first().and_then(|i| i.number_bytes());
+        let number = existing.infos().next().and_then(|i| i.number_bytes());
         spec.number = increment(&number.unwrap_or_default());
         spec.kept = existing
             .revoked_entries()
@@ -312,13 +312,23 @@ fn existing_crl(
         flag: "--out",
         why: format!("cannot extend it: {e}"),
     })?;
-    if set.infos.len() != 1 {
+    if set.infos().count() != 1 {
         return Err(CertsError::Usage {
             flag: "--out",
             why: format!(
                 "{}: holds {} CRLs; extend one at a time",
                 path.display(),
-                set.infos.len()
+                set.infos().count()
+            ),
+        });
+    }
+    if set.entries().iter().any(|e| e.state.signer().is_none()) {
+        return Err(CertsError::Usage {
+            flag: "--out",
+            why: format!(
+                "{}: cannot extend it: the CRL is not signed by {}",
+                path.display(),
+                ca_path.display()
             ),
         });
     }
