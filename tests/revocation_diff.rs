@@ -82,8 +82,9 @@ struct Row {
 pub fn sidecar_verdict(m: &Minted, scope: CrlScope) -> String {
     judge::judge(
         m.ca_pem.as_bytes(),
-        m.shape
-            .intermediates_file
+        // The file holds the intermediates; a one-level PKI has none to
+        // write, and an empty file is an error like any empty file.
+        (m.shape.intermediates_file && !m.intermediates_pem.is_empty())
             .then_some(m.intermediates_pem.as_bytes()),
         m.crl_pem.as_deref().map(str::as_bytes),
         m.chain_pem().as_bytes(),
