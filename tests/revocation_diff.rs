@@ -259,23 +259,12 @@ async fn a_sample_is_confirmed_through_real_handshakes_against_one_sidecar() {
     .expect("publish baseline");
     let echo = common::echo_target().await;
     let target = echo.addr.to_string();
-    let sc = common::Sidecar::start(
-        &[
-            "server",
-            "--listen",
-            "127.0.0.1:0",
-            "--target",
-            &target,
-            "--tls-dir",
-            dir.path().to_str().expect("utf-8 path"),
-            "--allow-san",
-            gen::PEER_NAME,
-            "--crl-scope",
-            "chain",
-            "--admin",
-            "127.0.0.1:0",
-        ],
-        1,
+    // The sample's leaves carry the name tests/common's server admits.
+    assert_eq!(gen::PEER_NAME, common::CONTROLLER);
+    let sc = common::start_server(
+        dir.path(),
+        &target,
+        &["--crl-scope", "chain", "--admin", "127.0.0.1:0"],
     )
     .await;
     let started = Instant::now();

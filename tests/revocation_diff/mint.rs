@@ -95,7 +95,9 @@ fn window(v: Validity, now: SystemTime) -> (SystemTime, SystemTime) {
     }
 }
 
-fn ca_params(
+/// What every certificate of a scenario has: its name, validity, a fresh
+/// serial and, when given, a CRL Distribution Point.
+fn base_params(
     name: &str,
     (nb, na): (SystemTime, SystemTime),
     cdp: Option<String>,
@@ -104,12 +106,6 @@ fn ca_params(
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, name);
     params.distinguished_name = dn;
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
     params.not_before = offset(nb);
     params.not_after = offset(na);
     params.serial_number = Some(fresh_serial());
@@ -117,6 +113,17 @@ fn ca_params(
         .into_iter()
         .map(|u| CrlDistributionPoint { uris: vec![u] })
         .collect();
+    params
+}
+
+fn ca_params(
+    name: &str,
+    validity: (SystemTime, SystemTime),
+    cdp: Option<String>,
+) -> CertificateParams {
+    let mut params = base_params(name, validity, cdp);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     params
 }
 
@@ -140,11 +147,7 @@ fn mint_ca(params: CertificateParams, signer: Option<&Ca>) -> Ca {
 }
 
 fn leaf_params(name: &str, v: Validity, cdp: Option<String>, now: SystemTime) -> CertificateParams {
-    let (nb, na) = window(v, now);
-    let mut params = CertificateParams::default();
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, name);
-    params.distinguished_name = dn;
+    let mut params = base_params(name, window(v, now), cdp);
     params.subject_alt_names = vec![SanType::DnsName(name.try_into().expect("a DNS name"))];
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![
@@ -152,13 +155,6 @@ fn leaf_params(name: &str, v: Validity, cdp: Option<String>, now: SystemTime) ->
         ExtendedKeyUsagePurpose::ClientAuth,
     ];
     params.use_authority_key_identifier_extension = true;
-    params.not_before = offset(nb);
-    params.not_after = offset(na);
-    params.serial_number = Some(fresh_serial());
-    params.crl_distribution_points = cdp
-        .into_iter()
-        .map(|u| CrlDistributionPoint { uris: vec![u] })
-        .collect();
     params
 }
 
