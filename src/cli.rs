@@ -61,6 +61,9 @@ pub struct CredentialArgs {
     /// CRL file (PEM or DER, one or more CRLs); with --cert/--key/--ca (a directory's is ca.crl).
     #[arg(long, value_name = "FILE")]
     pub crl: Option<PathBuf>,
+    /// Known intermediate CAs (PEM) that CRLs may be signed by, never trust anchors; with --cert/--key/--ca (a directory's is intermediates).
+    #[arg(long, value_name = "FILE")]
+    pub intermediates: Option<PathBuf>,
 }
 
 impl CredentialArgs {
@@ -71,6 +74,7 @@ impl CredentialArgs {
             key: self.key.clone(),
             ca: self.ca.clone(),
             crl: self.crl.clone(),
+            intermediates: self.intermediates.clone(),
         }
     }
 }

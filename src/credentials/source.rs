@@ -28,12 +28,14 @@ pub enum CredentialSource {
     /// A directory holding `tls.crt`, `tls.key` and `ca.crt` (and optionally
     /// `ca.crl`); a Kubernetes Secret volume or a plain directory.
     Dir(PathBuf),
-    /// Three explicit files, and a CRL file when `--crl` is given.
+    /// Three explicit files, a CRL file when `--crl` is given, and an
+    /// intermediates file when `--intermediates` is.
     Files {
         cert: PathBuf,
         key: PathBuf,
         ca: PathBuf,
         crl: Option<PathBuf>,
+        intermediates: Option<PathBuf>,
     },
 }
 
@@ -41,12 +43,18 @@ impl std::fmt::Display for CredentialSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CredentialSource::Dir(d) => write!(f, "{}", d.display()),
-            CredentialSource::Files { cert, key, ca, crl } => {
+            CredentialSource::Files {
+                cert,
+                key,
+                ca,
+                crl,
+                intermediates,
+            } => {
                 write!(f, "{}, {}, {}", cert.display(), key.display(), ca.display())?;
-                match crl {
-                    Some(crl) => write!(f, ", {}", crl.display()),
-                    None => Ok(()),
+                for extra in [crl, intermediates].into_iter().flatten() {
+                    write!(f, ", {}", extra.display())?;
                 }
+                Ok(())
             }
         }
     }
@@ -123,12 +131,22 @@ impl CredentialSource {
     /// Reads one consistent revision.
     pub fn read(&self) -> Result<RawRevision, CredError> {
         match self {
-            CredentialSource::Files { cert, key, ca, crl } => {
+            CredentialSource::Files {
+                cert,
+                key,
+                ca,
+                crl,
+                intermediates,
+            } => {
                 let crl = match crl {
                     Some(path) => Some(read_file(path)?),
                     None => None,
                 };
-                read_revision(cert, key, ca, crl)
+                let intermediates = match intermediates {
+                    Some(path) => Some(read_file(path)?),
+                    None => None,
+                };
+                Ok(read_revision(cert, key, ca, crl)?.with_intermediates(intermediates))
             }
             CredentialSource::Dir(dir) => {
                 let link = dir.join(DATA_LINK);
@@ -178,12 +196,24 @@ impl CredentialSource {
     pub fn watch_dirs(&self) -> Vec<PathBuf> {
         match self {
             CredentialSource::Dir(d) => vec![d.clone()],
-            CredentialSource::Files { cert, key, ca, crl } => {
-                let mut v: Vec<PathBuf> = [Some(cert), Some(key), Some(ca), crl.as_ref()]
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|p| p.parent().map(Path::to_path_buf))
-                    .collect();
+            CredentialSource::Files {
+                cert,
+                key,
+                ca,
+                crl,
+                intermediates,
+            } => {
+                let mut v: Vec<PathBuf> = [
+                    Some(cert),
+                    Some(key),
+                    Some(ca),
+                    crl.as_ref(),
+                    intermediates.as_ref(),
+                ]
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p.parent().map(Path::to_path_buf))
+                .collect();
                 v.sort();
                 v.dedup();
                 v

@@ -299,9 +299,13 @@ fn crl_verdict(
     .map_err(|e| e.to_string())?
     .with_issuers(rev.intermediates.clone(), Arc::from(Vec::new()));
     if let Err(e) = trust.judge_own(&rev.identity.cert, now) {
-        let reason = crate::reason::FailureReason::from_tls(&e).as_str();
+        let reason = crate::reason::FailureReason::from_tls(&e);
+        let what = match reason {
+            crate::reason::FailureReason::Revoked => "is revoked by the CRLs in".to_string(),
+            other => format!("is refused ({}) with the CRLs in", other.as_str()),
+        };
         return Err(format!(
-            "{CERT_FILE} (serial {}) is refused by these CRLs ({reason}: {e}): peers with them refuse it",
+            "{CERT_FILE} (serial {}) {what} {CRL_FILE} ({e}): peers with them refuse it",
             rev.leaf.serial
         ));
     }
