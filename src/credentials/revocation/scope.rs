@@ -89,8 +89,12 @@ pub(crate) fn covers(
         return false;
     }
     match cert() {
-        // No CRL Distribution Points extension: the issuer's CRL covers it.
-        Some(dps) if dps.is_empty() => true,
+        // No CRL Distribution Points extension: only a CRL whose IDP names
+        // no distribution point covers it. A CRL that names one is one
+        // partition of the issuer's CRLs, and a certificate that names none
+        // is in no partition (RFC 5280 6.3.3 (b)(2)(i); OpenSSL: error 44,
+        // "different CRL scope"). webpki would say covered; that is looser.
+        Some(dps) if dps.is_empty() => idp.uris.is_empty(),
         Some(dps) => dps.iter().any(|dp| idp.uris.contains(dp)),
         None => false,
     }
@@ -165,7 +169,8 @@ mod tests {
             NodeRole::EndEntity,
             dps(&["http://crl/a"])
         ));
-        assert!(covers(Some(&i), NodeRole::EndEntity, dps(&[])));
+        // A certificate naming no distribution point is in no partition.
+        assert!(!covers(Some(&i), NodeRole::EndEntity, dps(&[])));
         assert!(!covers(
             Some(&i),
             NodeRole::EndEntity,
@@ -173,11 +178,16 @@ mod tests {
         ));
         assert!(!covers(Some(&i), NodeRole::EndEntity, dps(&[""])));
         assert!(!covers(Some(&i), NodeRole::EndEntity, || None));
+        let a = || dps(&["http://crl/a"]);
         let users = idp(true, false, &["http://crl/a"]);
-        assert!(covers(Some(&users), NodeRole::EndEntity, dps(&[])));
-        assert!(!covers(Some(&users), NodeRole::Ca, dps(&[])));
+        assert!(covers(Some(&users), NodeRole::EndEntity, a()));
+        assert!(!covers(Some(&users), NodeRole::Ca, a()));
         let cas = idp(false, true, &["http://crl/a"]);
-        assert!(covers(Some(&cas), NodeRole::Ca, dps(&[])));
-        assert!(!covers(Some(&cas), NodeRole::EndEntity, dps(&[])));
+        assert!(covers(Some(&cas), NodeRole::Ca, a()));
+        assert!(!covers(Some(&cas), NodeRole::EndEntity, a()));
+        // An IDP that names no distribution point (scope flags only)
+        // covers a certificate that names none.
+        let unnamed = idp(true, false, &[]);
+        assert!(covers(Some(&unnamed), NodeRole::EndEntity, dps(&[])));
     }
 }
