@@ -469,8 +469,33 @@ async fn max_connections_queues_the_excess() {
 }
 
 /// A server sidecar limited to 64 descriptors, handshakes timing out after
-/// `handshake_timeout`.
-fn with_64_fds(dir: &std::path::Path, target: &str, handshake_timeout: &str) -> Sidecar {
+/// `handshake_timeout`, in front of an echo target: its PKI, the sidecar and
+/// its route's address (kept with the temporary directory and the target).
+struct With64Fds {
+    _tmp: tempfile::TempDir,
+    _echo: Echo,
+    pki: Pki,
+    sc: Sidecar,
+    addr: String,
+}
+
+async fn with_64_fds(handshake_timeout: &str) -> With64Fds {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("CA");
+    let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+    let echo = echo_target().await;
+    let sc = limited_to_64_fds(&dir, &echo.addr.to_string(), handshake_timeout);
+    let addr = field(&sc.wait_log(&[" listening "]).await, "listen");
+    With64Fds {
+        _tmp: tmp,
+        _echo: echo,
+        pki,
+        sc,
+        addr,
+    }
+}
+
+fn limited_to_64_fds(dir: &std::path::Path, target: &str, handshake_timeout: &str) -> Sidecar {
     let mut cmd = Command::new(bin());
     cmd.args([
         "server",
@@ -505,12 +530,7 @@ fn with_64_fds(dir: &std::path::Path, target: &str, handshake_timeout: &str) -> 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn running_out_of_file_descriptors_backs_off_and_recovers() {
-    let tmp = tempfile::tempdir().unwrap();
-    let pki = Pki::new("CA");
-    let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
-    let echo = echo_target().await;
-    let sc = with_64_fds(&dir, &echo.addr.to_string(), "2s");
-    let addr = field(&sc.wait_log(&[" listening "]).await, "listen");
+    let With64Fds { pki, sc, addr, .. } = with_64_fds("2s").await;
     // Exhaust the sidecar's descriptors with peers that never handshake.
     let mut idle = Vec::new();
     for _ in 0..100 {
@@ -543,12 +563,7 @@ async fn running_out_of_file_descriptors_backs_off_and_recovers() {
 /// are the ones closed; the youngest stay pending.
 #[tokio::test(flavor = "multi_thread")]
 async fn out_of_descriptors_the_oldest_pending_handshake_makes_room() {
-    let tmp = tempfile::tempdir().unwrap();
-    let pki = Pki::new("CA");
-    let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
-    let echo = echo_target().await;
-    let sc = with_64_fds(&dir, &echo.addr.to_string(), "60s");
-    let addr = field(&sc.wait_log(&[" listening "]).await, "listen");
+    let With64Fds { pki, sc, addr, .. } = with_64_fds("60s").await;
     let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
     // More silent peers than descriptors, all held to the end.
     let mut idle = Vec::new();
