@@ -39,13 +39,14 @@ RUN RUSTFLAGS="-C target-feature=+crt-static" cargo chef cook --release --locked
       --target "$(rustc -vV | sed -n 's/^host: //p')" --bin mtls-sidecar --recipe-path recipe.json
 COPY . .
 RUN bash scripts/build-release.sh \
- && install -D -m 0755 target/dist/mtls-sidecar /out/mtls-sidecar
+ && install -D -m 0755 target/dist/mtls-sidecar /out/rootfs/usr/local/bin/mtls-sidecar \
+ && ln -s /usr/local/bin/mtls-sidecar /out/rootfs/mtls-sidecar
 
 FROM gcr.io/distroless/static-debian13:nonroot
 LABEL org.opencontainers.image.title="mtls-sidecar" \
       org.opencontainers.image.description="A transparent mutual-TLS sidecar proxy for plaintext controller/replica ports" \
       org.opencontainers.image.licenses="Apache-2.0"
-COPY --from=builder /out/mtls-sidecar /mtls-sidecar
+COPY --from=builder /out/rootfs/ /
 # Numeric, so Kubernetes can verify runAsNonRoot without a passwd lookup.
 USER 65532:65532
 # 6877: the server sidecar's mTLS listener in the examples; 9901: admin
@@ -55,6 +56,6 @@ EXPOSE 6877 9901
 # probes in deploy/kubernetes). Exec form: there is no shell to run one.
 # It assumes the sidecar was started with `--admin 127.0.0.1:9901`.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=10s --retries=3 \
-    CMD ["/mtls-sidecar", "health", "--admin", "127.0.0.1:9901"]
-ENTRYPOINT ["/mtls-sidecar"]
+    CMD ["/usr/local/bin/mtls-sidecar", "health", "--admin", "127.0.0.1:9901"]
+ENTRYPOINT ["/usr/local/bin/mtls-sidecar"]
 CMD ["--help"]

@@ -2,8 +2,9 @@
 # The test command: the whole suite (unit, end-to-end, interop).
 #
 # Some tests run external tools (OpenSSL, Python, HAProxy, iproute2,
-# nftables, iptables, systemd-socket-activate) or need root (network
-# namespaces). Before building anything, this checks that every one is
+# nftables, iptables, systemd-socket-activate, systemd-analyze) or need
+# root (network namespaces, a packet tap on lo). Before building anything,
+# this checks that every one is
 # here and stops at once, printing the apt-get line that installs what is
 # missing, unless MTLS_SIDECAR_SKIP names it (comma-separated, e.g.
 # MTLS_SIDECAR_SKIP=haproxy,root): then the tests that need it pass as
@@ -14,7 +15,8 @@ cd "$(dirname "$0")/.."
 
 # name:package, in the order tests/common/tools.rs lists them.
 known="openssl:openssl python3:python3 haproxy:haproxy ip:iproute2 nft:nftables
-iptables:iptables ip6tables:iptables systemd-socket-activate:systemd root:"
+iptables:iptables ip6tables:iptables systemd-socket-activate:systemd
+systemd-analyze:systemd root:"
 
 asked=${MTLS_SIDECAR_SKIP:-}
 skip=",$asked,"

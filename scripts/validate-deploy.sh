@@ -2,8 +2,10 @@
 # Offline validation of deploy/:
 #
 #  1. Kubernetes manifests as they are applied: each kustomization
-#     (deploy/kubernetes, deploy/kubernetes/pki, and deploy/kubernetes with
-#     the transparent component, through an overlay written under target/)
+#     (deploy/kubernetes/pki, deploy/kubernetes, and through overlays
+#     written under target/: deploy/kubernetes with the transparent
+#     component, deploy/kubernetes/pki with its transparent and rotation
+#     components)
 #     is built with `kubectl kustomize` (so the configMapGenerator's
 #     hash-suffixed name and the patches are what gets checked), plus
 #     secret-example.yaml. The core-API objects of the result are validated
@@ -17,7 +19,16 @@
 #     skipped here and checked field by field by tests/deploy.rs instead; and
 #     any WARN about a core kind (say a mistyped apiVersion) is an error
 #     here, not the silent pass it would otherwise be.
-#  2. The systemd unit with `systemd-analyze verify`, when that exists. It
+#  2. Offline admission checks on the same rendered output
+#     (scripts/deploy-checks/admission.py: Pod Security Standards pinned to
+#     one Kubernetes version, approver-policy approval of every Certificate,
+#     namespaces created before they are used, the documented apply order),
+#     for each way the kustomizations are applied together: day 0, transparent
+#     mode, a CA rotation. Then the checker's own fixtures, and two real
+#     combinations the docs warn against, must FAIL: transparent mode without
+#     the platform's relabelling, and the two kustomizations in the wrong
+#     order.
+#  3. The systemd unit with `systemd-analyze verify`, when that exists. It
 #     exits 0 even on unknown keys or bad values, so any line it prints about
 #     the unit is an error here.
 #
@@ -34,19 +45,25 @@ CRD_GROUPS="cert-manager.io trust.cert-manager.io policy.cert-manager.io monitor
 # Not API objects at all (kubectl -k reads them).
 TOOL_GROUPS="kustomize.config.k8s.io"
 VENV=target/deploy-tools/venv
-# deploy/kubernetes/transparent is a kustomize Component: it is applied from
-# an overlay of the user's own, which this one stands for.
+# Components (deploy/kubernetes/transparent, deploy/kubernetes/pki/transparent,
+# deploy/kubernetes/pki/rotation) are applied from overlays of the user's
+# own, which these stand for: overlay DIR BASE COMPONENT.
+overlay() {
+    mkdir -p "$1"
+    printf '%s\n' \
+        'apiVersion: kustomize.config.k8s.io/v1beta1' 'kind: Kustomization' \
+        'resources:' "  - ../../../$2" 'components:' "  - ../../../$3" >"$1/kustomization.yaml"
+}
 OVERLAY=target/deploy-tools/transparent
-mkdir -p "$OVERLAY"
-cat >"$OVERLAY/kustomization.yaml" <<'EOF'
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - ../../../deploy/kubernetes
-components:
-  - ../../../deploy/kubernetes/transparent
-EOF
-KUSTOMIZATIONS=(deploy/kubernetes deploy/kubernetes/pki "$OVERLAY")
+overlay "$OVERLAY" deploy/kubernetes deploy/kubernetes/transparent
+PKI_TRANSPARENT=target/deploy-tools/pki-transparent
+overlay "$PKI_TRANSPARENT" deploy/kubernetes/pki deploy/kubernetes/pki/transparent
+PKI_ROTATION=target/deploy-tools/pki-rotation
+overlay "$PKI_ROTATION" deploy/kubernetes/pki deploy/kubernetes/pki/rotation
+# In the documented apply order (README "Kubernetes"): the platform's pki
+# first. Entries not under target/ are applied together on day 0, in this
+# order; the overlays are the alternative scenarios below.
+KUSTOMIZATIONS=(deploy/kubernetes/pki deploy/kubernetes "$OVERLAY" "$PKI_TRANSPARENT" "$PKI_ROTATION")
 
 have_kv() {
     "$1" -c "import kubernetes_validate.version as v, sys; sys.exit(v.__version__ != '$KV_VERSION')" 2>/dev/null
@@ -135,7 +152,7 @@ for path in sys.argv[1:]:
         if kind == "core":
             core.append(d)
         else:
-            what = "custom resource, checked by tests/deploy.rs" if kind == "crd" else "not an API object"
+            what = "custom resource, checked by tests/deploy.rs and admission.py" if kind == "crd" else "not an API object"
             print(f"skip  {os.path.basename(path)}: {d['kind']} {name} ({d['apiVersion']}: {what})", file=sys.stderr)
     if core:
         out = path[: -len(".yaml")] + ".core.yml"
@@ -200,6 +217,33 @@ else
         echo "error: kubernetes-validate reported problems above" >&2
         status=1
     fi
+fi
+
+echo "== admission checks (scripts/deploy-checks/admission.py, offline)"
+rendered() { echo "$1=$built/$(echo "$1" | tr / _).yaml"; }
+day0=()
+for k in "${KUSTOMIZATIONS[@]}"; do
+    case "$k" in target/*) ;; *) day0+=("$(rendered "$k")") ;; esac
+done
+ADMISSION=scripts/deploy-checks/admission.py
+"$PY" "$ADMISSION" \
+    --scenario day0 "${day0[@]}" \
+    --scenario transparent "$(rendered "$PKI_TRANSPARENT")" "$(rendered "$OVERLAY")" \
+    --scenario ca-rotation "$(rendered "$PKI_ROTATION")" "$(rendered deploy/kubernetes)" \
+    || status=1
+# The checker must still catch what it was written for.
+"$PY" "$ADMISSION" --fixtures scripts/deploy-checks/fixtures || status=1
+refused=0
+"$PY" "$ADMISSION" --expect pss.restricted.capabilities pss.restricted.run-as-user pss.baseline.capabilities \
+    --scenario transparent-without-the-relabel "$(rendered deploy/kubernetes/pki)" "$(rendered "$OVERLAY")" \
+    >/dev/null || { echo "error: transparent mode in a restricted env-1 was not refused" >&2; refused=1; }
+"$PY" "$ADMISSION" --expect namespace.not-created docs.apply-order \
+    --scenario workloads-before-pki "$(rendered deploy/kubernetes)" "$(rendered deploy/kubernetes/pki)" \
+    >/dev/null || { echo "error: applying deploy/kubernetes before pki was not refused" >&2; refused=1; }
+if [ "$refused" -eq 0 ]; then
+    echo "ok    the two combinations the docs warn against are refused"
+else
+    status=1
 fi
 
 echo "== systemd unit (systemd-analyze verify)"

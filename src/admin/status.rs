@@ -145,6 +145,9 @@ pub struct Status {
     pub credentials: Vec<StoreStatus>,
     /// What the Landlock sandbox enforces (`--sandbox`).
     pub sandbox: crate::sandbox::SandboxStatus,
+    /// Server routes whose target is on loopback: whether the application
+    /// also listens outside loopback (see `crate::proxy::exposure`).
+    pub target_exposure: Vec<crate::proxy::exposure::ExposureStatus>,
 }
 
 /// One route.
@@ -355,6 +358,7 @@ pub fn status(shared: &Shared, now: SystemTime) -> Status {
             .collect(),
         credentials: shared.stores.iter().map(|s| store_status(s, now)).collect(),
         sandbox: crate::sandbox::current(),
+        target_exposure: shared.exposure.status(),
     }
 }
 

@@ -23,6 +23,7 @@ pub const KNOWN: &[(&str, &str)] = &[
     ("iptables", "iptables"),
     ("ip6tables", "iptables"),
     ("systemd-socket-activate", "systemd"),
+    ("systemd-analyze", "systemd"),
     ("root", "(run as root)"),
 ];
 

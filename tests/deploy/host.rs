@@ -216,7 +216,8 @@ fn the_binary_tells_systemd_it_is_ready_once_listening() {
     );
 }
 
-fn dockerfile() -> Vec<String> {
+/// The Dockerfile's instructions, continuation lines joined, comments dropped.
+pub fn dockerfile() -> Vec<String> {
     // Join continuation lines; drop comments.
     let mut out = Vec::new();
     let mut cur = String::new();
@@ -236,7 +237,8 @@ fn dockerfile() -> Vec<String> {
     out
 }
 
-fn exec_form(line: &str, instruction: &str) -> Vec<String> {
+/// The JSON array of an exec-form instruction (`ENTRYPOINT [...]`).
+pub fn exec_form(line: &str, instruction: &str) -> Vec<String> {
     let json = line
         .split_once('[')
         .map(|(_, rest)| format!("[{rest}"))
@@ -309,14 +311,17 @@ fn the_dockerfile_builds_with_the_shared_script_into_distroless_nonroot() {
         .iter()
         .find(|l| l.starts_with("ENTRYPOINT"))
         .expect("ENTRYPOINT");
-    assert_eq!(exec_form(entry, "ENTRYPOINT"), ["/mtls-sidecar"]);
+    assert_eq!(
+        exec_form(entry, "ENTRYPOINT"),
+        ["/usr/local/bin/mtls-sidecar"]
+    );
 
     let health = lines
         .iter()
         .find(|l| l.starts_with("HEALTHCHECK"))
         .expect("HEALTHCHECK");
     let mut argv = exec_form(health, "HEALTHCHECK CMD");
-    assert_eq!(argv[0], "/mtls-sidecar");
+    assert_eq!(argv[0], "/usr/local/bin/mtls-sidecar");
     argv[0] = "mtls-sidecar".into();
     let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
     assert!(matches!(cli.command, Command::Health(_)));
