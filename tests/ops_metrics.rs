@@ -76,7 +76,8 @@ async fn build_info_and_process_metrics_are_exported_and_stay_current() {
     let fds = get("process_open_fds");
     assert!(fds >= 4.0, "open fds {fds}");
     assert!(get("process_max_fds") >= fds);
-    assert!(get("process_cpu_seconds_total") >= 0.0);
+    let cpu = get("process_cpu_seconds_total");
+    assert!(cpu >= 0.0, "cpu {cpu}");
     let started = get("process_start_time_seconds");
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -118,6 +119,26 @@ async fn build_info_and_process_metrics_are_exported_and_stay_current() {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     drop(held);
+
+    // And CPU time grows with work: handshakes until the counter moves (its
+    // resolution is the kernel's tick, 10 ms); a frozen one never does.
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        let now_cpu = samples(&scrape(&admin))["process_cpu_seconds_total"];
+        if now_cpu > cpu {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process_cpu_seconds_total stayed at {now_cpu} through handshakes"
+        );
+        for _ in 0..5 {
+            let mut s = tls_connect(&sc.addr("server"), REPLICA, cfg.clone())
+                .await
+                .expect("handshake");
+            assert_eq!(roundtrip(&mut s, b"x").await, b"x");
+        }
+    }
 }
 
 const REVISION_INFO: &str = "mtls_sidecar_credential_revision_info";

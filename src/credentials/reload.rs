@@ -48,19 +48,13 @@ pub async fn run(
     report_crl_notices(&store, &all);
     loop {
         let wait = next_wait(&store, interval);
-        let forced = tokio::select! {
-            _ = tokio::time::sleep(wait) => false,
-            _ = file_event.notified() => false,
-            _ = hup.notified() => true,
+        let trigger = tokio::select! {
+            _ = tokio::time::sleep(wait) => Trigger::Interval,
+            _ = file_event.notified() => Trigger::File,
+            _ = hup.notified() => Trigger::Signal,
             _ = stop.wait_for(|s| *s) => return,
         };
-        let now = SystemTime::now();
-        let outcome = if forced {
-            store.poll_now(now)
-        } else {
-            store.poll(now)
-        };
-        report(&store, &outcome);
+        let outcome = poll(&store, trigger, SystemTime::now());
         warn_stale_crls(&store);
         report_crl_notices(&store, &all);
         if matches!(outcome, Applied::Applied { .. } | Applied::TrustRetired) {
@@ -68,6 +62,40 @@ pub async fn run(
         }
         publish_reload_state(&all);
     }
+}
+
+/// What woke the poller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trigger {
+    Interval,
+    File,
+    /// SIGHUP: the writer says the files are complete, so a changed plain
+    /// directory is judged at once.
+    Signal,
+}
+
+impl Trigger {
+    fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Interval => "interval",
+            Trigger::File => "file",
+            Trigger::Signal => "signal",
+        }
+    }
+}
+
+/// One poll, its outcome reported, then said at DEBUG with what woke it:
+/// the line tests count to know the sidecar looked (and said what it saw)
+/// before they assert that nothing came of it.
+fn poll(store: &CredentialStore, trigger: Trigger, now: SystemTime) -> Applied {
+    let outcome = if trigger == Trigger::Signal {
+        store.poll_now(now)
+    } else {
+        store.poll(now)
+    };
+    report(store, &outcome);
+    debug!(target: "mtls_sidecar::reload", source = %store.source(), trigger = trigger.as_str(), "polled credentials");
+    outcome
 }
 
 /// How long to sleep before the next poll: the interval, or less when

@@ -25,6 +25,9 @@ pub mod foreign;
 /// An independent HTTP/1.1 client for the admin endpoint.
 #[path = "../admin/http.rs"]
 pub mod http;
+pub mod tap;
+pub mod tools;
+pub mod waits;
 
 pub const CONTROLLER: &str = "controller.env-1.svc";
 pub const REPLICA: &str = "replica-0.env-1.svc";
