@@ -12,8 +12,8 @@ mod common;
 #[path = "lifecycle/steps.rs"]
 mod steps;
 
-use steps::*;
 use mtls_sidecar::ops::pki::DevCa;
+use steps::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_compressed_year() {
@@ -101,7 +101,10 @@ async fn a_compressed_year() {
     let mut good_b_conn = year.direct(&good_b, &b_both).await;
     year.publish_server(&b_both, Some(&two_crls)).await;
     year.expect_converged(1).await;
-    assert!(year.refused(&leaked3, &b_both).await, "B''s CRL not enforced");
+    assert!(
+        year.refused(&leaked3, &b_both).await,
+        "B''s CRL not enforced"
+    );
     roundtrip_ok(&mut good_b_conn, "B's peer under B''s CRL").await;
     roundtrip_ok(&mut app, "the application under two same-name CRLs").await;
     assert!(!year.refused(&good_b, &b_both).await);

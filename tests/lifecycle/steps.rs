@@ -96,14 +96,24 @@ impl Year {
     /// A TLS connection straight to the server sidecar as `ident`,
     /// trusting `bundle` for the server's certificate.
     pub async fn direct(&self, ident: &Issued, bundle: &str) -> ClientTls {
-        tls_connect(&self.server_listen, REPLICA, client_config(Some(ident), bundle))
-            .await
-            .expect("handshake")
+        tls_connect(
+            &self.server_listen,
+            REPLICA,
+            client_config(Some(ident), bundle),
+        )
+        .await
+        .expect("handshake")
     }
 
     /// True when the server sidecar refuses `ident`.
     pub async fn refused(&self, ident: &Issued, bundle: &str) -> bool {
-        match tls_connect(&self.server_listen, REPLICA, client_config(Some(ident), bundle)).await {
+        match tls_connect(
+            &self.server_listen,
+            REPLICA,
+            client_config(Some(ident), bundle),
+        )
+        .await
+        {
             Ok(mut s) => refused(&mut s).await,
             Err(_) => true,
         }
@@ -217,8 +227,7 @@ impl Year {
                 let info = m.series("mtls_sidecar_credential_revision_info");
                 info.len() == sources
                     && info.iter().all(|s| s.value == 1.0)
-                    && m.value("mtls_sidecar_credential_last_reload_successful", &[])
-                        == Some(1.0)
+                    && m.value("mtls_sidecar_credential_last_reload_successful", &[]) == Some(1.0)
             })
             .await;
         }
@@ -254,10 +263,16 @@ impl Year {
                         .is_some_and(|o| o.values().any(|v| v == "ignored"))
             });
             if ignored {
-                assert!(status["credentials"][0]["last_rejected"].is_null(), "{status}");
+                assert!(
+                    status["credentials"][0]["last_rejected"].is_null(),
+                    "{status}"
+                );
                 return;
             }
-            assert!(Instant::now() < deadline, "no ignored CRL from {issuer}: {status}");
+            assert!(
+                Instant::now() < deadline,
+                "no ignored CRL from {issuer}: {status}"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
