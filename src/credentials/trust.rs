@@ -58,7 +58,7 @@ pub struct Trust {
     /// `tls.crt` chain): CRL signers, never anchors.
     pub intermediates: Arc<[CertificateDer<'static>]>,
     /// Anchors no longer trusted at all, newest last, at most
-    /// [`MAX_RETIRED`].
+    /// `MAX_RETIRED`.
     pub retired: Arc<[CertificateDer<'static>]>,
     provider: Arc<CryptoProvider>,
     memo: SigMemo,
@@ -133,7 +133,7 @@ impl Trust {
 
     /// The retired-anchor history once `next` replaces the anchors: every
     /// anchor not in `next` joins it, the oldest leave past
-    /// [`MAX_RETIRED`].
+    /// `MAX_RETIRED`.
     pub fn retired_after(&self, next: &[Anchor]) -> Arc<[CertificateDer<'static>]> {
         let mut retired: Vec<_> = self
             .retired

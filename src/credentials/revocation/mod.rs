@@ -21,9 +21,9 @@
 //! (thisUpdate beyond now + [`CLOCK_SKEW`]) or ignored (its signer is no
 //! longer trusted) is never a candidate.
 //!
-//! [`path`] is that judgement, [`crl`] parses files, [`scope`] judges IDPs, [`signer`] finds the key
-//! that signed a CRL, [`order`] applies the lifecycle rules between the
-//! CRLs in force and a new revision's, [`judge`] is the public entry point
+//! `path` is that judgement, `crl` parses files, `scope` judges IDPs, `signer` finds the key
+//! that signed a CRL, `order` applies the lifecycle rules between the
+//! CRLs in force and a new revision's, `judge` is the public entry point
 //! for tools.
 
 mod crl;
