@@ -133,6 +133,54 @@ async fn a_full_handshake_set_evicts_the_oldest() {
     .await;
 }
 
+/// An authenticated connection waiting for a `--max-connections` slot
+/// still holds its `--max-handshakes` ticket; a newer handshake that needs
+/// the ticket closes it as `overload` (not `drain`, the other way a wait
+/// ends), logged and counted. Kills the overload arm of the mapping in
+/// `slot_wait_close` (src/proxy/route/admission.rs).
+#[tokio::test]
+async fn a_connection_waiting_for_a_slot_is_closed_as_overload() {
+    let s = ServerSide::start(&[
+        "--max-connections",
+        "1",
+        "--max-handshakes",
+        "1",
+        "--handshake-timeout",
+        "60s",
+        "--admin",
+        "127.0.0.1:0",
+    ])
+    .await;
+    let admin = s.sidecar.admin();
+    let mut forwarded = s.connect_good().await;
+    assert_eq!(roundtrip(&mut forwarded, b"slot").await, b"slot");
+    // The second is authenticated and registered, and waits for the slot
+    // under its ticket.
+    let mut waiting = s.connect_good().await;
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let st = http::request(&admin, "GET", "/status").await;
+        let doc: serde_json::Value = serde_json::from_str(&st.body).expect("status json");
+        let route = &doc["routes"][0];
+        if route["live_connections"] == 2 && route["pending_handshakes"] == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never waiting: {}", st.body);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A newcomer's handshake takes the only ticket.
+    let _newcomer = TcpStream::connect(&s.addr).await.expect("connect");
+    assert!(read_until_closed(&mut waiting).await.is_empty());
+    let line = s
+        .sidecar
+        .wait_log(&["connection closed before forwarding"])
+        .await;
+    assert_eq!(field(&line, "reason"), "overload", "{line}");
+    s.sidecar.wait_closed("server", "overload", 1.0).await;
+    // The forwarded one was left alone.
+    assert_eq!(roundtrip(&mut forwarded, b"still").await, b"still");
+}
+
 /// Every count and duration has an upper bound checked at parse time: each
 /// of these once started and then panicked inside a task (or never
 /// matched), now exits 2 naming the flag or key.
