@@ -16,9 +16,10 @@
 //! ```
 //!
 //! Needs root, `ip` and `nft` (and `iptables`/`ip6tables` for the
-//! iptables rules). Where they are missing the tests fail, unless
-//! `MTLS_SIDECAR_SKIP_NETNS=1` is set: then they print one line saying why
-//! and pass as skipped. CI installs them (.ci/run).
+//! iptables rules). Where one is missing the tests fail, unless
+//! `MTLS_SIDECAR_SKIP` names it (`MTLS_SIDECAR_SKIP=root` skips them all):
+//! then they say so on stderr and pass as skipped. CI installs them
+//! (.ci/run); `scripts/test.sh` checks for them before it builds.
 
 mod common;
 
@@ -51,46 +52,18 @@ const MARK_SKIP: &str = "meta mark $SIDECAR_MARK return";
 
 // ---- Namespaces ----
 
-/// Why namespaces (with these tools) cannot be used here, if they cannot.
-fn netns_unavailable(tools: &[&str]) -> Option<String> {
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
-    }
-    for tool in tools {
-        let found = Command::new(tool)
-            .arg("-V")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok();
-        if !found {
-            return Some(format!(
-                "no `{tool}` (apt-get install iproute2 nftables iptables)"
-            ));
-        }
-    }
-    None
+/// True when the test must not run: `MTLS_SIDECAR_SKIP` names root, `ip`
+/// or `nft` (it says so). Panics when one is missing and not skipped
+/// (`tools::skip_unless`).
+fn skip(_test: &str) -> bool {
+    skip_without(_test, &["ip", "nft"])
 }
 
-/// True when the test must not run (and says so); panics when namespaces
-/// are unavailable and skipping was not asked for.
-fn skip(test: &str) -> bool {
-    skip_without(test, &["ip", "nft"])
-}
-
-/// [`skip`], for a test that needs `tools`.
-fn skip_without(test: &str, tools: &[&str]) -> bool {
-    let Some(why) = netns_unavailable(tools) else {
-        return false;
-    };
-    if std::env::var("MTLS_SIDECAR_SKIP_NETNS").as_deref() == Ok("1") {
-        eprintln!("skipped {test}: cannot create network namespaces ({why})");
-        return true;
-    }
-    panic!(
-        "{test}: cannot create network namespaces ({why}); \
-         set MTLS_SIDECAR_SKIP_NETNS=1 to skip"
-    );
+/// [`skip`], for a test that needs `programs` (and root, for namespaces).
+fn skip_without(_test: &str, programs: &[&str]) -> bool {
+    let mut needs = vec!["root"];
+    needs.extend_from_slice(programs);
+    tools::skip_unless(&needs)
 }
 
 /// A network namespace this test created; deleted when dropped.
@@ -377,6 +350,9 @@ const ACCEPTED: &str = "mtls_sidecar_connections_total";
 
 struct Creds {
     _tmp: tempfile::TempDir,
+    /// The CA of both identities, to revoke the replica's with a CRL.
+    pki: Pki,
+    replica_leaf: mtls_sidecar::ops::pki::Issued,
     replica: String,
     controller: String,
     root: std::path::PathBuf,
@@ -385,13 +361,16 @@ struct Creds {
 fn creds() -> Creds {
     let tmp = tempfile::tempdir().unwrap();
     let pki = Pki::new("transparent test CA");
-    let replica = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+    let replica_leaf = pki.leaf(REPLICA, Role::Server);
+    let replica = pki.dir(tmp.path(), "replica", &replica_leaf);
     let controller = pki.dir(
         tmp.path(),
         "controller",
         &pki.leaf(CONTROLLER, Role::Client),
     );
     Creds {
+        pki,
+        replica_leaf,
         root: tmp.path().to_path_buf(),
         replica: replica.to_str().unwrap().to_string(),
         controller: controller.to_str().unwrap().to_string(),
@@ -1161,6 +1140,50 @@ async fn tproxy_without_the_capability_or_transparent_exits_2() {
     );
 }
 
+/// Live revocation on a transparent client route: a diverted connection
+/// that is forwarding is closed `revoked` once a CRL revoking the server's
+/// certificate is applied to the client sidecar's trust (SIGHUP: the plain
+/// directory is judged at once), and counted so.
+#[tokio::test]
+async fn a_live_diverted_connection_is_closed_when_the_server_is_revoked() {
+    if skip("a_live_diverted_connection_is_closed_when_the_server_is_revoked") {
+        return;
+    }
+    let (a, b, c, app, _other) = hosts_and_apps().await;
+    let _server = server_sidecar(&b, &c, &[]).await;
+    a.nft(&outbound_rules("{ 2100 }"));
+    let client = client_sidecar(&a, &c, &client_config(&c, "[::]:15001", &replica_rules())).await;
+    a.enter();
+    let admin = "127.0.0.1:9902";
+    let mut live = dial("10.77.0.2:2100").await;
+    assert_eq!(roundtrip(&mut live, b"before").await, b"before");
+    assert_eq!(app.peers().len(), 1);
+
+    let serial = mtls_sidecar::ops::pki::serial_of(&c.replica_leaf.cert_der).unwrap();
+    let crl = c
+        .pki
+        .ca
+        .crl(&mtls_sidecar::ops::pki::CrlSpec::new(1, vec![serial], 7))
+        .unwrap();
+    std::fs::write(std::path::Path::new(&c.controller).join("ca.crl"), crl.pem).unwrap();
+    client.signal(libc::SIGHUP);
+    client.wait_log(&["applied credential revision"]).await;
+    assert!(
+        read_until_closed(&mut live).await.is_empty(),
+        "the revoked server's connection forwarded more"
+    );
+    client
+        .wait_field("connection closed", "reason", "revoked")
+        .await;
+    metric_reaches(
+        admin,
+        CLOSED,
+        &[("route", "out"), ("reason", "revoked")],
+        1.0,
+    )
+    .await;
+}
+
 // ---- Firewall reloads: deploy/systemd/nftables.service.d ----
 
 /// The drop-in that keeps the inbound rules across nftables.service's
@@ -1397,17 +1420,12 @@ async fn inbound_capture_survives_a_firewall_reload_with_the_drop_in() {
     assert_eq!(got.first(), Some(&21), "after the drop-in again: {got:?}");
 }
 
-/// `systemd-analyze verify` accepts the stock unit with the drop-in (where
-/// systemd-analyze is installed; it needs no PID 1): a misspelt key would
-/// otherwise be ignored by systemd with a log line nobody reads.
+/// `systemd-analyze verify` accepts the stock unit with the drop-in (it
+/// needs no PID 1): a misspelt key would otherwise be ignored by systemd
+/// with a log line nobody reads.
 #[test]
 fn the_drop_in_verifies_with_the_stock_unit() {
-    let tool = Command::new("systemd-analyze")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status();
-    if tool.is_err() {
-        eprintln!("skipped the_drop_in_verifies_with_the_stock_unit: no systemd-analyze");
+    if tools::skip_unless(&["systemd-analyze"]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
