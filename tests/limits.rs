@@ -39,19 +39,24 @@ async fn silent_sockets(addr: &str, admin: &str, n: usize) -> Vec<TcpStream> {
     for _ in 0..n {
         v.push(TcpStream::connect(addr).await.expect("connect"));
     }
-    let want = n;
+    route_status_until(admin, &format!("{n} pending handshakes"), |r| {
+        r["pending_handshakes"].as_u64() == Some(n as u64)
+    })
+    .await;
+    v
+}
+
+/// Polls `/status` at `admin` until its first route satisfies `done`;
+/// panics after [`DEADLINE`] naming `what`.
+async fn route_status_until(admin: &str, what: &str, done: impl Fn(&serde_json::Value) -> bool) {
     let deadline = Instant::now() + DEADLINE;
     loop {
         let s = http::request(admin, "GET", "/status").await;
         let doc: serde_json::Value = serde_json::from_str(&s.body).expect("status json");
-        if doc["routes"][0]["pending_handshakes"].as_u64() == Some(want as u64) {
-            return v;
+        if done(&doc["routes"][0]) {
+            return;
         }
-        assert!(
-            Instant::now() < deadline,
-            "pending handshakes never reached {want}: {}",
-            s.body
-        );
+        assert!(Instant::now() < deadline, "never {what}: {}", s.body);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -112,9 +117,12 @@ async fn a_full_handshake_set_evicts_the_oldest() {
         closed.is_empty(),
         "the evicted socket got bytes: {closed:?}"
     );
-    s.sidecar
+    let refused = s
+        .sidecar
         .wait_field("handshake refused", "reason", "overload")
         .await;
+    // The line says why (not the drain's wording, the other stop).
+    assert!(refused.contains("--max-handshakes reached"), "{refused}");
     let m = metrics(&admin).await;
     assert_eq!(failures(&m, "overload"), 1.0);
     // A real controller in a full set evicts the oldest and is served.
@@ -155,6 +163,90 @@ fn watch_closes(socks: Vec<TcpStream>) -> Arc<Mutex<Vec<Option<Instant>>>> {
         });
     }
     closed_at
+}
+
+/// An authenticated connection waiting for a `--max-connections` slot
+/// still holds its `--max-handshakes` ticket; a newer handshake that needs
+/// the ticket closes it as `overload` (not `drain`, the other way a wait
+/// ends), logged and counted. Kills the overload arm of the mapping in
+/// `slot_wait_close` (src/proxy/route/admission.rs).
+#[tokio::test]
+async fn a_connection_waiting_for_a_slot_is_closed_as_overload() {
+    let s = ServerSide::start(&[
+        "--max-connections",
+        "1",
+        "--max-handshakes",
+        "1",
+        "--handshake-timeout",
+        "60s",
+        "--admin",
+        "127.0.0.1:0",
+    ])
+    .await;
+    let admin = s.sidecar.admin();
+    let mut forwarded = s.connect_good().await;
+    assert_eq!(roundtrip(&mut forwarded, b"slot").await, b"slot");
+    // The second is authenticated and registered, and waits for the slot
+    // under its ticket.
+    let mut waiting = s.connect_good().await;
+    route_status_until(&admin, "one waiting for a slot", |r| {
+        r["live_connections"] == 2 && r["pending_handshakes"] == 1
+    })
+    .await;
+    // A newcomer's handshake takes the only ticket.
+    let _newcomer = TcpStream::connect(&s.addr).await.expect("connect");
+    assert!(read_until_closed(&mut waiting).await.is_empty());
+    let line = s
+        .sidecar
+        .wait_log(&["connection closed before forwarding"])
+        .await;
+    assert_eq!(field(&line, "reason"), "overload", "{line}");
+    s.sidecar.wait_closed("server", "overload", 1.0).await;
+    // The forwarded one was left alone.
+    assert_eq!(roundtrip(&mut forwarded, b"still").await, b"still");
+}
+
+/// A client route takes its slot before dialing, under the handshake
+/// ticket: a local connection waiting for the slot is the oldest pending
+/// handshake, and a newer one closes it as a refused handshake (`overload`,
+/// counted and logged with where it was). Kills
+/// `stopped_before_handshake -> ()` (src/proxy/route/client.rs).
+#[tokio::test]
+async fn a_client_connection_waiting_for_a_slot_is_refused_as_overload() {
+    let pair = Pair::start(
+        &[],
+        &[
+            "--max-connections",
+            "1",
+            "--max-handshakes",
+            "1",
+            "--admin",
+            "127.0.0.1:0",
+        ],
+    )
+    .await;
+    let mut forwarded = pair.connect().await;
+    assert_eq!(roundtrip(&mut forwarded, b"slot").await, b"slot");
+    // The second holds the only ticket while it waits for the slot (the
+    // first let go of its ticket once authenticated).
+    let mut waiting = pair.connect().await;
+    route_status_until(&pair.client.admin(), "one waiting for a slot", |r| {
+        r["live_connections"] == 1 && r["pending_handshakes"] == 1
+    })
+    .await;
+    let _newcomer = pair.connect().await;
+    assert!(read_until_closed(&mut waiting).await.is_empty());
+    let line = pair
+        .client
+        .wait_field("handshake refused", "reason", "overload")
+        .await;
+    assert!(line.contains("waiting for a connection slot"), "{line}");
+    let labels = [("route", "client"), ("reason", "overload")];
+    scrape_until(&pair.client.admin(), "a client overload refusal", |m| {
+        m.value("mtls_sidecar_tls_handshake_failures_total", &labels) == Some(1.0)
+    })
+    .await;
+    assert_eq!(roundtrip(&mut forwarded, b"still").await, b"still");
 }
 
 /// Every count and duration has an upper bound checked at parse time: each
