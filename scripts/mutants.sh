@@ -40,7 +40,7 @@ declare -A TARGETS=(
     [src/credentials/validate.rs]="--test revision_validation --test store --test check --test certs"
     [src/credentials/trust.rs]="--test trust_anchors --test store"
     [src/credentials/store/]="--test store --test store_signals"
-    [src/credentials/crl.rs]="--lib --test crl"
+    [src/credentials/revocation/]="--lib --test crl --test revocation_judge --test revocation_store --test revocation_e2e"
     [src/proxy/transparent/]="--lib --test transparent"
     [src/proxy/route/admission.rs]="--test admin --test client_reverify --test limits --test process --test refusals --test rotation"
     [src/proxy/proxy_header.rs]="--lib --test handoff"
@@ -72,7 +72,7 @@ ORDER=(
     src/credentials/validate.rs
     src/credentials/trust.rs
     src/credentials/store/
-    src/credentials/crl.rs
+    src/credentials/revocation/
     src/proxy/transparent/
     src/proxy/route/admission.rs
     src/proxy/proxy_header.rs
