@@ -146,6 +146,9 @@ pub struct CommonArgs {
     /// ALPN protocol (repeatable): a server accepts only these (a peer offering none is still accepted); a client offers them.
     #[arg(long, value_name = "PROTO")]
     pub alpn: Vec<String>,
+    /// TLS 1.3 session resumption with tickets bound to the credential revision (never TLS 1.2 resumption or 0-RTT).
+    #[arg(long)]
+    pub resumption: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -399,6 +402,7 @@ impl CommonArgs {
             half_close_linger: self.half_close_linger.clone(),
             alpn: self.alpn.clone(),
             mark: self.mark.map(u64::from),
+            resumption: self.resumption,
             ..Default::default()
         }
     }

@@ -18,6 +18,8 @@ pub use info::render;
 
 pub const HANDSHAKES: &str = "mtls_sidecar_tls_handshakes_total";
 pub const HANDSHAKE_FAILURES: &str = "mtls_sidecar_tls_handshake_failures_total";
+/// Handshakes that resumed a TLS 1.3 session and were admitted.
+pub const RESUMPTIONS: &str = "mtls_sidecar_tls_resumptions_total";
 pub const HANDSHAKE_DURATION: &str = "mtls_sidecar_tls_handshake_duration_seconds";
 pub const CONNECTIONS_ACTIVE: &str = "mtls_sidecar_connections_active";
 pub const CONNECTIONS: &str = "mtls_sidecar_connections_total";
@@ -81,6 +83,11 @@ fn describe() {
         HANDSHAKE_FAILURES,
         Unit::Count,
         "TLS handshakes refused or failed, by route and reason (no_client_cert, unknown_ca, bad_san, expired, not_tls, timeout, protocol, io, overload, revoked, pin_mismatch, revoked_status_unknown)."
+    );
+    describe_counter!(
+        RESUMPTIONS,
+        Unit::Count,
+        "TLS handshakes that resumed a session (--resumption) and whose stored peer chain passed admission again, by route."
     );
     describe_histogram!(
         HANDSHAKE_DURATION,
@@ -181,6 +188,7 @@ pub fn crl_next_update(earliest: Option<i64>) {
 pub struct RouteMetrics {
     route: String,
     pub handshakes: Counter,
+    pub resumptions: Counter,
     pub handshake_duration: Histogram,
     pub active: Gauge,
     pub connections: Counter,
@@ -212,6 +220,7 @@ impl RouteMetrics {
         }
         let m = RouteMetrics {
             handshakes: counter!(HANDSHAKES, "route" => r.clone()),
+            resumptions: counter!(RESUMPTIONS, "route" => r.clone()),
             handshake_duration: histogram!(HANDSHAKE_DURATION, "route" => r.clone()),
             active: gauge!(CONNECTIONS_ACTIVE, "route" => r.clone()),
             connections: counter!(CONNECTIONS, "route" => r.clone()),
@@ -221,6 +230,7 @@ impl RouteMetrics {
             route: r,
         };
         m.handshakes.increment(0);
+        m.resumptions.increment(0);
         m.connections.increment(0);
         m.to_target.increment(0);
         m.from_target.increment(0);

@@ -69,6 +69,9 @@ pub struct RouteSpec {
     /// REDIRECT (`--tproxy`).
     #[serde(default)]
     pub tproxy: bool,
+    /// TLS 1.3 session resumption between sidecars (`--resumption`).
+    #[serde(default)]
+    pub resumption: bool,
     #[serde(flatten)]
     pub credentials: CredentialSpec,
 }
@@ -288,6 +291,7 @@ impl RouteSpec {
             transparent,
             mark: self.mark.map(|m| mark(&p("--mark"), m)).transpose()?,
             tproxy: self.tproxy,
+            resumption: self.resumption,
         })
     }
 

@@ -68,7 +68,7 @@ impl Route {
             ticket,
             live,
         };
-        let connector = tls.connector.clone();
+        let connector = tls.client.connector();
         use tracing::Instrument;
         self.clone()
             .handle_client(connector, server_name, connect, to.to_string(), local)

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use rustls_pki_types::ServerName;
 use tokio::sync::{watch, Semaphore};
-use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
 use super::settings::{Mode, RouteConfig};
@@ -59,7 +59,7 @@ enum RouteTls {
         policy: Arc<ClientCertPolicy>,
     },
     Client {
-        connector: TlsConnector,
+        client: crate::tls::resumption::ClientTls,
         policy: Arc<ServerCertPolicy>,
         server_name: ServerName<'static>,
     },
@@ -130,6 +130,7 @@ impl Route {
         let peer = crate::tls::PeerOptions {
             alpn: cfg.alpn.clone(),
             spki_pins: cfg.spki_pins.clone(),
+            resumption: cfg.resumption,
         };
         let mut tls = match cfg.mode {
             Mode::Server => {
@@ -165,7 +166,7 @@ impl Route {
                 let server_name =
                     ServerName::try_from(name.clone()).map_err(|_| RouteError::ServerName(name))?;
                 RouteTls::Client {
-                    connector: TlsConnector::from(config),
+                    client: config,
                     policy,
                     server_name,
                 }
@@ -284,11 +285,11 @@ impl Route {
                 Box::pin(self.handle_server(acceptor, stream, peer_addr, ticket, live))
             }
             RouteTls::Client {
-                connector,
+                client,
                 server_name,
                 ..
             } => {
-                let (connector, server_name) = (connector.clone(), server_name.clone());
+                let (connector, server_name) = (client.connector(), server_name.clone());
                 let route = self.clone();
                 let connect: Dial<()> = Box::pin(async move {
                     let cfg = &route.cfg;
