@@ -58,18 +58,6 @@ pub const CLIENT_CACHE_DESTINATIONS: usize = 64;
 /// second from which the ticket is refused.
 const EXPIRY_BYTES: usize = 8;
 
-/// What the ticketer saw during one handshake, kept in its report.
-#[derive(Debug, Default, Clone)]
-pub struct TicketNote {
-    /// The revision whose keys decrypted the ticket the peer offered.
-    resumed_under: Option<Arc<Credentials>>,
-    /// That ticket's end (epoch seconds).
-    resumed_until: Option<u64>,
-    /// The end given to the tickets issued in this handshake, which
-    /// [`ProducesTickets::lifetime`] advertises.
-    issued_until: Option<u64>,
-}
-
 fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -134,11 +122,14 @@ pub fn open_ticket(plain: &[u8], now: u64) -> Option<(u64, &[u8])> {
     (now < until).then_some((until, session))
 }
 
+/// Ticket keys and the revision they belong to.
+type RevisionKeys = (Arc<Credentials>, Arc<dyn ProducesTickets>);
+
 /// A server route's ticketer: keys of the revision in force only.
 #[derive(Debug)]
 pub struct RevisionTicketer {
     store: Arc<CredentialStore>,
-    keys: Mutex<Option<(Arc<Credentials>, Arc<dyn ProducesTickets>)>>,
+    keys: Mutex<Option<RevisionKeys>>,
 }
 
 impl RevisionTicketer {

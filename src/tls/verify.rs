@@ -29,7 +29,20 @@ pub struct PeerReport {
     /// The trust the chain was found good against, when it was.
     pub verified_with: Option<Arc<Trust>>,
     /// What the session ticketer saw in this handshake (`--resumption`).
-    pub ticket: crate::tls::resumption::TicketNote,
+    pub ticket: TicketNote,
+}
+
+/// What the session ticketer ([`crate::tls::resumption`]) saw during one
+/// handshake.
+#[derive(Debug, Default, Clone)]
+pub struct TicketNote {
+    /// The revision whose keys decrypted the ticket the peer offered.
+    pub(crate) resumed_under: Option<Arc<crate::credentials::Credentials>>,
+    /// That ticket's end (epoch seconds).
+    pub(crate) resumed_until: Option<u64>,
+    /// The end given to the tickets issued in this handshake, which the
+    /// ticketer's `lifetime()` advertises.
+    pub(crate) issued_until: Option<u64>,
 }
 
 impl PeerReport {
