@@ -483,3 +483,27 @@ async fn a_client_route_closes_a_resumed_session_whose_server_certificate_expire
     assert!(line.contains("resumed session"), "{line}");
     assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
+
+/// The config file's `resumption` key is the flag's twin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_config_key_turns_resumption_on_for_its_route() {
+    let creds = Creds::new();
+    let echo = echo_target().await;
+    let config = creds.tmp.path().join("sidecar.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "tls_dir = \"{}\"\n\n[[route]]\nname = \"replica\"\nmode = \"server\"\n\
+             listen = \"127.0.0.1:0\"\ntarget = \"{}\"\nallow_san = [\"{CONTROLLER}\"]\n\
+             resumption = true\n",
+            creds.server_dir.display(),
+            echo.addr
+        ),
+    )
+    .unwrap();
+    let sc = Sidecar::start(&["run", "--config", config.to_str().unwrap()], 1).await;
+    let addr = sc.addr("replica");
+    let cfg = holder(&creds.controller, &creds.pki.ca.cert_pem, false);
+    assert_eq!(session(&addr, &cfg).await, FULL);
+    assert_eq!(session(&addr, &cfg).await, RESUMED);
+}
