@@ -12,9 +12,43 @@ use crate::credentials::CredentialStore;
 use crate::proxy::exposure::TargetExposure;
 use crate::proxy::route::Route;
 
+/// Whether `/connections` is served. Peer identities are sensitive, and
+/// the shipped manifests bind the admin port on `0.0.0.0` for scraping:
+/// only a listener nobody else can reach (loopback, a Unix socket) serves
+/// them unless the operator says `--admin-connections on`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionsAccess {
+    /// Served: the admin listener is local-only.
+    Local,
+    /// Served: `--admin-connections on`.
+    Enabled,
+    /// Refused with 403.
+    Refused,
+}
+
+impl ConnectionsAccess {
+    /// The access for an admin listener bound at `bound`.
+    pub fn decide(bound: Option<crate::proxy::addr::Addr>, enabled: bool) -> Self {
+        if enabled {
+            ConnectionsAccess::Enabled
+        } else if bound.is_some_and(|a| a.is_local_only()) {
+            ConnectionsAccess::Local
+        } else {
+            ConnectionsAccess::Refused
+        }
+    }
+
+    /// True when `/connections` is served.
+    pub fn served(self) -> bool {
+        self != ConnectionsAccess::Refused
+    }
+}
+
 /// The observable state of a running sidecar.
 #[derive(Debug)]
 pub struct Shared {
+    /// Whether `/connections` is served.
+    pub connections: ConnectionsAccess,
     pub routes: Vec<Arc<Route>>,
     pub stores: Vec<Arc<CredentialStore>>,
     /// True from the first shutdown signal on: `/readyz` answers 503.

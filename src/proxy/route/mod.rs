@@ -16,7 +16,7 @@
 //! connections being client ones), `admission.rs` (the handshake and what
 //! admits the peer), `verdict.rs` (a client route's server accepting us),
 //! `supervise.rs` (forwarding until the close, and closing on revocation),
-//! and `refusal.rs` (how a refusal or an unreachable target is counted and
+//! `access.rs` (the access line at close), and `refusal.rs` (how a refusal or an unreachable target is counted and
 //! logged).
 
 use std::future::Future;
@@ -45,6 +45,8 @@ use crate::tls::verify::{ClientCertPolicy, ServerCertPolicy};
 /// match on it keep working (docs/logging.md).
 pub(crate) const LOG_TARGET: &str = "mtls_sidecar::route";
 
+mod access;
+pub use access::leaf_spki;
 mod admission;
 mod client;
 mod refusal;
