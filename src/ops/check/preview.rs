@@ -168,7 +168,7 @@ fn judge_with(
 ) -> Result<Verdict, CredError> {
     let inputs = TrustInputs {
         ca: &files.ca,
-        intermediates: Some(&files.intermediates),
+        intermediates: (!files.intermediates.is_empty()).then_some(files.intermediates.as_slice()),
         crl: files.crl.as_deref(),
         retired_ca: (!files.retired.is_empty()).then_some(files.retired.as_slice()),
     };
