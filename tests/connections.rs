@@ -199,7 +199,7 @@ async fn access_line_names_the_peer_counts_bytes_and_escapes_hostile_sans() {
     assert!(has_field(&line, "to_target", "5"), "{line}");
     assert!(has_field(&line, "from_target", "5"), "{line}");
     assert!(line.contains("duration="), "{line}");
-    assert!(line.contains(&format!("peer=127.0.0.1:")), "{line}");
+    assert!(line.contains("peer=127.0.0.1:"), "{line}");
     let info = mtls_sidecar::identity::CertInfo::parse(&hostile.cert_der).unwrap();
     assert!(has_field(&line, "serial", &info.serial), "{line}");
     let spki = pin::encode(&pin::spki_sha256(hostile.cert_der.as_ref()).unwrap());
