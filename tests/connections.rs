@@ -236,3 +236,73 @@ async fn access_log_off_writes_no_line_and_refusals_never_write_one() {
     on.wait_log(&["handshake refused", "bad_san"]).await;
     assert_eq!(on.log_count("mtls_sidecar::access"), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_keys_open_the_gate_and_switch_the_access_log() {
+    let creds = Creds::new();
+    let echo = echo_target().await;
+    let config = creds.tmp.path().join("sidecar.toml");
+    let write = |admin_connections: &str, access_log: &str| {
+        let text = format!(
+            "tls_dir = {dir:?}\nadmin = \"0.0.0.0:0\"\nadmin_connections = \"{admin_connections}\"\n\
+             [[route]]\nname = \"server\"\nmode = \"server\"\nlisten = \"127.0.0.1:0\"\n\
+             target = \"{target}\"\nallow_san = [\"{CONTROLLER}\"]\naccess_log = \"{access_log}\"\n",
+            dir = creds.server_dir.to_str().unwrap(),
+            target = echo.addr,
+        );
+        std::fs::write(&config, text).unwrap();
+    };
+    let path = config.to_str().unwrap();
+    write("maybe", "off");
+    let (code, out) = run_bin(&["check", "--config", path]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("admin_connections") && out.contains("on or off"),
+        "{out}"
+    );
+    write("on", "sometimes");
+    let (code, out) = run_bin(&["check", "--config", path]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("access_log") && out.contains("on or off"),
+        "{out}"
+    );
+
+    write("on", "off");
+    let sc = Sidecar::start(&["run", "--config", path], 1).await;
+    let port = sc.admin().rsplit_once(':').unwrap().1.to_string();
+    let s = live(&sc, &creds, &creds.controller, b"hello").await;
+    connections_until(&format!("127.0.0.1:{port}"), "one connection", |v| {
+        ids(v).len() == 1
+    })
+    .await;
+    close(&sc, s).await;
+    assert_eq!(sc.log_count("mtls_sidecar::access"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_route_logs_access_only_when_asked() {
+    let creds = Creds::new();
+    let echo = echo_target().await;
+    let (server, client) = creds
+        .pair(
+            &echo.addr.to_string(),
+            &["--access-log", "off"],
+            &["--access-log", "on"],
+        )
+        .await;
+    let mut s = connect_plain(&client).await;
+    assert_eq!(roundtrip(&mut s, b"hello").await, b"hello");
+    s.shutdown().await.unwrap();
+    let _ = read_until_closed(&mut s).await;
+    let line = client
+        .wait_log(&["mtls_sidecar::access", "route=client"])
+        .await;
+    assert!(line.contains(REPLICA), "{line}");
+    assert!(has_field(&line, "to_target", "5"), "{line}");
+    assert!(has_field(&line, "from_target", "5"), "{line}");
+    server
+        .wait_log(&["connection closed", "route=server"])
+        .await;
+    assert_eq!(server.log_count("mtls_sidecar::access"), 0);
+}
