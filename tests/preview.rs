@@ -22,12 +22,16 @@ struct Running {
 
 impl Running {
     async fn start() -> Running {
+        Running::with_admin("127.0.0.1:0").await
+    }
+
+    async fn with_admin(admin: &str) -> Running {
         let creds = Creds::new();
         let echo = echo_target().await;
         let sc = start_server(
             &creds.server_dir,
             &echo.addr.to_string(),
-            &["--admin", "127.0.0.1:0"],
+            &["--admin", admin],
         )
         .await;
         let cfg = client_config(Some(&creds.controller), &creds.pki.ca.cert_pem);
@@ -200,16 +204,9 @@ async fn an_invalid_candidate_is_exit_2_before_anything_is_fetched() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sidecar_that_refuses_connections_is_a_clear_error() {
-    let creds = Creds::new();
-    let echo = echo_target().await;
-    let sc = start_server(
-        &creds.server_dir,
-        &echo.addr.to_string(),
-        &["--admin", "0.0.0.0:0"],
-    )
-    .await;
-    let port = sc.admin().rsplit_once(':').unwrap().1.to_string();
-    let dir = creds.server_dir.to_str().unwrap();
+    let r = Running::with_admin("0.0.0.0:0").await;
+    let port = r.sc.admin().rsplit_once(':').unwrap().1.to_string();
+    let dir = r.creds.server_dir.to_str().unwrap();
     let url = format!("http://127.0.0.1:{port}/");
     let (code, out) = check_cmd(&["check", "--tls-dir", dir, "--against", &url]).await;
     assert_eq!(code, 2, "{out}");

@@ -182,20 +182,16 @@ fn route_view(route: &Route) -> RouteView {
 }
 
 fn conn_view(route: &str, c: &LiveConn) -> ConnView {
-    let (subject, serial, sans, not_after) = c
-        .peer
-        .as_ref()
-        .map(|p| (p.subject.clone(), p.serial.clone(), p.sans(), p.not_after))
-        .unwrap_or_default();
+    let (subject, serial, sans) = c.peer_fields();
     ConnView {
         route: route.to_string(),
         id: c.id,
         peer: c.peer_addr.clone(),
-        subject,
+        subject: subject.to_string(),
         sans,
-        serial,
+        serial: serial.to_string(),
         spki_sha256: crate::proxy::route::leaf_spki(c),
-        not_after,
+        not_after: c.peer.as_ref().map_or(0, |p| p.not_after),
         age_seconds: c.opened.elapsed().as_secs_f64(),
         bytes_to_target: c.totals.to_target.load(Relaxed),
         bytes_from_target: c.totals.from_target.load(Relaxed),

@@ -68,6 +68,15 @@ pub struct LiveConn {
 }
 
 impl LiveConn {
+    /// The peer certificate's subject, serial and SANs, empty when it had
+    /// none that parsed: what every line about the connection names.
+    pub fn peer_fields(&self) -> (&str, &str, Vec<String>) {
+        self.peer
+            .as_ref()
+            .map(|c| (c.subject.as_str(), c.serial.as_str(), c.sans()))
+            .unwrap_or_default()
+    }
+
     /// Resolves once the connection is gone, both sockets closed.
     pub async fn finished(&self) {
         loop {

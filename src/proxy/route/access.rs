@@ -37,11 +37,7 @@ impl Route {
         }
         use crate::logsafe::{clean, clean_list};
         use std::sync::atomic::Ordering::Relaxed;
-        let (subject, serial, sans) = conn
-            .peer
-            .as_ref()
-            .map(|c| (c.subject.as_str(), c.serial.as_str(), c.sans()))
-            .unwrap_or_default();
+        let (subject, serial, sans) = conn.peer_fields();
         info!(
             target: ACCESS_TARGET,
             route = %self.cfg.name,

@@ -126,11 +126,7 @@ impl Route {
             if let Err(e) = self.reverify(&conn.chain, now) {
                 if conn.signal.close(CloseReason::Revoked) {
                     use crate::logsafe::{clean, clean_display, clean_list};
-                    let (subject, serial, sans) = conn
-                        .peer
-                        .as_ref()
-                        .map(|c| (c.subject.as_str(), c.serial.as_str(), c.sans()))
-                        .unwrap_or_default();
+                    let (subject, serial, sans) = conn.peer_fields();
                     warn!(
                         target: LOG_TARGET, route = %self.cfg.name, peer = %conn.peer_addr, subject = %clean(subject), serial = %serial,
                         sans = %clean_list(&sans), error = %clean_display(&e),
