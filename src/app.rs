@@ -24,12 +24,12 @@ use tracing::{info, warn};
 use crate::admin::shared::Shared;
 use crate::config::Settings;
 use crate::credentials::{CredError, CredentialStore};
+use crate::process::systemd::SystemdError;
 use crate::proxy::addr::{Addr, StdListener};
 use crate::proxy::exposure::TargetExposure;
 use crate::proxy::route::{Route, RouteError};
 use crate::proxy::settings::Mode;
 use crate::reason::{CloseReason, FailureReason};
-use crate::systemd::SystemdError;
 
 /// Why the process could not start.
 #[derive(Debug, thiserror::Error)]
@@ -135,7 +135,7 @@ pub fn prepare(settings: Settings) -> Result<Prepared, StartError> {
         })?),
         None => None,
     };
-    let unused = crate::systemd::unused();
+    let unused = crate::process::systemd::unused();
     if !unused.is_empty() {
         warn!(sockets = ?unused, "systemd passed sockets that no --listen systemd:NAME uses");
     }
@@ -282,7 +282,7 @@ impl Prepared {
             exposure.run(reload_interval, halt.subscribe()),
         ));
         let routes = shared.routes.clone();
-        tasks.push(tokio::spawn(crate::memtrim::run(move || {
+        tasks.push(tokio::spawn(crate::process::memtrim::run(move || {
             routes
                 .iter()
                 .map(|r| r.pending.len().saturating_add(r.registry.len()))

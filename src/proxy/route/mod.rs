@@ -117,7 +117,7 @@ struct Local {
     stream: Stream,
     addr: String,
     ticket: Ticket,
-    live: crate::memtrim::Live,
+    live: crate::process::memtrim::Live,
 }
 
 impl Route {
@@ -248,7 +248,7 @@ impl Route {
                     if evicted > 0 {
                         debug!(target: LOG_TARGET, route = %self.cfg.name, evicted, "--max-handshakes reached: closing the oldest pending handshake");
                     }
-                    let live = crate::memtrim::Live::start();
+                    let live = crate::process::memtrim::Live::start();
                     tokio::spawn(self.clone().handle(stream, peer, ticket, live));
                 }
                 Err(e) => {
@@ -278,7 +278,7 @@ impl Route {
         stream: Stream,
         peer_addr: String,
         ticket: Ticket,
-        live: crate::memtrim::Live,
+        live: crate::process::memtrim::Live,
     ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         match &self.tls {
             RouteTls::Server { acceptor, .. } => {

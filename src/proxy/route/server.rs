@@ -23,7 +23,7 @@ impl Route {
         stream: Stream,
         peer_addr: String,
         ticket: Ticket,
-        _live: crate::memtrim::Live,
+        _live: crate::process::memtrim::Live,
     ) {
         let addresses = match &stream {
             Stream::Tcp(s) => s.peer_addr().ok().zip(s.local_addr().ok()),
