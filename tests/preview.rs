@@ -155,6 +155,31 @@ async fn a_new_ca_makes_the_peer_untrusted_now_or_at_the_end_of_the_grace() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_manifest_is_a_candidate_too() {
+    use base64::Engine;
+    let r = Running::start().await;
+    let other = Pki::new("replacement CA");
+    let replica = other.leaf(REPLICA, Role::Server);
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let manifest = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: candidate\ntype: kubernetes.io/tls\ndata:\n  \
+         tls.crt: {}\n  tls.key: {}\n  ca.crt: {}\n",
+        b64(&replica.cert_pem),
+        b64(&replica.key_pem),
+        b64(&other.ca.cert_pem)
+    );
+    let file = r.dir("candidate.yaml");
+    write(&file, &manifest);
+    let (code, out) = r.check(&["--secret", file.to_str().unwrap()]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("Secret candidate"), "{out}");
+    assert!(
+        closes(&out)[0].starts_with("  CLOSE untrusted now: "),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_running_revision_cuts_nothing() {
     let r = Running::start().await;
     let (code, out) = r
