@@ -64,3 +64,26 @@ impl Shared {
         self.draining.load(Ordering::SeqCst)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ConnectionsAccess as A;
+    use crate::proxy::addr::Addr;
+
+    fn decide(addr: &str, enabled: bool) -> A {
+        A::decide(Some(addr.parse::<Addr>().expect("address")), enabled)
+    }
+
+    #[test]
+    fn only_a_local_listener_serves_connections_unless_enabled() {
+        assert_eq!(decide("127.0.0.1:9901", false), A::Local);
+        assert_eq!(decide("[::1]:9901", false), A::Local);
+        assert_eq!(decide("unix:/run/admin.sock", false), A::Local);
+        assert_eq!(decide("0.0.0.0:9901", false), A::Refused);
+        assert_eq!(decide("[::]:9901", false), A::Refused);
+        assert_eq!(decide("10.0.0.5:9901", false), A::Refused);
+        assert_eq!(decide("0.0.0.0:9901", true), A::Enabled);
+        assert_eq!(A::decide(None, false), A::Refused);
+        assert!(A::Local.served() && A::Enabled.served() && !A::Refused.served());
+    }
+}
