@@ -76,4 +76,6 @@ pub struct RouteConfig {
     /// has `IP_TRANSPARENT` and each connection's local address is its
     /// original destination.
     pub tproxy: bool,
+    /// `--access-log`: one INFO line per authenticated connection at close.
+    pub access_log: bool,
 }

@@ -16,7 +16,7 @@
 //! connections being client ones), `admission.rs` (the handshake and what
 //! admits the peer), `verdict.rs` (a client route's server accepting us),
 //! `supervise.rs` (forwarding until the close, and closing on revocation),
-//! and `refusal.rs` (how a refusal or an unreachable target is counted and
+//! `access.rs` (the access line at close), and `refusal.rs` (how a refusal or an unreachable target is counted and
 //! logged).
 
 use std::future::Future;
@@ -45,6 +45,8 @@ use crate::tls::verify::{ClientCertPolicy, ServerCertPolicy};
 /// match on it keep working (docs/logging.md).
 pub(crate) const LOG_TARGET: &str = "mtls_sidecar::route";
 
+mod access;
+pub use access::leaf_spki;
 mod admission;
 mod client;
 mod refusal;
@@ -115,7 +117,7 @@ struct Local {
     stream: Stream,
     addr: String,
     ticket: Ticket,
-    live: crate::memtrim::Live,
+    live: crate::process::memtrim::Live,
 }
 
 impl Route {
@@ -247,7 +249,7 @@ impl Route {
                     if evicted > 0 {
                         debug!(target: LOG_TARGET, route = %self.cfg.name, evicted, "--max-handshakes reached: closing the oldest pending handshake");
                     }
-                    let live = crate::memtrim::Live::start();
+                    let live = crate::process::memtrim::Live::start();
                     tokio::spawn(self.clone().handle(stream, peer, ticket, live));
                 }
                 Err(e) => {
@@ -277,7 +279,7 @@ impl Route {
         stream: Stream,
         peer_addr: String,
         ticket: Ticket,
-        live: crate::memtrim::Live,
+        live: crate::process::memtrim::Live,
     ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         match &self.tls {
             RouteTls::Server { acceptor, .. } => {
