@@ -16,6 +16,7 @@
 //! connections being client ones), `admission.rs` (the handshake and what
 //! admits the peer), `verdict.rs` (a client route's server accepting us),
 //! `supervise.rs` (forwarding until the close, and closing on revocation),
+//! `http.rs` (a server connection carried as HTTP, `--http-identity`),
 //! and `refusal.rs` (how a refusal or an unreachable target is counted and
 //! logged).
 
@@ -47,6 +48,7 @@ pub(crate) const LOG_TARGET: &str = "mtls_sidecar::route";
 
 mod admission;
 mod client;
+mod http;
 mod refusal;
 mod server;
 mod supervise;
