@@ -87,11 +87,9 @@ async fn every_request_on_a_keep_alive_connection_carries_only_our_identity() {
     let r = c.response().await;
     ports.push(only_ours(&r, &want, "chunked trailer", &mut wrong));
     assert_eq!(r.json()["body"], 5);
-    assert_eq!(
-        r.json()["trailers"],
-        serde_json::json!(["x-other"]),
-        "other trailers pass"
-    );
+    if r.json()["trailers"] != serde_json::json!(["x-other"]) {
+        wrong.push(format!("trailers forwarded: {}", r.json()["trailers"]));
+    }
     // Two pipelined in one write, then Expect: 100-continue.
     c.send(b"GET /p1 HTTP/1.1\r\nHost: t\r\nX-Forwarded-Client-Cert: a\r\n\r\nGET /p2 HTTP/1.1\r\nHost: t\r\nx_forwarded_client_cert: b\r\n\r\n")
         .await;
