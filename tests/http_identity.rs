@@ -263,3 +263,67 @@ async fn header_limits_give_431() {
         .await;
     assert_eq!(c.response().await.status, 431, "a 20 KB head");
 }
+
+/// A target that accepts one WebSocket upgrade: it hands over the request
+/// head it got, answers 101 with its first bytes right behind, then
+/// echoes.
+async fn websocket_target() -> (String, tokio::sync::oneshot::Receiver<String>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut head = Vec::new();
+        let mut b = [0u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut b).await.unwrap();
+            assert!(n > 0);
+            head.extend_from_slice(&b[..n]);
+        }
+        let _ = tx.send(String::from_utf8_lossy(&head).into_owned());
+        s.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nhello")
+            .await
+            .unwrap();
+        loop {
+            let n = s.read(&mut b).await.unwrap_or(0);
+            if n == 0 || s.write_all(&b[..n]).await.is_err() {
+                return;
+            }
+        }
+    });
+    (addr, rx)
+}
+
+#[tokio::test]
+async fn a_websocket_upgrade_becomes_a_tunnel_opened_with_our_identity() {
+    let ids = Ids::new();
+    let (target, head) = websocket_target().await;
+    let sc = start_server(&ids.server_dir, &target, &["--http-identity", "xfcc"]).await;
+    let mut c = Raw::connect(&sc.addr("server"), ids.tls(&["http/1.1"])).await;
+    c.send(
+        b"GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+             Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+             X_Forwarded_Client_Cert: forged\r\n\r\n",
+    )
+    .await;
+    let r = c.head().await;
+    assert_eq!(r.status, 101, "{r:?}");
+    assert_eq!(c.bytes(5).await, b"hello", "the target's first bytes");
+    c.send(b"ping").await;
+    assert_eq!(c.bytes(4).await, b"ping", "echoed through the tunnel");
+    let head = tokio::time::timeout(DEADLINE, head).await.unwrap().unwrap();
+    let xfcc: Vec<&str> = head
+        .split("\r\n")
+        .filter(|l| {
+            l.to_ascii_lowercase()
+                .replace('_', "-")
+                .starts_with("x-forwarded-client-cert:")
+        })
+        .collect();
+    assert_eq!(
+        xfcc,
+        [format!("x-forwarded-client-cert: {}", ids.expected())],
+        "{head}"
+    );
+}

@@ -214,6 +214,18 @@ impl Raw {
     /// The next final response.
     pub async fn response(&mut self) -> Resp {
         loop {
+            let r = self.head().await;
+            if (100..200).contains(&r.status) {
+                continue;
+            }
+            return r;
+        }
+    }
+
+    /// The next response, 1xx included (its body read when it has a
+    /// length).
+    pub async fn head(&mut self) -> Resp {
+        {
             let end = loop {
                 if let Some(i) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
                     break i;
@@ -241,9 +253,6 @@ impl Raw {
                     (k.trim().to_string(), v.trim().to_string())
                 })
                 .collect();
-            if (100..200).contains(&status) {
-                continue;
-            }
             let mut r = Resp {
                 status,
                 headers,
@@ -254,6 +263,11 @@ impl Raw {
             }
             return r;
         }
+    }
+
+    /// Exactly `n` more bytes.
+    pub async fn bytes(&mut self, n: usize) -> Vec<u8> {
+        self.take(n).await
     }
 
     /// True once the sidecar closed the connection (EOF or error).
