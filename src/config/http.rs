@@ -80,3 +80,73 @@ pub(super) fn validate(
         max_headers,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(f: &str) -> String {
+        f.to_string()
+    }
+
+    fn spec(identity: Option<&str>) -> HttpSpec<'_> {
+        HttpSpec {
+            identity,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn http_identity_offers_h2_and_http11_and_only_those() {
+        let mut alpn = Vec::new();
+        let s = validate(&spec(Some("xfcc")), Mode::Server, &mut alpn, &p).unwrap();
+        assert_eq!(s, Some(HttpSettings::default()));
+        assert_eq!(alpn, http::default_alpn());
+        let mut custom = vec![b"foo".to_vec()];
+        let e = validate(&spec(Some("xfcc")), Mode::Server, &mut custom, &p).unwrap_err();
+        assert!(e.to_string().contains("only h2 and http/1.1"), "{e}");
+        let mut h11 = vec![b"http/1.1".to_vec()];
+        validate(&spec(Some("xfcc")), Mode::Server, &mut h11, &p).unwrap();
+        assert_eq!(h11, [b"http/1.1".to_vec()]);
+    }
+
+    #[test]
+    fn bad_http_options_are_refused() {
+        let mut alpn = Vec::new();
+        for (s, mode, why) in [
+            (
+                spec(Some("xfcc")),
+                Mode::Client,
+                "only valid for server routes",
+            ),
+            (spec(Some("l5d")), Mode::Server, "the only format is xfcc"),
+            (
+                HttpSpec {
+                    max_headers: Some(5),
+                    ..spec(None)
+                },
+                Mode::Server,
+                "only valid with --http-identity",
+            ),
+            (
+                HttpSpec {
+                    max_header_bytes: Some(100),
+                    ..spec(Some("xfcc"))
+                },
+                Mode::Server,
+                "at least 8192",
+            ),
+            (
+                HttpSpec {
+                    max_headers: Some(0),
+                    ..spec(Some("xfcc"))
+                },
+                Mode::Server,
+                "at least 1",
+            ),
+        ] {
+            let e = validate(&s, mode, &mut alpn, &p).unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+        }
+    }
+}
