@@ -213,11 +213,7 @@ async fn smuggling_shapes_get_400_and_never_reach_the_target() {
                 String::from_utf8_lossy(&r.body)
             ));
         } else if !c.closed().await {
-            wrong.push(format!(
-                "{what}: {} {}",
-                r.status,
-                String::from_utf8_lossy(&r.body)
-            ));
+            wrong.push(format!("{what}: 400 but the connection stays open"));
         }
     }
     assert!(

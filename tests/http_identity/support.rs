@@ -4,6 +4,7 @@
 //! gateway maps to the same variable), a raw HTTP/1.1 client over TLS that
 //! sends exactly the bytes a test writes, and the PKI whose identities the
 //! expected header is computed from.
+#![allow(dead_code)]
 
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
@@ -261,7 +262,7 @@ impl Raw {
             if let Some(n) = r.header("content-length") {
                 r.body = self.take(n.parse().unwrap()).await;
             }
-            return r;
+            r
         }
     }
 

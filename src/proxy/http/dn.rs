@@ -32,7 +32,7 @@ pub fn rfc4514(name: &X509Name<'_>) -> String {
                     let short = SHORT_NAMES.iter().find(|(o, _)| *o == oid);
                     match (short, atv.as_str()) {
                         (Some((_, short)), Ok(s)) => format!("{short}={}", escape_value(s)),
-                        _ => format!("{oid}=#{}", super::xfcc::hex(&der_of(atv.attr_value()))),
+                        _ => format!("{oid}=#{}", hex(&der_of(atv.attr_value()))),
                     }
                 })
                 .collect::<Vec<_>>()
@@ -60,6 +60,11 @@ pub fn escape_value(v: &str) -> String {
         }
     }
     out
+}
+
+/// Lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The DER encoding of a parsed value: its identifier and length octets

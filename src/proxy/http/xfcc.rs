@@ -104,7 +104,7 @@ pub fn xfcc_value(p: &XfccParts) -> String {
     if let Some(by) = &p.by {
         push("By", element(&header_safe_san(by)));
     }
-    push("Hash", hex(&p.hash));
+    push("Hash", super::dn::hex(&p.hash));
     push("Subject", quoted(&p.subject));
     for u in &p.uris {
         push("URI", element(&header_safe_san(u)));
@@ -157,11 +157,6 @@ fn header_safe_san(v: &str) -> String {
         }
     }
     out
-}
-
-/// Lowercase hex.
-pub(super) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -49,13 +49,13 @@ impl<P> Carry for Http<P>
 where
     P: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    fn carry<'a>(
-        &'a mut self,
-        route: &'a Route,
-        totals: &'a Totals,
+    async fn carry(
+        &mut self,
+        route: &Route,
+        totals: &Totals,
         deadline: Option<Deadline>,
-    ) -> impl std::future::Future<Output = CloseReason> + Send + 'a {
-        async move {
+    ) -> CloseReason {
+        {
             let Some((peer, target)) = self.sides.take() else {
                 return CloseReason::Completed;
             };
