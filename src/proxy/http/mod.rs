@@ -13,7 +13,8 @@
 //!
 //! The parts: [`xfcc`] (the header's value and name predicate), [`dn`]
 //! (the subject as RFC 4514), [`headers`] (what is removed before ours is
-//! added), [`smuggle`] (framing checks on the raw HTTP/1.1 bytes),
+//! added), [`smuggle`] (framing checks on the raw HTTP/1.1 bytes), [`tap`] (what
+//! sees those bytes: the framing reader and the byte counters),
 //! [`service`] (one request's way to the target) and [`serve`] (the
 //! connection's drivers).
 
@@ -24,6 +25,7 @@ pub mod headers;
 pub mod serve;
 pub mod service;
 pub mod smuggle;
+pub mod tap;
 pub mod xfcc;
 
 pub use serve::serve;

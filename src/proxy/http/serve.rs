@@ -11,21 +11,20 @@
 //! target accepts is joined to the client here, not in a task of its own.
 
 use std::future::Future;
-use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use metrics::Counter;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::service::{self, H1, H2};
-use super::smuggle::{Scanned, Scanner, Verdicts};
+use super::smuggle::{Scanner, Verdicts};
+use super::tap::{Observe, Tap};
 use super::{Identity, MIN_HEADER_BYTES};
 use crate::reason::CloseReason;
 
@@ -39,46 +38,15 @@ pub struct Counters {
     pub down: Arc<AtomicU64>,
 }
 
-/// The client's stream, counting what it reads (towards the target) and
-/// writes (from the target).
-struct Counted<IO> {
-    io: IO,
-    counters: Counters,
-}
-
-impl<IO: AsyncRead + Unpin> AsyncRead for Counted<IO> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.io).poll_read(cx, buf);
-        let n = (buf.filled().len() - before) as u64;
-        self.counters.to_target.increment(n);
-        self.counters.up.fetch_add(n, Ordering::Relaxed);
-        r
+impl Observe for Counters {
+    fn read(&mut self, bytes: &[u8]) {
+        let n = bytes.len() as u64;
+        self.to_target.increment(n);
+        self.up.fetch_add(n, Ordering::Relaxed);
     }
-}
-
-impl<IO: AsyncWrite + Unpin> AsyncWrite for Counted<IO> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        b: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.io).poll_write(cx, b);
-        if let Poll::Ready(Ok(n)) = r {
-            self.counters.from_target.increment(n as u64);
-            self.counters.down.fetch_add(n as u64, Ordering::Relaxed);
-        }
-        r
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
+    fn wrote(&mut self, n: usize) {
+        self.from_target.increment(n as u64);
+        self.down.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
 
@@ -110,7 +78,12 @@ where
     P: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let peer = Counted { io: peer, counters };
+    // Counted as the client sent them (towards the target) and as they
+    // are written back (from the target).
+    let peer = Tap {
+        io: peer,
+        observer: counters,
+    };
     if h2 {
         serve_h2(peer, target, identity).await
     } else {
@@ -138,7 +111,10 @@ where
         limits.max_headers,
         verdicts.clone(),
     );
-    let peer = Scanned::new(peer, scanner);
+    let peer = Tap {
+        io: peer,
+        observer: scanner,
+    };
     let Ok((sender, client)) = hyper::client::conn::http1::handshake(TokioIo::new(target)).await
     else {
         return CloseReason::TargetError;

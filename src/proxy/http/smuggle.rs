@@ -8,7 +8,7 @@
 //! `Transfer-Encoding` (hyper drops the length and reads chunks) and a
 //! repeated identical `Content-Length`. A front end that frames such a
 //! request differently from a back end is how requests are smuggled. So
-//! every byte hyper reads first goes through [`Scanned`], which follows
+//! every byte hyper reads first goes through a [`Scanner`], which follows
 //! the message framing (heads, lengths, chunks, trailers) and queues one
 //! [`Verdict`] per request head, in order; the service takes one per
 //! request. A reader that can no longer follow the framing (a shape it
@@ -16,13 +16,9 @@
 //! later request then finds no verdict and is refused — fail closed.
 
 use std::collections::VecDeque;
-use std::io;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 
 use hyper::StatusCode;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The judgement of one request head: forward it, or refuse it with this
 /// status and reason.
@@ -293,47 +289,8 @@ impl Scanner {
     }
 }
 
-/// The client side of an HTTP/1.1 connection, read through a [`Scanner`].
-#[derive(Debug)]
-pub struct Scanned<IO> {
-    pub io: IO,
-    scanner: Scanner,
-}
-
-impl<IO> Scanned<IO> {
-    pub fn new(io: IO, scanner: Scanner) -> Scanned<IO> {
-        Scanned { io, scanner }
-    }
-}
-
-impl<IO: AsyncRead + Unpin> AsyncRead for Scanned<IO> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let this = &mut *self;
-        let r = Pin::new(&mut this.io).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = r {
-            this.scanner.feed(&buf.filled()[before..]);
-        }
-        r
-    }
-}
-
-impl<IO: AsyncWrite + Unpin> AsyncWrite for Scanned<IO> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        b: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, b)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
+impl super::tap::Observe for Scanner {
+    fn read(&mut self, bytes: &[u8]) {
+        self.feed(bytes);
     }
 }
