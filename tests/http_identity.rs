@@ -159,6 +159,22 @@ async fn an_h2c_upgrade_is_removed_and_ends_the_connection() {
     );
 }
 
+#[tokio::test]
+async fn a_target_that_closes_its_connection_closes_the_clients() {
+    if tools::skip_unless(&["python3"]) {
+        return;
+    }
+    let (ids, _target, sc) = route(&[]).await;
+    let mut c = Raw::connect(&sc.addr("server"), ids.tls(&[])).await;
+    c.send(b"GET /close HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    let r = c.response().await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(
+        c.closed().await,
+        "the client's connection ends with the target's"
+    );
+}
+
 /// Each smuggling shape, alone on its connection: 400, and the target
 /// never sees it.
 #[tokio::test]

@@ -57,6 +57,8 @@ class H(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(out)))
+        if self.path == "/close":
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(out)
     do_GET = do_POST = do_PUT = any

@@ -294,3 +294,78 @@ impl super::tap::Observe for Scanner {
         self.feed(bytes);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn verdicts_of(chunks: &[&[u8]]) -> Vec<Verdict> {
+        let v = Verdicts::default();
+        let mut s = Scanner::new(1024, 16, v.clone());
+        for c in chunks {
+            s.feed(c);
+        }
+        let q = v.lock().unwrap();
+        q.iter().copied().collect()
+    }
+
+    #[test]
+    fn heads_are_found_after_bodies_and_chunks_however_the_bytes_are_split() {
+        let stream: &[u8] = b"\r\nPOST /a HTTP/1.1\r\nContent-Length: 5\r\n\r\nGET /\r\n\
+            POST /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nGET\r\n0\r\nT: v\r\n\r\n\
+            GET /c HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let want = vec![
+            Ok(()),
+            Ok(()),
+            Err((
+                StatusCode::BAD_REQUEST,
+                "both Content-Length and Transfer-Encoding",
+            )),
+        ];
+        assert_eq!(verdicts_of(&[stream]), want);
+        let bytes: Vec<&[u8]> = stream.chunks(1).collect();
+        assert_eq!(verdicts_of(&bytes), want, "one byte at a time");
+    }
+
+    #[test]
+    fn what_the_reader_cannot_follow_queues_nothing_more() {
+        // A bad chunk size: the next head is never judged (so refused).
+        let v = verdicts_of(&[
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nGET / HTTP/1.1\r\n\r\n",
+        ]);
+        assert_eq!(v, vec![Ok(())]);
+        // An upgrade ends what is followed.
+        let v =
+            verdicts_of(&[b"GET / HTTP/1.1\r\nUpgrade: websocket\r\n\r\nGET / HTTP/1.1\r\n\r\n"]);
+        assert_eq!(v, vec![Ok(())]);
+        // A head over the limit, and too many fields.
+        let big = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(2000));
+        assert_eq!(
+            verdicts_of(&[big.as_bytes()])[0].unwrap_err().0,
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+        );
+        let many: String = (0..17).map(|i| format!("X{i}: v\r\n")).collect();
+        let many = format!("GET / HTTP/1.1\r\n{many}\r\n");
+        assert_eq!(
+            verdicts_of(&[many.as_bytes()])[0].unwrap_err().0,
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+        );
+    }
+
+    #[test]
+    fn chunk_sizes_and_lengths_parse_strictly() {
+        assert_eq!(chunk_size(b"1a"), Some(26));
+        assert_eq!(chunk_size(b"A ;ext"), Some(10));
+        assert_eq!(chunk_size(b"ffffffffffffffff"), Some(u64::MAX));
+        for bad in [&b""[..], b"x", b"1 2", b"+1", b"10000000000000000"] {
+            assert_eq!(chunk_size(bad), None, "{bad:?}");
+        }
+        assert_eq!(content_length(b" 42 "), Some(42));
+        for bad in [&b""[..], b"4 2", b"-1", b"1,1", b"99999999999999999999"] {
+            assert_eq!(content_length(bad), None, "{bad:?}");
+        }
+        assert!(ends_chunked(&[b"gzip", b" chunked "]));
+        assert!(!ends_chunked(&[b"chunked, gzip"]));
+        assert!(!ends_chunked(&[b""]));
+    }
+}
