@@ -278,13 +278,13 @@ fn build_info() {
 /// `process_resident_memory_bytes`, `process_open_fds`, `process_max_fds`,
 /// `process_cpu_seconds_total`, `process_start_time_seconds` (and the
 /// virtual-memory and thread gauges), read from `/proc/self` by
-/// [`crate::process_metrics`], refreshed every [`PROCESS_INTERVAL`] by a
+/// [`crate::process::process_metrics`], refreshed every [`PROCESS_INTERVAL`] by a
 /// task on the running runtime (once, synchronously, outside one).
 /// `process_cpu_seconds_total` is a gauge holding fractional seconds, so
 /// that `rate()` works on a sidecar that uses milliseconds of CPU.
 fn process_metrics() {
-    crate::process_metrics::describe();
-    crate::process_metrics::collect();
+    crate::process::process_metrics::describe();
+    crate::process::process_metrics::collect();
 }
 
 /// Starts the task refreshing the process metrics every
@@ -304,7 +304,7 @@ pub fn spawn_process_refresh() {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            crate::process_metrics::collect();
+            crate::process::process_metrics::collect();
         }
     });
 }

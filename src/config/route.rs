@@ -73,6 +73,9 @@ pub struct RouteSpec {
     pub http_identity: Option<String>,
     pub http_max_header_bytes: Option<u64>,
     pub http_max_headers: Option<u64>,
+    /// `on`/`off`: one INFO line per authenticated connection at close
+    /// (default: on for server routes, off for client routes).
+    pub access_log: Option<String>,
     #[serde(flatten)]
     pub credentials: CredentialSpec,
 }
@@ -294,6 +297,11 @@ impl RouteSpec {
             mark: self.mark.map(|m| mark(&p("--mark"), m)).transpose()?,
             tproxy: self.tproxy,
             http,
+            access_log: super::values::on_off(
+                &p("--access-log"),
+                self.access_log.as_deref(),
+                mode == Mode::Server,
+            )?,
         })
     }
 

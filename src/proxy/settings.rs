@@ -77,4 +77,6 @@ pub struct RouteConfig {
     /// Server only: `--http-identity xfcc`, the target speaks HTTP and
     /// gets the peer's identity in every request.
     pub http: Option<super::http::HttpSettings>,
+    /// `--access-log`: one INFO line per authenticated connection at close.
+    pub access_log: bool,
 }

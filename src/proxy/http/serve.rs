@@ -12,7 +12,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use hyper::service::service_fn;
@@ -26,27 +26,30 @@ use super::service::{self, H1, H2};
 use super::smuggle::{Scanner, Verdicts};
 use super::tap::{Observe, Tap};
 use super::{Identity, MIN_HEADER_BYTES};
+use crate::proxy::conn::LiveConn;
 use crate::reason::CloseReason;
 
-/// Where a connection's bytes are counted: the route's metrics, live, and
-/// this connection's totals.
+/// Where a connection's bytes are counted, live: the route's metrics and
+/// the connection's totals (what `/connections` and the close line show).
 #[derive(Debug, Clone)]
 pub struct Counters {
     pub to_target: Counter,
     pub from_target: Counter,
-    pub up: Arc<AtomicU64>,
-    pub down: Arc<AtomicU64>,
+    pub conn: Arc<LiveConn>,
 }
 
 impl Observe for Counters {
     fn read(&mut self, bytes: &[u8]) {
         let n = bytes.len() as u64;
         self.to_target.increment(n);
-        self.up.fetch_add(n, Ordering::Relaxed);
+        self.conn.totals.to_target.fetch_add(n, Ordering::Relaxed);
     }
     fn wrote(&mut self, n: usize) {
         self.from_target.increment(n as u64);
-        self.down.fetch_add(n as u64, Ordering::Relaxed);
+        self.conn
+            .totals
+            .from_target
+            .fetch_add(n as u64, Ordering::Relaxed);
     }
 }
 

@@ -95,6 +95,7 @@ impl Route {
     /// was forwarded (revoked, displaced or drained while it waited).
     pub(super) fn closed_early(&self, reg: &Registration, reason: CloseReason) {
         self.metrics.closed(reason);
+        self.access(&reg.conn, reason);
         info!(target: LOG_TARGET, route = %self.cfg.name, peer = %reg.conn.peer_addr, reason = reason.as_str(), "connection closed before forwarding");
     }
 

@@ -29,7 +29,7 @@ impl Route {
         stream: Stream,
         peer_addr: String,
         ticket: Ticket,
-        live: crate::memtrim::Live,
+        live: crate::process::memtrim::Live,
     ) {
         use crate::proxy::transparent::{dial, NoDestination};
         let RouteTls::Transparent(t) = &self.tls else {

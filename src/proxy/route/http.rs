@@ -3,7 +3,6 @@
 //! ([`crate::proxy::http`]) replaces the byte copy under the same
 //! supervision (close signal, deadline, metrics, close log).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rustls::AlertDescription;
@@ -13,7 +12,7 @@ use tracing::warn;
 use super::supervise::Carry;
 use super::{Route, LOG_TARGET};
 use crate::proxy::addr::Stream;
-use crate::proxy::conn::Registration;
+use crate::proxy::conn::{LiveConn, Registration};
 use crate::proxy::forward::{Deadline, Totals};
 use crate::proxy::http::serve::Counters;
 use crate::proxy::http::{HttpSettings, Identity};
@@ -23,26 +22,10 @@ use crate::reason::CloseReason;
 /// starts.
 pub(super) struct Http<P> {
     sides: Option<(P, Stream)>,
+    /// The live connection, whose totals count the bytes.
+    conn: Arc<LiveConn>,
     h2: bool,
     identity: Identity,
-}
-
-/// Adds a connection's HTTP byte counts to its totals however carrying
-/// ends (a close drops the carrying future).
-struct AddOnDrop<'a> {
-    up: Arc<AtomicU64>,
-    down: Arc<AtomicU64>,
-    totals: &'a Totals,
-}
-
-impl Drop for AddOnDrop<'_> {
-    fn drop(&mut self) {
-        let t = self.totals;
-        t.to_target
-            .fetch_add(self.up.load(Ordering::Relaxed), Ordering::Relaxed);
-        t.from_target
-            .fetch_add(self.down.load(Ordering::Relaxed), Ordering::Relaxed);
-    }
 }
 
 impl<P> Carry for Http<P>
@@ -52,23 +35,19 @@ where
     async fn carry(
         &mut self,
         route: &Route,
-        totals: &Totals,
+        // The connection's own totals, counted through `self.conn`: the
+        // counting stream must own what it counts into.
+        _totals: &Totals,
         deadline: Option<Deadline>,
     ) -> CloseReason {
         {
             let Some((peer, target)) = self.sides.take() else {
                 return CloseReason::Completed;
             };
-            let counted = AddOnDrop {
-                up: Arc::default(),
-                down: Arc::default(),
-                totals,
-            };
             let counters = Counters {
                 to_target: route.metrics.to_target.clone(),
                 from_target: route.metrics.from_target.clone(),
-                up: counted.up.clone(),
-                down: counted.down.clone(),
+                conn: self.conn.clone(),
             };
             let identity = self.identity.clone();
             let served = crate::proxy::http::serve(peer, target, self.h2, identity, counters);
@@ -79,7 +58,6 @@ where
                 },
                 None => served.await,
             };
-            drop(counted);
             reason
         }
     }
@@ -113,6 +91,7 @@ impl Route {
         };
         let carried = Http {
             sides: Some((tls, target)),
+            conn: reg.conn.clone(),
             h2,
             identity,
         };

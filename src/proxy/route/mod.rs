@@ -17,7 +17,8 @@
 //! admits the peer), `verdict.rs` (a client route's server accepting us),
 //! `supervise.rs` (forwarding until the close, and closing on revocation),
 //! `http.rs` (a server connection carried as HTTP, `--http-identity`),
-//! and `refusal.rs` (how a refusal or an unreachable target is counted and
+//! `access.rs` (the access line at close), and `refusal.rs` (how a refusal
+//! or an unreachable target is counted and
 //! logged).
 
 use std::future::Future;
@@ -46,6 +47,8 @@ use crate::tls::verify::{ClientCertPolicy, ServerCertPolicy};
 /// match on it keep working (docs/logging.md).
 pub(crate) const LOG_TARGET: &str = "mtls_sidecar::route";
 
+mod access;
+pub use access::leaf_spki;
 mod admission;
 mod client;
 mod http;
@@ -117,7 +120,7 @@ struct Local {
     stream: Stream,
     addr: String,
     ticket: Ticket,
-    live: crate::memtrim::Live,
+    live: crate::process::memtrim::Live,
 }
 
 impl Route {
@@ -248,7 +251,7 @@ impl Route {
                     if evicted > 0 {
                         debug!(target: LOG_TARGET, route = %self.cfg.name, evicted, "--max-handshakes reached: closing the oldest pending handshake");
                     }
-                    let live = crate::memtrim::Live::start();
+                    let live = crate::process::memtrim::Live::start();
                     tokio::spawn(self.clone().handle(stream, peer, ticket, live));
                 }
                 Err(e) => {
@@ -278,7 +281,7 @@ impl Route {
         stream: Stream,
         peer_addr: String,
         ticket: Ticket,
-        live: crate::memtrim::Live,
+        live: crate::process::memtrim::Live,
     ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         match &self.tls {
             RouteTls::Server { acceptor, .. } => {

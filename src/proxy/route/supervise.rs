@@ -121,14 +121,14 @@ impl Route {
             (Some(e), _) => (Some(e), CloseReason::Expired),
             (None, l) => (l, CloseReason::Lifetime),
         };
-        let totals = Totals::default();
+        let totals = &conn.totals;
         self.metrics.active.increment(1.0);
         let deadline = deadline.map(|at| Deadline {
             at,
             reason: timed_out,
         });
         let reason = tokio::select! {
-            r = carried.carry(self, &totals, deadline) => r,
+            r = carried.carry(self, totals, deadline) => r,
             r = conn.signal.closed() => r,
         };
         self.metrics.active.decrement(1.0);
@@ -139,6 +139,7 @@ impl Route {
         // itself dropped them.
         drop(carried);
         self.metrics.closed(reason);
+        self.access(&conn, reason);
         let to = totals.to_target.load(std::sync::atomic::Ordering::Relaxed);
         let from = totals
             .from_target
@@ -185,11 +186,7 @@ impl Route {
             if let Err(e) = self.reverify(&conn.chain, now) {
                 if conn.signal.close(CloseReason::Revoked) {
                     use crate::logsafe::{clean, clean_display, clean_list};
-                    let (subject, serial, sans) = conn
-                        .peer
-                        .as_ref()
-                        .map(|c| (c.subject.as_str(), c.serial.as_str(), c.sans()))
-                        .unwrap_or_default();
+                    let (subject, serial, sans) = conn.peer_fields();
                     warn!(
                         target: LOG_TARGET, route = %self.cfg.name, peer = %conn.peer_addr, subject = %clean(subject), serial = %serial,
                         sans = %clean_list(&sans), error = %clean_display(&e),
