@@ -178,6 +178,17 @@ pub struct ServerArgs {
     /// Write a PROXY protocol header (v2) with the peer's address and identity to the target first.
     #[arg(long, value_name = "VERSION", value_parser = ["v2"])]
     pub proxy_protocol: Option<String>,
+    /// The target speaks HTTP (HTTP/1.1, or h2c when the client negotiated h2): add the
+    /// verified peer's identity to every request as x-forwarded-client-cert (Envoy's format),
+    /// removing any the client sent.
+    #[arg(long, value_name = "FORMAT", value_parser = ["xfcc"])]
+    pub http_identity: Option<String>,
+    /// With --http-identity: a request whose header section is larger gets 431 [default: 65536].
+    #[arg(long, value_name = "BYTES", requires = "http_identity")]
+    pub http_max_header_bytes: Option<u64>,
+    /// With --http-identity: a request with more header fields gets 431 [default: 100].
+    #[arg(long, value_name = "N", requires = "http_identity")]
+    pub http_max_headers: Option<u64>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -451,6 +462,9 @@ impl ServerArgs {
             exclusive: self.exclusive,
             allow_spki_sha256: self.allow_spki_sha256.clone(),
             proxy_protocol: self.proxy_protocol.clone(),
+            http_identity: self.http_identity.clone(),
+            http_max_header_bytes: self.http_max_header_bytes,
+            http_max_headers: self.http_max_headers,
             ..self.common.route_spec(Mode::Server)
         };
         self.common.file_spec(route)

@@ -27,14 +27,16 @@
 //! hostile-load scenarios instead (`hostile/`; `BENCH_TRIM=off`,
 //! `BENCH_SCALE_CONNS`, `BENCH_FLOOD_SOCKETS`, `BENCH_PREAUTH_PEERS`, `BENCH_CHURN`); size overrides
 //! `BENCH_BULK_MB`, `BENCH_PINGS`, `BENCH_IDLE`, `BENCH_SECS_MS`,
-//! `BENCH_RELOAD_INTERVAL` (the server's `--reload-interval`).
+//! `BENCH_RELOAD_INTERVAL` (the server's `--reload-interval`); `BENCH_ONLY=http`
+//! measures HTTP requests/s with `--http-identity` instead (`http_rps`).
 //!
 //! Layers, lowest first; a module imports only from layers below its own:
 //! `options`, `results`, `memory`, `sidecar_process`, `plain_forward` →
-//! `target`, `scenarios` → `rotation` → `measure` → `systems`, `hostile`,
+//! `target`, `scenarios` → `rotation` → `measure` → `systems`, `hostile`, `http_rps`,
 //! `table` → `main`.
 
 mod hostile;
+mod http_rps;
 mod measure;
 mod memory;
 mod options;
@@ -119,6 +121,10 @@ fn main() {
     if let Some(ms) = env("BENCH_SECS_MS") {
         scale.rt_time = Duration::from_millis(ms);
         scale.newconn_time = Duration::from_millis(ms);
+    }
+    if http_rps::requested(&opts) {
+        http_rps::run(&opts, &scale);
+        return;
     }
     let started = Instant::now();
     let row = match (&opts.external, opts.system.as_str()) {

@@ -6,7 +6,7 @@
 //! This file holds what every part shares: `Settings`, `ConfigError`, the
 //! defaults and the upper `bounds`. The parts, each importing only lower
 //! ones: `values` (one field's text to its typed, bounded value),
-//! `credentials` (where certificates come from), `route` (one route to a
+//! `credentials` (where certificates come from), `http` (`--http-identity` and its limits), `route` (one route to a
 //! `RouteConfig`) and `file` (the TOML file to `Settings`).
 
 use std::path::PathBuf;
@@ -19,6 +19,7 @@ use crate::sandbox::SandboxMode;
 
 mod credentials;
 mod file;
+mod http;
 mod route;
 mod values;
 

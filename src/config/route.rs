@@ -69,6 +69,10 @@ pub struct RouteSpec {
     /// REDIRECT (`--tproxy`).
     #[serde(default)]
     pub tproxy: bool,
+    /// Server only: `xfcc` puts the peer's identity in every HTTP request.
+    pub http_identity: Option<String>,
+    pub http_max_header_bytes: Option<u64>,
+    pub http_max_headers: Option<u64>,
     /// `on`/`off`: one INFO line per authenticated connection at close
     /// (default: on for server routes, off for client routes).
     pub access_log: Option<String>,
@@ -244,7 +248,8 @@ impl RouteSpec {
                 ))
             }
         };
-        let alpn = alpn(&p("--alpn"), &self.alpn)?;
+        let mut alpn = alpn(&p("--alpn"), &self.alpn)?;
+        let http = super::http::validate(&self.http_spec(), mode, &mut alpn, &p)?;
         let max_connection_lifetime = match &self.max_connection_lifetime {
             Some(s) => Some(bounded_duration(
                 &p("--max-connection-lifetime"),
@@ -294,6 +299,7 @@ impl RouteSpec {
             transparent,
             mark: self.mark.map(|m| mark(&p("--mark"), m)).transpose()?,
             tproxy: self.tproxy,
+            http,
             access_log: super::values::on_off(
                 &p("--access-log"),
                 self.access_log.as_deref(),
@@ -301,6 +307,14 @@ impl RouteSpec {
             )?,
             resumption: self.resumption,
         })
+    }
+
+    fn http_spec(&self) -> super::http::HttpSpec<'_> {
+        super::http::HttpSpec {
+            identity: self.http_identity.as_deref(),
+            max_header_bytes: self.http_max_header_bytes,
+            max_headers: self.http_max_headers,
+        }
     }
 
     /// A transparent route's validated rules (`None` for other routes):

@@ -3,13 +3,15 @@
 //! admits the authenticated peer into the registry of live connections
 //! ([`conn`]), and copies bytes both ways ([`forward`]), optionally after a
 //! PROXY protocol header ([`proxy_header`]) or to the original destination of
-//! a diverted connection ([`transparent`]). Everything here reads the
+//! a diverted connection ([`transparent`]); or, for an HTTP target, carries
+//! requests with the peer's identity in a header instead ([`http`]). Everything here reads the
 //! credentials and settings below it; nothing below imports from it.
 
 pub mod addr;
 pub mod conn;
 pub mod exposure;
 pub mod forward;
+pub mod http;
 pub mod mark;
 pub mod pending;
 pub mod preauth;

@@ -76,6 +76,9 @@ pub struct RouteConfig {
     /// has `IP_TRANSPARENT` and each connection's local address is its
     /// original destination.
     pub tproxy: bool,
+    /// Server only: `--http-identity xfcc`, the target speaks HTTP and
+    /// gets the peer's identity in every request.
+    pub http: Option<super::http::HttpSettings>,
     /// `--access-log`: one INFO line per authenticated connection at close.
     pub access_log: bool,
 }

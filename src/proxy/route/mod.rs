@@ -16,7 +16,9 @@
 //! connections being client ones), `admission.rs` (the handshake and what
 //! admits the peer), `verdict.rs` (a client route's server accepting us),
 //! `supervise.rs` (forwarding until the close, and closing on revocation),
-//! `access.rs` (the access line at close), and `refusal.rs` (how a refusal or an unreachable target is counted and
+//! `http.rs` (a server connection carried as HTTP, `--http-identity`),
+//! `access.rs` (the access line at close), and `refusal.rs` (how a refusal
+//! or an unreachable target is counted and
 //! logged).
 
 use std::future::Future;
@@ -49,6 +51,7 @@ mod access;
 pub use access::leaf_spki;
 mod admission;
 mod client;
+mod http;
 mod refusal;
 mod server;
 mod supervise;

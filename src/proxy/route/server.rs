@@ -87,6 +87,9 @@ impl Route {
                 return self.target_unreachable(&reg.conn.peer_addr, &e);
             }
         }
+        if let Some(settings) = self.cfg.http {
+            return self.carry_http(reg, tls, target, settings).await;
+        }
         self.supervise(reg, tls, target).await
     }
 

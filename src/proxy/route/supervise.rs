@@ -15,7 +15,7 @@ use super::Route;
 use super::LOG_TARGET;
 use crate::proxy::addr::Stream;
 use crate::proxy::conn::Registration;
-use crate::proxy::forward::{forward, Deadline};
+use crate::proxy::forward::{forward, Deadline, Totals};
 use crate::reason::CloseReason;
 
 /// `now + d`, or never when that is past what an `Instant` can hold.
@@ -36,15 +36,72 @@ impl Settle for Stream {
     }
 }
 
+/// What carries a forwarded connection's traffic until it ends: the byte
+/// copy of [`forward`] ([`Bytes`]), or HTTP with the peer's identity in
+/// each request (`super::http`, a server route with `--http-identity`).
+pub(super) trait Carry: Send {
+    /// Carries until the traffic ends or `deadline` comes, counting into
+    /// `totals`; the reason it ended.
+    fn carry<'a>(
+        &'a mut self,
+        route: &'a Route,
+        totals: &'a Totals,
+        deadline: Option<Deadline>,
+    ) -> impl std::future::Future<Output = CloseReason> + Send + 'a;
+
+    /// Called once carrying stopped (see [`Settle`]).
+    fn settle(&mut self) -> Option<AlertDescription>;
+}
+
+/// The two sides of a connection whose bytes are copied as they come.
+pub(super) struct Bytes<P, T> {
+    pub peer: P,
+    pub target: T,
+}
+
+impl<P, T> Carry for Bytes<P, T>
+where
+    P: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + Settle,
+{
+    fn carry<'a>(
+        &'a mut self,
+        route: &'a Route,
+        totals: &'a Totals,
+        deadline: Option<Deadline>,
+    ) -> impl std::future::Future<Output = CloseReason> + Send + 'a {
+        let m = &route.metrics;
+        let linger = route.cfg.half_close_linger;
+        forward(
+            &mut self.peer,
+            &mut self.target,
+            &m.to_target,
+            &m.from_target,
+            totals,
+            linger,
+            deadline,
+        )
+    }
+
+    fn settle(&mut self) -> Option<AlertDescription> {
+        self.target.settle()
+    }
+}
+
 impl Route {
     /// Forwards until the connection ends or is told to close. A client
     /// route's server that turns out to have refused our certificate
     /// ([`Settle`]) ends it as a refused handshake instead of a close.
-    pub(super) async fn supervise<P, T>(&self, reg: Registration, peer: P, mut target: T)
+    pub(super) async fn supervise<P, T>(&self, reg: Registration, peer: P, target: T)
     where
-        P: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Settle,
+        P: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send,
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + Settle,
     {
+        self.supervise_carried(reg, Bytes { peer, target }).await
+    }
+
+    /// [`supervise`](Self::supervise) with what carries the traffic given.
+    pub(super) async fn supervise_carried<C: Carry>(&self, reg: Registration, mut carried: C) {
         let conn = reg.conn.clone();
         let expiry = conn.peer.as_ref().map(|c| {
             let left = c
@@ -71,13 +128,16 @@ impl Route {
             reason: timed_out,
         });
         let reason = tokio::select! {
-            r = forward(peer, &mut target, &self.metrics.to_target, &self.metrics.from_target, totals, self.cfg.half_close_linger, deadline) => r,
+            r = carried.carry(self, totals, deadline) => r,
             r = conn.signal.closed() => r,
         };
         self.metrics.active.decrement(1.0);
-        if let Some(alert) = target.settle() {
+        if let Some(alert) = carried.settle() {
             return self.refused_by_server(&conn, alert);
         }
+        // Both sockets closed before the close is logged, as when the copy
+        // itself dropped them.
+        drop(carried);
         self.metrics.closed(reason);
         self.access(&conn, reason);
         let to = totals.to_target.load(std::sync::atomic::Ordering::Relaxed);

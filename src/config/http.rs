@@ -1,0 +1,152 @@
+//! `--http-identity` and its limits, as written by a user, validated into
+//! the route's [`HttpSettings`] — and the ALPN list such a route offers,
+//! which must name only protocols the HTTP path can carry.
+
+use crate::proxy::http::{self as http, HttpSettings};
+use crate::proxy::settings::Mode;
+
+use super::values::bounded_count;
+use super::{invalid, ConfigError};
+
+/// A route's HTTP options as written: `http_identity`,
+/// `http_max_header_bytes`, `http_max_headers`.
+#[derive(Debug, Clone, Default)]
+pub struct HttpSpec<'a> {
+    pub identity: Option<&'a str>,
+    pub max_header_bytes: Option<u64>,
+    pub max_headers: Option<u64>,
+}
+
+/// Validates a route's HTTP options; with `--http-identity` an empty
+/// `alpn` becomes `h2, http/1.1` and any other protocol is refused.
+pub(super) fn validate(
+    spec: &HttpSpec<'_>,
+    mode: Mode,
+    alpn: &mut Vec<Vec<u8>>,
+    p: &dyn Fn(&str) -> String,
+) -> Result<Option<HttpSettings>, ConfigError> {
+    let Some(kind) = spec.identity else {
+        if spec.max_header_bytes.is_some() || spec.max_headers.is_some() {
+            return Err(invalid(
+                p("--http-max-header-bytes/--http-max-headers"),
+                "only valid with --http-identity",
+            ));
+        }
+        return Ok(None);
+    };
+    if kind != "xfcc" {
+        return Err(invalid(
+            p("--http-identity"),
+            format!("{kind:?}: the only format is xfcc"),
+        ));
+    }
+    if mode != Mode::Server {
+        return Err(invalid(
+            p("--http-identity"),
+            "only valid for server routes",
+        ));
+    }
+    let max_header_bytes = bounded_count(
+        &p("--http-max-header-bytes"),
+        spec.max_header_bytes,
+        http::DEFAULT_MAX_HEADER_BYTES,
+        http::MAX_HEADER_BYTES,
+    )?;
+    if max_header_bytes < http::MIN_HEADER_BYTES {
+        return Err(invalid(
+            p("--http-max-header-bytes"),
+            format!("{max_header_bytes}: at least {}", http::MIN_HEADER_BYTES),
+        ));
+    }
+    let max_headers = bounded_count(
+        &p("--http-max-headers"),
+        spec.max_headers,
+        http::DEFAULT_MAX_HEADERS,
+        http::MAX_HEADERS,
+    )?;
+    if alpn.is_empty() {
+        *alpn = http::default_alpn();
+    } else if let Some(other) = alpn.iter().find(|a| !http::carries_alpn(a)) {
+        return Err(invalid(
+            p("--alpn"),
+            format!(
+                "{:?}: with --http-identity a route carries only h2 and http/1.1",
+                String::from_utf8_lossy(other)
+            ),
+        ));
+    }
+    Ok(Some(HttpSettings {
+        max_header_bytes,
+        max_headers,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(f: &str) -> String {
+        f.to_string()
+    }
+
+    fn spec(identity: Option<&str>) -> HttpSpec<'_> {
+        HttpSpec {
+            identity,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn http_identity_offers_h2_and_http11_and_only_those() {
+        let mut alpn = Vec::new();
+        let s = validate(&spec(Some("xfcc")), Mode::Server, &mut alpn, &p).unwrap();
+        assert_eq!(s, Some(HttpSettings::default()));
+        assert_eq!(alpn, http::default_alpn());
+        let mut custom = vec![b"foo".to_vec()];
+        let e = validate(&spec(Some("xfcc")), Mode::Server, &mut custom, &p).unwrap_err();
+        assert!(e.to_string().contains("only h2 and http/1.1"), "{e}");
+        let mut h11 = vec![b"http/1.1".to_vec()];
+        validate(&spec(Some("xfcc")), Mode::Server, &mut h11, &p).unwrap();
+        assert_eq!(h11, [b"http/1.1".to_vec()]);
+    }
+
+    #[test]
+    fn bad_http_options_are_refused() {
+        let mut alpn = Vec::new();
+        for (s, mode, why) in [
+            (
+                spec(Some("xfcc")),
+                Mode::Client,
+                "only valid for server routes",
+            ),
+            (spec(Some("l5d")), Mode::Server, "the only format is xfcc"),
+            (
+                HttpSpec {
+                    max_headers: Some(5),
+                    ..spec(None)
+                },
+                Mode::Server,
+                "only valid with --http-identity",
+            ),
+            (
+                HttpSpec {
+                    max_header_bytes: Some(100),
+                    ..spec(Some("xfcc"))
+                },
+                Mode::Server,
+                "at least 8192",
+            ),
+            (
+                HttpSpec {
+                    max_headers: Some(0),
+                    ..spec(Some("xfcc"))
+                },
+                Mode::Server,
+                "at least 1",
+            ),
+        ] {
+            let e = validate(&s, mode, &mut alpn, &p).unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! `--http-identity xfcc`: a server route whose target speaks HTTP hands it
+//! the verified peer's identity in every request, as Envoy does, instead
+//! of copying bytes.
+//!
+//! Why here, below the route: the HTTP path replaces only the byte copy of
+//! a forwarded connection. Admission, the slot, the PROXY v2 header, the
+//! close signal (revocation, expiry, drain, displacement) and the deadline
+//! stay the route's, so one client connection still maps to one target
+//! connection, never pooled or shared between peers, and closing it closes
+//! both mid-keep-alive. The protocol the client negotiated by ALPN is the
+//! one the target gets in cleartext: `h2` → h2c with prior knowledge,
+//! `http/1.1` or none → HTTP/1.1.
+//!
+//! The parts: [`xfcc`] (the header's value and name predicate), [`dn`]
+//! (the subject as RFC 4514), [`headers`] (what is removed before ours is
+//! added), [`smuggle`] (framing checks on the raw HTTP/1.1 bytes), [`tap`] (what
+//! sees those bytes: the framing reader and the byte counters),
+//! [`service`] (one request's way to the target) and [`serve`] (the
+//! connection's drivers).
+
+use hyper::header::HeaderValue;
+
+pub mod dn;
+pub mod headers;
+pub mod serve;
+pub mod service;
+pub mod smuggle;
+pub mod tap;
+pub mod xfcc;
+
+pub use serve::serve;
+pub use xfcc::{is_xfcc_name, xfcc_value, XfccParts};
+
+/// The default `--http-max-header-bytes`: a request head (HTTP/1.1) or
+/// header list (h2) larger than this gets 431.
+pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
+/// The default `--http-max-headers`: more header fields get 431.
+pub const DEFAULT_MAX_HEADERS: usize = 100;
+/// The smallest `--http-max-header-bytes` (hyper reads HTTP/1.1 heads into
+/// a buffer of at least this much).
+pub const MIN_HEADER_BYTES: usize = 8 * 1024;
+/// The largest `--http-max-header-bytes`.
+pub const MAX_HEADER_BYTES: usize = 1024 * 1024;
+/// The largest `--http-max-headers`.
+pub const MAX_HEADERS: usize = 10_000;
+
+/// A route's HTTP settings (`--http-identity` and its limits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpSettings {
+    /// Bound on one request's header section, in bytes.
+    pub max_header_bytes: usize,
+    /// Bound on one request's header fields.
+    pub max_headers: usize,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        HttpSettings {
+            max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
+            max_headers: DEFAULT_MAX_HEADERS,
+        }
+    }
+}
+
+/// The ALPN protocols a route with `--http-identity` offers when none are
+/// configured: both it can carry, h2 preferred.
+pub fn default_alpn() -> Vec<Vec<u8>> {
+    vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+}
+
+/// True when `proto` is an ALPN protocol the HTTP path can carry.
+pub fn carries_alpn(proto: &[u8]) -> bool {
+    proto == b"h2" || proto == b"http/1.1"
+}
+
+/// What one connection's requests are forwarded with: the header value
+/// built once at the handshake (the identity is fixed there) and the
+/// route's limits.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub xfcc: HeaderValue,
+    pub settings: HttpSettings,
+}
+
+impl Identity {
+    /// The identity of the peer whose leaf is `peer` (DER), seen by a
+    /// sidecar whose own leaf is `ours`; `None` if either the leaf does
+    /// not parse or the value is not a header value (neither happens to a
+    /// certificate that passed verification).
+    pub fn new(peer: &[u8], ours: Option<&[u8]>, settings: HttpSettings) -> Option<Identity> {
+        let parts = XfccParts::from_certs(peer, ours)?;
+        let xfcc = HeaderValue::from_str(&xfcc_value(&parts)).ok()?;
+        Some(Identity { xfcc, settings })
+    }
+}

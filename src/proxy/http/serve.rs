@@ -1,0 +1,238 @@
+//! The drivers of one HTTP connection: the server side facing the client
+//! (hyper's HTTP/1.1 or h2 server over the TLS stream) and the client side
+//! facing the target (hyper's client over this connection's own target
+//! socket), polled together in the connection's task.
+//!
+//! Why everything stays in this one future: the route drops it to close
+//! the connection (revocation, expiry, drain), and that must close both
+//! sockets and every request in flight. So nothing is spawned where it
+//! could outlive it: hyper's h2 stream tasks go to a [`Scoped`] executor
+//! whose tasks are aborted when the future is dropped, and a WebSocket the
+//! target accepts is joined to the client here, not in a task of its own.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use metrics::Counter;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use super::service::{self, H1, H2};
+use super::smuggle::{Scanner, Verdicts};
+use super::tap::{Observe, Tap};
+use super::{Identity, MIN_HEADER_BYTES};
+use crate::proxy::conn::LiveConn;
+use crate::reason::CloseReason;
+
+/// Where a connection's bytes are counted, live: the route's metrics and
+/// the connection's totals (what `/connections` and the close line show).
+#[derive(Debug, Clone)]
+pub struct Counters {
+    pub to_target: Counter,
+    pub from_target: Counter,
+    pub conn: Arc<LiveConn>,
+}
+
+impl Observe for Counters {
+    fn read(&mut self, bytes: &[u8]) {
+        let n = bytes.len() as u64;
+        self.to_target.increment(n);
+        self.conn.totals.to_target.fetch_add(n, Ordering::Relaxed);
+    }
+    fn wrote(&mut self, n: usize) {
+        self.from_target.increment(n as u64);
+        self.conn
+            .totals
+            .from_target
+            .fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// hyper's executor for one connection: what it spawns is handed to the
+/// connection's future, which runs it in a `JoinSet` it owns.
+#[derive(Clone)]
+struct Scoped(mpsc::UnboundedSender<Task>);
+
+impl<F: Future<Output = ()> + Send + 'static> hyper::rt::Executor<F> for Scoped {
+    fn execute(&self, fut: F) {
+        // The receiver lives as long as the connection's future; once
+        // that is gone, so is everything this task would serve.
+        let _ = self.0.send(Box::pin(fut));
+    }
+}
+
+/// Carries one connection as HTTP until the client or target ends it:
+/// h2 when the client negotiated it, else HTTP/1.1.
+pub async fn serve<P, T>(
+    peer: P,
+    target: T,
+    h2: bool,
+    identity: Identity,
+    counters: Counters,
+) -> CloseReason
+where
+    P: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    // Counted as the client sent them (towards the target) and as they
+    // are written back (from the target).
+    let peer = Tap {
+        io: peer,
+        observer: counters,
+    };
+    if h2 {
+        serve_h2(peer, target, identity).await
+    } else {
+        serve_h1(peer, target, identity).await
+    }
+}
+
+/// How a server-side result ends the connection.
+fn ended(r: Result<(), hyper::Error>) -> CloseReason {
+    match r {
+        Ok(()) => CloseReason::Completed,
+        Err(_) => CloseReason::PeerError,
+    }
+}
+
+async fn serve_h1<P, T>(peer: P, target: T, identity: Identity) -> CloseReason
+where
+    P: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let limits = identity.settings;
+    let verdicts = Verdicts::default();
+    let scanner = Scanner::new(
+        limits.max_header_bytes,
+        limits.max_headers,
+        verdicts.clone(),
+    );
+    let peer = Tap {
+        io: peer,
+        observer: scanner,
+    };
+    let Ok((sender, client)) = hyper::client::conn::http1::handshake(TokioIo::new(target)).await
+    else {
+        return CloseReason::TargetError;
+    };
+    let shared = Arc::new(H1 {
+        identity,
+        sender: tokio::sync::Mutex::new(sender),
+        verdicts,
+        tunnel: Mutex::new(None),
+        upgrading: AtomicBool::new(false),
+    });
+    let svc = {
+        let shared = shared.clone();
+        service_fn(move |req| service::h1(req, shared.clone()))
+    };
+    let server = hyper::server::conn::http1::Builder::new()
+        .max_buf_size(limits.max_header_bytes.max(MIN_HEADER_BYTES))
+        .max_headers(limits.max_headers)
+        .serve_connection(TokioIo::new(peer), svc)
+        .with_upgrades();
+    let client = client.without_shutdown();
+    tokio::pin!(server, client);
+    let mut target_side = None;
+    let served = loop {
+        tokio::select! {
+            r = &mut server => break r,
+            r = &mut client, if target_side.is_none() => {
+                target_side = Some(r);
+                // The target let go: finish the exchange in flight, then
+                // close — unless it is switching to a WebSocket.
+                if !shared.upgrading.load(Ordering::SeqCst) {
+                    server.as_mut().graceful_shutdown();
+                }
+            }
+        }
+    };
+    let tunnel = shared
+        .tunnel
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    match (served, tunnel) {
+        (Ok(()), Some(client_side)) => {
+            let target_side = match target_side {
+                Some(t) => t,
+                None => client.await,
+            };
+            websocket(client_side, target_side).await
+        }
+        (r, _) => ended(r),
+    }
+}
+
+/// Joins the client's upgraded connection to the target's once the target
+/// accepted a WebSocket: the target's bytes read past its 101 first.
+async fn websocket<T>(
+    client_side: hyper::upgrade::OnUpgrade,
+    target_side: hyper::Result<hyper::client::conn::http1::Parts<TokioIo<T>>>,
+) -> CloseReason
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let Ok(parts) = target_side else {
+        return CloseReason::TargetError;
+    };
+    let Ok(upgraded) = client_side.await else {
+        return CloseReason::PeerError;
+    };
+    let mut client_io = TokioIo::new(upgraded);
+    let mut target_io = parts.io.into_inner();
+    if client_io.write_all(&parts.read_buf).await.is_err() {
+        return CloseReason::PeerError;
+    }
+    match tokio::io::copy_bidirectional(&mut client_io, &mut target_io).await {
+        Ok(_) => CloseReason::Completed,
+        Err(_) => CloseReason::PeerError,
+    }
+}
+
+async fn serve_h2<P, T>(peer: P, target: T, identity: Identity) -> CloseReason
+where
+    P: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (tx, mut spawned) = mpsc::unbounded_channel();
+    let exec = Scoped(tx);
+    let mut tasks = JoinSet::new();
+    let limits = identity.settings;
+    let handshake =
+        hyper::client::conn::http2::Builder::new(exec.clone()).handshake(TokioIo::new(target));
+    let Ok((sender, client)) = handshake.await else {
+        return CloseReason::TargetError;
+    };
+    let shared = Arc::new(H2 { identity, sender });
+    let svc = {
+        let shared = shared.clone();
+        service_fn(move |req| service::h2(req, shared.clone()))
+    };
+    let server = hyper::server::conn::http2::Builder::new(exec)
+        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
+        .serve_connection(TokioIo::new(peer), svc);
+    tokio::pin!(server, client);
+    let mut client_done = false;
+    let served = loop {
+        tokio::select! {
+            r = &mut server => break r,
+            _ = &mut client, if !client_done => {
+                client_done = true;
+                server.as_mut().graceful_shutdown();
+            }
+            Some(task) = spawned.recv() => {
+                tasks.spawn(task);
+            }
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+        }
+    };
+    ended(served)
+}

@@ -1,0 +1,371 @@
+//! The request-smuggling checks on HTTP/1.1: a shadow reader of the raw
+//! bytes a client sends, judging each request head before hyper hands the
+//! request to us.
+//!
+//! Why a reader of our own: hyper accepts two shapes the contract refuses,
+//! and normalises them away before the request reaches us, so they cannot
+//! be seen afterwards: a request with both `Content-Length` and
+//! `Transfer-Encoding` (hyper drops the length and reads chunks) and a
+//! repeated identical `Content-Length`. A front end that frames such a
+//! request differently from a back end is how requests are smuggled. So
+//! every byte hyper reads first goes through a [`Scanner`], which follows
+//! the message framing (heads, lengths, chunks, trailers) and queues one
+//! [`Verdict`] per request head, in order; the service takes one per
+//! request. A reader that can no longer follow the framing (a shape it
+//! refuses, an upgrade, a chunk it cannot parse) stops queueing: every
+//! later request then finds no verdict and is refused — fail closed.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use hyper::StatusCode;
+
+/// The judgement of one request head: forward it, or refuse it with this
+/// status and reason.
+pub type Verdict = Result<(), (StatusCode, &'static str)>;
+
+/// The verdicts queued for the service, oldest first.
+pub type Verdicts = Arc<Mutex<VecDeque<Verdict>>>;
+
+/// Takes the next request's verdict; none (the reader lost the framing):
+/// refused.
+pub fn next_verdict(v: &Verdicts) -> Verdict {
+    let mut q = v.lock().unwrap_or_else(|e| e.into_inner());
+    q.pop_front().unwrap_or(Err((
+        StatusCode::BAD_REQUEST,
+        "request framing not followed",
+    )))
+}
+
+/// How a request's body is framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    Length(u64),
+    Chunked,
+}
+
+/// The framing rules: `Content-Length` and `Transfer-Encoding` together,
+/// a repeated or listed `Content-Length`, one that is not a decimal
+/// number, or a transfer coding not ending in `chunked` are refused.
+/// `Upgrade` or `CONNECT` ends what this reader can follow (`Ok(None)`).
+pub fn framing(
+    method: &str,
+    headers: &[httparse::Header<'_>],
+) -> Result<Option<Framing>, &'static str> {
+    let lengths: Vec<&[u8]> = headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .map(|h| h.value)
+        .collect();
+    let codings: Vec<&[u8]> = headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("transfer-encoding"))
+        .map(|h| h.value)
+        .collect();
+    if !lengths.is_empty() && !codings.is_empty() {
+        return Err("both Content-Length and Transfer-Encoding");
+    }
+    if lengths.len() > 1 {
+        return Err("more than one Content-Length");
+    }
+    let upgrades = method.eq_ignore_ascii_case("CONNECT")
+        || headers
+            .iter()
+            .any(|h| h.name.eq_ignore_ascii_case("upgrade"));
+    let framing = if let Some(v) = lengths.first() {
+        Framing::Length(content_length(v).ok_or("invalid Content-Length")?)
+    } else if codings.is_empty() {
+        Framing::Length(0)
+    } else if ends_chunked(&codings) {
+        Framing::Chunked
+    } else {
+        return Err("Transfer-Encoding does not end in chunked");
+    };
+    Ok((!upgrades).then_some(framing))
+}
+
+/// A `Content-Length` value: decimal digits only (so no list), at most
+/// 19 of them (always fits).
+fn content_length(v: &[u8]) -> Option<u64> {
+    let v = v.trim_ascii();
+    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(v).ok()?.parse().ok()
+}
+
+/// True when the last transfer coding of all the lines is `chunked`.
+fn ends_chunked(codings: &[&[u8]]) -> bool {
+    let last = codings
+        .iter()
+        .flat_map(|v| v.split(|b| *b == b','))
+        .map(<[u8]>::trim_ascii)
+        .rfind(|t| !t.is_empty());
+    last.is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"))
+}
+
+/// A chunk-size line's size: 1 to 16 hex digits, then optional blanks and
+/// an extension after `;`. Anything else is an invalid chunk size.
+pub fn chunk_size(line: &[u8]) -> Option<u64> {
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if digits == 0 || digits > 16 {
+        return None;
+    }
+    let rest = line[digits..].trim_ascii_start();
+    if !(rest.is_empty() || rest.starts_with(b";")) {
+        return None;
+    }
+    u64::from_str_radix(std::str::from_utf8(&line[..digits]).ok()?, 16).ok()
+}
+
+/// Where the reader is in the byte stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Gathering a request head.
+    Head,
+    /// Skipping this many body bytes.
+    Body(u64),
+    /// Reading a chunk-size line.
+    ChunkSize,
+    /// Skipping this many chunk bytes, then CRLF.
+    ChunkData(u64),
+    /// The CRLF after a chunk's data: this many bytes of it seen.
+    ChunkEnd(u8),
+    /// Reading trailer lines until an empty one.
+    Trailers,
+    /// Lost or ended the framing: bytes pass unread, nothing is queued.
+    Opaque,
+}
+
+/// The framing reader's state.
+#[derive(Debug)]
+pub struct Scanner {
+    phase: Phase,
+    /// The head or line being gathered.
+    line: Vec<u8>,
+    max_head: usize,
+    max_headers: usize,
+    verdicts: Verdicts,
+}
+
+impl Scanner {
+    pub fn new(max_head: usize, max_headers: usize, verdicts: Verdicts) -> Scanner {
+        Scanner {
+            phase: Phase::Head,
+            line: Vec::new(),
+            max_head,
+            max_headers,
+            verdicts,
+        }
+    }
+
+    fn queue(&mut self, v: Verdict) {
+        if v.is_err() {
+            self.phase = Phase::Opaque;
+        }
+        self.verdicts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(v);
+    }
+
+    /// Follows `data`, the next bytes the client sent.
+    pub fn feed(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            let used = match self.phase {
+                Phase::Opaque => return,
+                Phase::Body(n) | Phase::ChunkData(n) => {
+                    let k = usize::try_from(n).unwrap_or(usize::MAX).min(data.len());
+                    let left = n - k as u64;
+                    self.phase = match (self.phase, left) {
+                        (Phase::Body(_), 0) => Phase::Head,
+                        (Phase::Body(_), l) => Phase::Body(l),
+                        (_, 0) => Phase::ChunkEnd(0),
+                        (_, l) => Phase::ChunkData(l),
+                    };
+                    k
+                }
+                Phase::ChunkEnd(seen) => {
+                    let want = if seen == 0 { b'\r' } else { b'\n' };
+                    self.phase = match (data[0] == want, seen) {
+                        (true, 0) => Phase::ChunkEnd(1),
+                        (true, _) => Phase::ChunkSize,
+                        (false, _) => Phase::Opaque,
+                    };
+                    1
+                }
+                Phase::Head | Phase::ChunkSize | Phase::Trailers => self.gather(data),
+            };
+            data = &data[used..];
+        }
+    }
+
+    /// Gathers bytes up to the end of a head or line; acts on it when
+    /// complete. Returns how many bytes it took.
+    fn gather(&mut self, data: &[u8]) -> usize {
+        // Empty lines before a request line are allowed (RFC 9112 §2.2).
+        if self.phase == Phase::Head && self.line.is_empty() {
+            let skip = data
+                .iter()
+                .take_while(|b| matches!(b, b'\r' | b'\n'))
+                .count();
+            if skip > 0 {
+                return skip;
+            }
+        }
+        let end: &[u8] = if self.phase == Phase::Head {
+            b"\r\n\r\n"
+        } else {
+            b"\r\n"
+        };
+        let from = self.line.len().saturating_sub(end.len() - 1);
+        let take = match data.iter().position(|b| *b == b'\n') {
+            Some(i) => i + 1,
+            None => data.len(),
+        };
+        self.line.extend_from_slice(&data[..take]);
+        if self.line.len() > self.max_head.saturating_add(4) {
+            self.line = Vec::new();
+            self.queue(Err((
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "request head too large",
+            )));
+            return take;
+        }
+        if self.line[from..].windows(end.len()).any(|w| w == end) {
+            let line = std::mem::take(&mut self.line);
+            self.complete(&line);
+        } else if self.phase != Phase::Head && self.line.ends_with(b"\n") {
+            // A bare LF ends no chunk line.
+            self.line = Vec::new();
+            self.phase = Phase::Opaque;
+        }
+        take
+    }
+
+    /// Acts on a complete head or line.
+    fn complete(&mut self, line: &[u8]) {
+        match self.phase {
+            Phase::Head => self.head(line),
+            Phase::ChunkSize => {
+                let body = &line[..line.len() - 2];
+                self.phase = match chunk_size(body) {
+                    Some(0) => Phase::Trailers,
+                    Some(n) => Phase::ChunkData(n),
+                    None => Phase::Opaque,
+                };
+            }
+            Phase::Trailers if line == b"\r\n" => self.phase = Phase::Head,
+            _ => {}
+        }
+    }
+
+    /// Judges a complete request head and sets up its body.
+    fn head(&mut self, head: &[u8]) {
+        let mut slots = vec![httparse::EMPTY_HEADER; self.max_headers];
+        let mut req = httparse::Request::new(&mut slots);
+        let verdict = match req.parse(head) {
+            Ok(httparse::Status::Complete(_)) => framing(req.method.unwrap_or(""), req.headers)
+                .map_err(|why| (StatusCode::BAD_REQUEST, why)),
+            Ok(httparse::Status::Partial) => Err((StatusCode::BAD_REQUEST, "incomplete head")),
+            Err(httparse::Error::TooManyHeaders) => Err((
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "too many header fields",
+            )),
+            Err(_) => Err((StatusCode::BAD_REQUEST, "malformed request head")),
+        };
+        match verdict {
+            Ok(framing) => {
+                self.phase = match framing {
+                    Some(Framing::Length(0)) => Phase::Head,
+                    Some(Framing::Length(n)) => Phase::Body(n),
+                    Some(Framing::Chunked) => Phase::ChunkSize,
+                    None => Phase::Opaque,
+                };
+                self.queue(Ok(()));
+            }
+            Err(e) => self.queue(Err(e)),
+        }
+    }
+}
+
+impl super::tap::Observe for Scanner {
+    fn read(&mut self, bytes: &[u8]) {
+        self.feed(bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn verdicts_of(chunks: &[&[u8]]) -> Vec<Verdict> {
+        let v = Verdicts::default();
+        let mut s = Scanner::new(1024, 16, v.clone());
+        for c in chunks {
+            s.feed(c);
+        }
+        let q = v.lock().unwrap();
+        q.iter().copied().collect()
+    }
+
+    #[test]
+    fn heads_are_found_after_bodies_and_chunks_however_the_bytes_are_split() {
+        let stream: &[u8] = b"\r\nPOST /a HTTP/1.1\r\nContent-Length: 5\r\n\r\nGET /\r\n\
+            POST /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nGET\r\n0\r\nT: v\r\n\r\n\
+            GET /c HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let want = vec![
+            Ok(()),
+            Ok(()),
+            Err((
+                StatusCode::BAD_REQUEST,
+                "both Content-Length and Transfer-Encoding",
+            )),
+        ];
+        assert_eq!(verdicts_of(&[stream]), want);
+        let bytes: Vec<&[u8]> = stream.chunks(1).collect();
+        assert_eq!(verdicts_of(&bytes), want, "one byte at a time");
+    }
+
+    #[test]
+    fn what_the_reader_cannot_follow_queues_nothing_more() {
+        // A bad chunk size: the next head is never judged (so refused).
+        let v = verdicts_of(&[
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nGET / HTTP/1.1\r\n\r\n",
+        ]);
+        assert_eq!(v, vec![Ok(())]);
+        // An upgrade ends what is followed.
+        let v =
+            verdicts_of(&[b"GET / HTTP/1.1\r\nUpgrade: websocket\r\n\r\nGET / HTTP/1.1\r\n\r\n"]);
+        assert_eq!(v, vec![Ok(())]);
+        // A head over the limit, and too many fields.
+        let big = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(2000));
+        assert_eq!(
+            verdicts_of(&[big.as_bytes()])[0].unwrap_err().0,
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+        );
+        let many: String = (0..17).map(|i| format!("X{i}: v\r\n")).collect();
+        let many = format!("GET / HTTP/1.1\r\n{many}\r\n");
+        assert_eq!(
+            verdicts_of(&[many.as_bytes()])[0].unwrap_err().0,
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+        );
+    }
+
+    #[test]
+    fn chunk_sizes_and_lengths_parse_strictly() {
+        assert_eq!(chunk_size(b"1a"), Some(26));
+        assert_eq!(chunk_size(b"A ;ext"), Some(10));
+        assert_eq!(chunk_size(b"ffffffffffffffff"), Some(u64::MAX));
+        for bad in [&b""[..], b"x", b"1 2", b"+1", b"10000000000000000"] {
+            assert_eq!(chunk_size(bad), None, "{bad:?}");
+        }
+        assert_eq!(content_length(b" 42 "), Some(42));
+        for bad in [&b""[..], b"4 2", b"-1", b"1,1", b"99999999999999999999"] {
+            assert_eq!(content_length(bad), None, "{bad:?}");
+        }
+        assert!(ends_chunked(&[b"gzip", b" chunked "]));
+        assert!(!ends_chunked(&[b"chunked, gzip"]));
+        assert!(!ends_chunked(&[b""]));
+    }
+}
