@@ -64,6 +64,9 @@ pub struct CredentialArgs {
     /// Known intermediate CAs (PEM) that CRLs may be signed by, never trust anchors; with --cert/--key/--ca (a directory's is intermediates).
     #[arg(long, value_name = "FILE")]
     pub intermediates: Option<PathBuf>,
+    /// Deny-list file (spki-sha256:, serial:, san: entries); with --cert/--key/--ca (a directory's is deny).
+    #[arg(long, value_name = "FILE")]
+    pub deny_file: Option<PathBuf>,
 }
 
 impl CredentialArgs {
@@ -75,6 +78,7 @@ impl CredentialArgs {
             ca: self.ca.clone(),
             crl: self.crl.clone(),
             intermediates: self.intermediates.clone(),
+            deny: self.deny_file.clone(),
         }
     }
 }

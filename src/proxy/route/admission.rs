@@ -177,7 +177,7 @@ impl Route {
             self.reverify(&reg.conn.chain, SystemTime::now())
         };
         if let Err(e) = verdict {
-            self.metrics.closed(CloseReason::Revoked);
+            self.metrics.closed(CloseReason::of_lost_trust(&e));
             warn!(
                 target: LOG_TARGET, route = %self.cfg.name, peer = %reg.conn.peer_addr,
                 error = %crate::logsafe::clean_display(&e),
