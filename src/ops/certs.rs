@@ -25,6 +25,7 @@ use rustls_pki_types::CertificateDer;
 use crate::cli::{CertsCaArgs, CertsCommand, CertsIssueArgs, CertsRevokeArgs};
 use crate::credentials::{fmt_time, root_store, verify_chain, CA_FILE, CERT_FILE, KEY_FILE};
 use crate::identity::CertInfo;
+use crate::ops::deny::deny;
 use crate::ops::pki::{CrlSpec, DevCa, LeafSpec};
 
 /// The CA's private key file written by `certs ca` and read by `certs issue`.
@@ -96,6 +97,7 @@ pub fn run(cmd: &CertsCommand) -> u8 {
         CertsCommand::Ca(args) => make_ca(args),
         CertsCommand::Issue(args) => issue(args),
         CertsCommand::Revoke(args) => revoke(args),
+        CertsCommand::Deny(args) => deny(args),
     };
     match result {
         Ok(lines) => {
@@ -523,7 +525,7 @@ fn create_dir(dir: &Path) -> Result<(), CertsError> {
 /// Writes `bytes` to a temporary file created with `mode`, then renames it
 /// over `path`: readers see the old file or the new one, and the new one
 /// never exists with looser permissions than `mode`.
-fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), CertsError> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), CertsError> {
     let err = |source| CertsError::Write {
         path: path.to_path_buf(),
         source,

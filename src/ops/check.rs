@@ -16,6 +16,7 @@
 //! The checks themselves live in [`inspect`]; this file turns arguments into
 //! a [`Request`] and prints the [`Report`].
 
+mod deny;
 mod expect;
 mod inspect;
 mod report;

@@ -274,6 +274,9 @@ fn load(
         let short: String = rev.hash.chars().take(12).collect();
         Ok((rev, format!("the sidecar accepts this revision ({short})")))
     });
+    if let Some(rev) = &valid {
+        super::deny::deny_step(r, rev, provider, now);
+    }
     if let Some(rev) = valid.filter(|v| !v.crls.is_empty()) {
         let input = Some(rev);
         step(r, "crl", Some(CRL_FILE), input, "", |rev| {
