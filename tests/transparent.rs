@@ -1184,6 +1184,59 @@ async fn a_live_diverted_connection_is_closed_when_the_server_is_revoked() {
     .await;
 }
 
+/// The deny-list on a transparent client route: a `deny` file naming the
+/// server's key closes the live diverted connection (close reason
+/// `denied`, one WARN naming the entry) and refuses the next one inside
+/// the handshake (`denied`); nothing more reaches the application. Seen
+/// failing with the deny lookup removed from `Trust::verify_peer`.
+#[tokio::test]
+async fn a_live_diverted_connection_is_closed_when_the_server_is_denied() {
+    if skip("a_live_diverted_connection_is_closed_when_the_server_is_denied") {
+        return;
+    }
+    let (a, b, c, app, _other) = hosts_and_apps().await;
+    let _server = server_sidecar(&b, &c, &[]).await;
+    a.nft(&outbound_rules("{ 2100 }"));
+    let client = client_sidecar(&a, &c, &client_config(&c, "[::]:15001", &replica_rules())).await;
+    a.enter();
+    let admin = "127.0.0.1:9902";
+    let mut live = dial("10.77.0.2:2100").await;
+    assert_eq!(roundtrip(&mut live, b"before").await, b"before");
+    let pin = mtls_sidecar::identity::pin::spki_sha256(c.replica_leaf.cert_der.as_ref()).unwrap();
+    let entry = format!("spki-sha256:{}", mtls_sidecar::identity::pin::encode(&pin));
+    std::fs::write(
+        std::path::Path::new(&c.controller).join("deny"),
+        format!("{entry}\n"),
+    )
+    .unwrap();
+    client.signal(libc::SIGHUP);
+    client.wait_log(&["applied credential revision"]).await;
+    assert!(
+        read_until_closed(&mut live).await.is_empty(),
+        "the denied server's connection forwarded more"
+    );
+    client
+        .wait_field("its peer is denied", "entry", &entry)
+        .await;
+    metric_reaches(
+        admin,
+        CLOSED,
+        &[("route", "out"), ("reason", "denied")],
+        1.0,
+    )
+    .await;
+    let again = dial("10.77.0.2:2100").await;
+    assert!(closed_after(again, b"after").await.is_empty());
+    metric_reaches(
+        admin,
+        "mtls_sidecar_tls_handshake_failures_total",
+        &[("route", "out"), ("reason", "denied")],
+        1.0,
+    )
+    .await;
+    assert_eq!(app.peers().len(), 1, "a denied server was reached");
+}
+
 // ---- Firewall reloads: deploy/systemd/nftables.service.d ----
 
 /// The drop-in that keeps the inbound rules across nftables.service's

@@ -13,7 +13,7 @@ use rustls::crypto::CryptoProvider;
 
 use super::report::Report;
 use super::steps::step;
-use crate::credentials::{Anchor, CrlScope, PeerFacts, Trust, ValidRevision, CERT_FILE, DENY_FILE};
+use crate::credentials::{Anchor, CrlScope, PeerFacts, Trust, ValidRevision, CERT_FILE};
 
 /// The `deny` step, when the revision has a deny-list.
 pub(super) fn deny_step(
@@ -25,7 +25,7 @@ pub(super) fn deny_step(
     if rev.deny.is_empty() {
         return;
     }
-    step(r, "deny", Some(DENY_FILE), Some(rev), "", |rev| {
+    step(r, "deny", None, Some(rev), "", |rev| {
         verdict(rev, provider, now)
     });
 }
