@@ -296,6 +296,22 @@ mod tests {
     }
 
     #[test]
+    fn a_denied_peer_has_its_own_reasons_and_names_the_entry() {
+        let denied = TlsError::InvalidCertificate(CertificateError::Other(rustls::OtherError(
+            std::sync::Arc::new(Denied {
+                entry: "san:a.svc".into(),
+            }),
+        )));
+        assert_eq!(FailureReason::from_tls(&denied), FailureReason::Denied);
+        assert_eq!(denied_entry(&denied), Some("san:a.svc"));
+        assert_eq!(CloseReason::of_lost_trust(&denied), CloseReason::Denied);
+        let revoked = TlsError::InvalidCertificate(CertificateError::Revoked);
+        assert_eq!(denied_entry(&revoked), None);
+        assert_eq!(CloseReason::of_lost_trust(&revoked), CloseReason::Revoked);
+        assert_eq!(CloseReason::Denied.as_str(), "denied");
+    }
+
+    #[test]
     fn io_errors_map_to_reasons() {
         let e = |k| io::Error::new(k, "x");
         assert_eq!(

@@ -220,7 +220,7 @@ mod tests {
             shown,
             [
                 format!("spki-sha256:{PIN}"),
-                format!("serial:{PIN}:0abc"),
+                format!("serial:{PIN}:abc"),
                 "san:controller.env-1.svc".to_string(),
                 "san:spiffe://td/ns/Prod/sa/x".to_string(),
             ]
@@ -248,7 +248,7 @@ mod tests {
             ("spki-sha256:nope", 1, "not the base64"),
             ("# ok\nserial:nokey", 2, "serial:<issuer"),
             (&format!("\n\nserial:{PIN}:xyz"), 3, "not hexadecimal"),
-            (&format!("serial:abc:12"), 1, "the issuer"),
+            ("serial:abc:12", 1, "the issuer"),
             ("san:", 1, "empty"),
             ("san:a b", 1, "unexpected"),
             ("san:bad/name", 1, "neither a DNS name"),
