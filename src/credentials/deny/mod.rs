@@ -285,7 +285,10 @@ mod tests {
             issuer: [7; 32],
             serial: vec![0x0a, 0xbc],
         };
-        assert_eq!(list(&[hit.clone()]).first_match(&peer), Some(&hit));
+        assert_eq!(
+            list(std::slice::from_ref(&hit)).first_match(&peer),
+            Some(&hit)
+        );
         assert_eq!(list(&[other_issuer]).first_match(&peer), None);
     }
 
