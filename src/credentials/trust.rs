@@ -217,7 +217,10 @@ impl Trust {
         if self.deny.is_empty() {
             return None;
         }
-        let facts = deny::path_facts(path, self.deny.has_sans());
+        let anchor = revocation::key_hash(&revocation::wrap_sequence(
+            path.anchor().subject_public_key_info.as_ref(),
+        ));
+        let facts = deny::path_facts(path, anchor, self.deny.has_sans());
         self.deny.first_match(&facts).cloned()
     }
 

@@ -6,6 +6,7 @@
 //! `--ca DIR` also reads a cert-manager CA Secret's layout (`tls.crt`,
 //! `tls.key`): [`ca_files`]. `certs revoke` with no serial re-signs the CRL
 //! already at `--out` (what a CronJob does before nextUpdate).
+//! `certs deny` appends one entry to a deny-list (`deny.rs`): no CA key.
 //!
 //! Keys are never silently replaced: an existing key is refused unless
 //! `--force`, because overwriting a CA key orphans every identity it signed.
@@ -25,8 +26,10 @@ use rustls_pki_types::CertificateDer;
 use crate::cli::{CertsCaArgs, CertsCommand, CertsIssueArgs, CertsRevokeArgs};
 use crate::credentials::{fmt_time, root_store, verify_chain, CA_FILE, CERT_FILE, KEY_FILE};
 use crate::identity::CertInfo;
-use crate::ops::deny::deny;
+mod deny;
+
 use crate::ops::pki::{CrlSpec, DevCa, LeafSpec};
+use deny::deny;
 
 /// The CA's private key file written by `certs ca` and read by `certs issue`.
 pub const CA_KEY_FILE: &str = "ca.key";

@@ -7,7 +7,14 @@
 use webpki::VerifiedPath;
 
 use super::{CertFacts, PeerFacts};
-use crate::credentials::revocation::{key_hash, wrap_sequence};
+
+/// SHA-256 of a whole (SEQUENCE-wrapped) SPKI.
+fn spki_hash(spki_der: &[u8]) -> [u8; 32] {
+    let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, spki_der);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(d.as_ref());
+    out
+}
 
 /// A serial's octets without the leading zero octets DER may carry.
 pub(super) fn strip_zeros(serial: &[u8]) -> Vec<u8> {
@@ -15,18 +22,16 @@ pub(super) fn strip_zeros(serial: &[u8]) -> Vec<u8> {
     serial[start..].to_vec()
 }
 
-/// The facts of a built path: leaf, intermediates, anchor; the leaf's
-/// SANs only when `sans` (parsing them costs an X.509 parse).
-pub(crate) fn path_facts(path: &VerifiedPath<'_>, sans: bool) -> PeerFacts {
-    let anchor_spki = key_hash(&wrap_sequence(
-        path.anchor().subject_public_key_info.as_ref(),
-    ));
+/// The facts of a built path: leaf, intermediates, and the anchor (whose
+/// SPKI hash the caller gives: webpki holds an anchor's SPKI unwrapped);
+/// the leaf's SANs only when `sans` (parsing them costs an X.509 parse).
+pub(crate) fn path_facts(path: &VerifiedPath<'_>, anchor_spki: [u8; 32], sans: bool) -> PeerFacts {
     let below: Vec<&webpki::Cert<'_>> = std::iter::once(&**path.end_entity())
         .chain(path.intermediate_certificates())
         .collect();
     let spkis: Vec<[u8; 32]> = below
         .iter()
-        .map(|c| key_hash(c.subject_public_key_info().as_ref()))
+        .map(|c| spki_hash(c.subject_public_key_info().as_ref()))
         .collect();
     let mut facts = PeerFacts::default();
     for (i, cert) in below.iter().enumerate() {

@@ -12,7 +12,7 @@ use std::path::Path;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
 
-use super::certs::{write_atomic, CertsError};
+use super::{write_atomic, CertsError};
 use crate::cli::CertsDenyArgs;
 use crate::credentials::deny::{parse_deny, parse_entry, DenyEntry};
 use crate::credentials::{read_deny, RawFile};
