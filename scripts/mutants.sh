@@ -60,7 +60,7 @@ declare -A TARGETS=(
     [src/credentials/reload.rs]="--test rotation --test store --test settle"
     [src/credentials/source.rs]="--lib --test store --test settle"
     [src/admin/admission.rs]="--lib --test admin_load"
-    [src/fdlimit.rs]="--lib --test hostile"
+    [src/process/fdlimit.rs]="--lib --test hostile"
     [src/proxy/transparent/mod.rs]="--lib --test transparent"
     [src/proxy/transparent/outbound.rs]="--lib --test transparent"
     [src/proxy/transparent/log.rs]="--lib --test transparent"
@@ -92,7 +92,7 @@ ORDER=(
     src/credentials/reload.rs
     src/credentials/source.rs
     src/admin/admission.rs
-    src/fdlimit.rs
+    src/process/fdlimit.rs
     src/proxy/transparent/mod.rs
     src/proxy/transparent/outbound.rs
     src/proxy/transparent/log.rs

@@ -24,12 +24,12 @@ use tracing::{info, warn};
 use crate::admin::shared::Shared;
 use crate::config::Settings;
 use crate::credentials::{CredError, CredentialStore};
+use crate::process::systemd::SystemdError;
 use crate::proxy::addr::{Addr, StdListener};
 use crate::proxy::exposure::TargetExposure;
 use crate::proxy::route::{Route, RouteError};
 use crate::proxy::settings::Mode;
 use crate::reason::{CloseReason, FailureReason};
-use crate::systemd::SystemdError;
 
 /// Why the process could not start.
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +94,8 @@ pub struct Prepared {
     admin: Option<StdListener>,
     /// The admin address as configured.
     admin_addr: Option<Addr>,
+    /// `--admin-connections on`.
+    admin_connections: bool,
     metrics: PrometheusHandle,
     reload_interval: Duration,
     drain_timeout: Duration,
@@ -133,7 +135,7 @@ pub fn prepare(settings: Settings) -> Result<Prepared, StartError> {
         })?),
         None => None,
     };
-    let unused = crate::systemd::unused();
+    let unused = crate::process::systemd::unused();
     if !unused.is_empty() {
         warn!(sockets = ?unused, "systemd passed sockets that no --listen systemd:NAME uses");
     }
@@ -142,6 +144,7 @@ pub fn prepare(settings: Settings) -> Result<Prepared, StartError> {
         routes: bound,
         admin,
         admin_addr: settings.admin,
+        admin_connections: settings.admin_connections,
         metrics,
         reload_interval: settings.reload_interval,
         drain_timeout: settings.drain_timeout,
@@ -201,6 +204,7 @@ impl Prepared {
             routes: bound,
             admin,
             admin_addr: _,
+            admin_connections,
             metrics,
             reload_interval,
             drain_timeout,
@@ -236,7 +240,12 @@ impl Prepared {
         let (failed_tx, failed) = watch::channel(None);
         let exposure = TargetExposure::watch(listening.iter().map(|(r, _)| &r.cfg));
         exposure.check();
+        let connections = crate::admin::shared::ConnectionsAccess::decide(
+            admin_listener.as_ref().and_then(|l| l.local_addr().ok()),
+            admin_connections,
+        );
         let shared = Arc::new(Shared {
+            connections,
             routes: listening.iter().map(|(r, _)| r.clone()).collect(),
             stores: stores.clone(),
             draining: AtomicBool::new(false),
@@ -273,7 +282,7 @@ impl Prepared {
             exposure.run(reload_interval, halt.subscribe()),
         ));
         let routes = shared.routes.clone();
-        tasks.push(tokio::spawn(crate::memtrim::run(move || {
+        tasks.push(tokio::spawn(crate::process::memtrim::run(move || {
             routes
                 .iter()
                 .map(|r| r.pending.len().saturating_add(r.registry.len()))

@@ -150,6 +150,17 @@ pub struct CommonArgs {
     /// ALPN protocol (repeatable): a server accepts only these (a peer offering none is still accepted); a client offers them.
     #[arg(long, value_name = "PROTO")]
     pub alpn: Vec<String>,
+    /// One INFO line per authenticated connection at close (identity, bytes, duration, reason)
+    /// [default: on for server, off for client].
+    #[arg(long, value_name = "on|off", value_parser = ["on", "off"])]
+    pub access_log: Option<String>,
+    /// Serve the admin path /connections (live peer identities) on a non-loopback admin
+    /// listener too [default: off; always on for a loopback or Unix-socket one].
+    #[arg(long, value_name = "on|off", value_parser = ["on", "off"])]
+    pub admin_connections: Option<String>,
+    /// TLS 1.3 session resumption with tickets bound to the credential revision (never TLS 1.2 resumption or 0-RTT).
+    #[arg(long)]
+    pub resumption: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -258,6 +269,15 @@ pub struct CheckArgs {
     /// naming the first problem.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["secret", "spki", "json"])]
     pub config: Option<PathBuf>,
+    /// Preview the candidate (a directory, files, a Secret, or --crl FILE alone) on a running
+    /// sidecar whose admin endpoint is ADMIN_URL (http://HOST:PORT, HOST:PORT or unix:/PATH):
+    /// print each live connection it would close, why and when, changing nothing. Exit 2: the
+    /// candidate is invalid (or nothing could be fetched); 1: something would be closed; 0: nothing.
+    #[arg(long, value_name = "ADMIN_URL", conflicts_with_all = ["config", "spki", "json"])]
+    pub against: Option<String>,
+    /// With --against: the --trust-grace to preview with [default: the running sidecar's].
+    #[arg(long, value_name = "DUR", requires = "against")]
+    pub trust_grace: Option<String>,
 }
 
 #[derive(Debug, Clone, Subcommand)]
@@ -430,6 +450,8 @@ impl CommonArgs {
             half_close_linger: self.half_close_linger.clone(),
             alpn: self.alpn.clone(),
             mark: self.mark.map(u64::from),
+            access_log: self.access_log.clone(),
+            resumption: self.resumption,
             ..Default::default()
         }
     }
@@ -437,6 +459,7 @@ impl CommonArgs {
     fn file_spec(&self, route: RouteSpec) -> FileSpec {
         FileSpec {
             admin: self.admin.clone(),
+            admin_connections: self.admin_connections.clone(),
             reload_interval: Some(self.reload_interval.clone()),
             trust_grace: Some(self.trust_grace.clone()),
             crl_scope: Some(self.crl_scope.clone()),

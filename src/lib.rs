@@ -11,28 +11,23 @@
 //! (what observers see) → [`cli`] → [`config`] (what the user asked) →
 //! [`sandbox`] → [`proxy`] (the data path) → [`tls`] → [`credentials`] →
 //! [`metrics`] and [`logging`] → [`logsafe`] → [`reason`] → the leaves:
-//! [`identity`], [`systemd`], [`memtrim`], [`fdlimit`], [`resident`],
-//! [`process_metrics`] → [`switch`].
+//! [`identity`] and [`process`] (fd limit, allocator trimming, start-up
+//! pages, process metrics, systemd, the off switches).
 
 pub mod admin;
 pub mod app;
 pub mod cli;
 pub mod config;
 pub mod credentials;
-pub mod fdlimit;
 pub mod identity;
 pub mod logging;
 pub mod logsafe;
-pub mod memtrim;
 pub mod metrics;
 pub mod ops;
-pub mod process_metrics;
+pub mod process;
 pub mod proxy;
 pub mod reason;
-pub mod resident;
 pub mod sandbox;
-pub mod switch;
-pub mod systemd;
 pub mod tls;
 
 /// The crypto provider every TLS config and verifier in the process uses:

@@ -159,14 +159,14 @@ async fn run(prepared: app::Prepared) -> u8 {
         }
     };
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
-    let released = mtls_sidecar::resident::release_startup_pages();
+    let released = mtls_sidecar::process::resident::release_startup_pages();
     tracing::debug!(
         segments = released.segments,
         bytes = released.bytes,
         "start-up code and read-only data released from the resident set"
     );
-    if let Some(every) = mtls_sidecar::systemd::watchdog_interval() {
-        tokio::spawn(mtls_sidecar::systemd::watchdog(every));
+    if let Some(every) = mtls_sidecar::process::systemd::watchdog_interval() {
+        tokio::spawn(mtls_sidecar::process::systemd::watchdog(every));
     }
     let code = tokio::select! {
         () = signals.wait_for_shutdown(&running) => 0,
@@ -182,7 +182,7 @@ async fn run(prepared: app::Prepared) -> u8 {
 
 /// Raises the soft descriptor limit to the hard one and says what it allows.
 fn raise_fd_limit(settings: &Settings) {
-    use mtls_sidecar::fdlimit;
+    use mtls_sidecar::process::fdlimit;
     let needed = fdlimit::needed(
         settings
             .routes

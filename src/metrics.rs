@@ -18,6 +18,8 @@ pub use info::render;
 
 pub const HANDSHAKES: &str = "mtls_sidecar_tls_handshakes_total";
 pub const HANDSHAKE_FAILURES: &str = "mtls_sidecar_tls_handshake_failures_total";
+/// Handshakes that resumed a TLS 1.3 session and were admitted.
+pub const RESUMPTIONS: &str = "mtls_sidecar_tls_resumptions_total";
 pub const HANDSHAKE_DURATION: &str = "mtls_sidecar_tls_handshake_duration_seconds";
 pub const CONNECTIONS_ACTIVE: &str = "mtls_sidecar_connections_active";
 pub const CONNECTIONS: &str = "mtls_sidecar_connections_total";
@@ -84,6 +86,11 @@ fn describe() {
         HANDSHAKE_FAILURES,
         Unit::Count,
         "TLS handshakes refused or failed, by route and reason (no_client_cert, unknown_ca, bad_san, expired, not_tls, timeout, protocol, io, overload, revoked, pin_mismatch, revoked_status_unknown, denied)."
+    );
+    describe_counter!(
+        RESUMPTIONS,
+        Unit::Count,
+        "TLS handshakes that resumed a session (--resumption) and whose stored peer chain passed admission again, by route."
     );
     describe_histogram!(
         HANDSHAKE_DURATION,
@@ -196,6 +203,7 @@ pub fn crl_next_update(earliest: Option<i64>) {
 pub struct RouteMetrics {
     route: String,
     pub handshakes: Counter,
+    pub resumptions: Counter,
     pub handshake_duration: Histogram,
     pub active: Gauge,
     pub connections: Counter,
@@ -227,6 +235,7 @@ impl RouteMetrics {
         }
         let m = RouteMetrics {
             handshakes: counter!(HANDSHAKES, "route" => r.clone()),
+            resumptions: counter!(RESUMPTIONS, "route" => r.clone()),
             handshake_duration: histogram!(HANDSHAKE_DURATION, "route" => r.clone()),
             active: gauge!(CONNECTIONS_ACTIVE, "route" => r.clone()),
             connections: counter!(CONNECTIONS, "route" => r.clone()),
@@ -236,6 +245,7 @@ impl RouteMetrics {
             route: r,
         };
         m.handshakes.increment(0);
+        m.resumptions.increment(0);
         m.connections.increment(0);
         m.to_target.increment(0);
         m.from_target.increment(0);
@@ -293,13 +303,13 @@ fn build_info() {
 /// `process_resident_memory_bytes`, `process_open_fds`, `process_max_fds`,
 /// `process_cpu_seconds_total`, `process_start_time_seconds` (and the
 /// virtual-memory and thread gauges), read from `/proc/self` by
-/// [`crate::process_metrics`], refreshed every [`PROCESS_INTERVAL`] by a
+/// [`crate::process::process_metrics`], refreshed every [`PROCESS_INTERVAL`] by a
 /// task on the running runtime (once, synchronously, outside one).
 /// `process_cpu_seconds_total` is a gauge holding fractional seconds, so
 /// that `rate()` works on a sidecar that uses milliseconds of CPU.
 fn process_metrics() {
-    crate::process_metrics::describe();
-    crate::process_metrics::collect();
+    crate::process::process_metrics::describe();
+    crate::process::process_metrics::collect();
 }
 
 /// Starts the task refreshing the process metrics every
@@ -319,7 +329,7 @@ pub fn spawn_process_refresh() {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            crate::process_metrics::collect();
+            crate::process::process_metrics::collect();
         }
     });
 }

@@ -581,7 +581,7 @@ async fn partial_client_hellos_are_cut_at_the_cap_and_bounded_by_max_handshakes(
 /// the default `--max-handshakes`), then close; the server's RSS comes back
 /// within 4 MB of its figure before them (the product's margin: well under
 /// the peak, so it fails when the allocator keeps what the burst grew,
-/// which glibc does without `src/memtrim.rs`'s trim). Before (12ed94e) RSS
+/// which glibc does without `src/process/memtrim.rs`'s trim). Before (12ed94e) RSS
 /// stayed at its peak (the issue: 1,000 peers, 8 MB -> 77 MB, for good).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_held_by_pending_handshakes_is_given_back() {

@@ -30,15 +30,7 @@ const LAYERS: &[&[&str]] = &[
     &["metrics", "logging"],
     &["logsafe"],
     &["reason"],
-    &[
-        "identity",
-        "systemd",
-        "memtrim",
-        "fdlimit",
-        "resident",
-        "process_metrics",
-    ],
-    &["switch"],
+    &["identity", "process"],
 ];
 
 fn rank(module: &str) -> Option<usize> {

@@ -1266,6 +1266,31 @@ async fn a_live_diverted_connection_is_closed_when_the_server_is_denied() {
     assert_eq!(app.peers().len(), 1, "a denied server was reached");
 }
 
+/// `resumption = true` on a transparent route: its rule's session cache
+/// resumes with the replica's server sidecar (`--resumption`), counted on
+/// both (tests/resumption.rs covers what refuses a ticket).
+#[tokio::test]
+async fn a_transparent_route_resumes_with_its_rules_server() {
+    if skip("a_transparent_route_resumes_with_its_rules_server") {
+        return;
+    }
+    let (a, b, c, app, _other) = hosts_and_apps().await;
+    let _server = server_sidecar(&b, &c, &["--resumption", "--admin", "127.0.0.1:9901"]).await;
+    a.nft(&outbound_rules("{ 2100 }"));
+    let rules = format!("resumption = true\n{}", replica_rules());
+    let _client = client_sidecar(&a, &c, &client_config(&c, "[::]:15001", &rules)).await;
+    a.enter();
+    for msg in [&b"first"[..], b"second"] {
+        let mut s = dial("10.77.0.2:2100").await;
+        assert_eq!(roundtrip(&mut s, msg).await, msg);
+    }
+    let resumed = "mtls_sidecar_tls_resumptions_total";
+    metric_reaches("127.0.0.1:9902", resumed, &[("route", "out")], 1.0).await;
+    b.enter();
+    metric_reaches("127.0.0.1:9901", resumed, &[("route", "server")], 1.0).await;
+    assert_eq!(app.peers().len(), 2);
+}
+
 // ---- Firewall reloads: deploy/systemd/nftables.service.d ----
 
 /// The drop-in that keeps the inbound rules across nftables.service's

@@ -17,6 +17,9 @@ pub struct System {
     pub listen: SocketAddr,
     pub pids: Vec<u32>,
     pub idle: usize,
+    /// Where the same system with session resumption on listens, for the
+    /// `resumed` scenario (none: not measured).
+    pub resuming: Option<SocketAddr>,
 }
 
 pub fn measure(
@@ -122,6 +125,18 @@ pub fn measure(
             f.sys, f.direct
         ));
         row.newconn = Some(f);
+    }
+    if let (true, Some(resuming)) = (opts.wants("resumed"), sys.resuming) {
+        let f = best_of(
+            scale.rounds,
+            || newconns(direct, scale.newconn_time),
+            || newconns(resuming, scale.newconn_time),
+        );
+        say(&format!(
+            "{:.0} new connections/s with resumption (direct {:.0})",
+            f.sys, f.direct
+        ));
+        row.newconn_resumed = Some(f);
     }
     if let (true, Some(rot)) = (opts.wants("rotation"), rotate) {
         let (n, ok, failed) = rotation(via, scale, rot);

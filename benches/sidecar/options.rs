@@ -144,9 +144,9 @@ pub fn usage(msg: &str) -> ! {
         eprintln!("error: {msg}");
     }
     eprintln!(
-        "usage: sidecar [--quick] [--only memory,bulk,echo,latency,rt16,newconn,rotation | --only hostile|scale,flood,preauth] [--out FILE] [--name NAME]\n\
+        "usage: sidecar [--quick] [--only memory,bulk,echo,latency,rt16,newconn,resumed,rotation | --only hostile|scale,flood,preauth] [--out FILE] [--name NAME]\n\
          \x20              [--system mtls-sidecar|plain-rust]\n\
-         \x20      sidecar --external name=N,listen=ADDR,target=ADDR[,pids=P1,P2][,idle=N] [--out FILE]\n\
+         \x20      sidecar --external name=N,listen=ADDR,target=ADDR[,pids=P1,P2][,idle=N][,resumed=ADDR] [--out FILE]\n\
          \x20      sidecar --table FILE"
     );
     std::process::exit(2)

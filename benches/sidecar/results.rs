@@ -26,6 +26,10 @@ pub struct Row {
     pub rt16: Option<Fig>,
     /// New connections/s, each with a full handshake and one round trip.
     pub newconn: Option<Fig>,
+    /// The same through the system with session resumption on (the
+    /// sidecar's `--resumption`; a peer's own), each connection after the
+    /// first resuming.
+    pub newconn_resumed: Option<Fig>,
     /// KiB of RSS (all proxy processes) per idle connection.
     pub idle_kib: Option<f64>,
     /// MB of RSS of all proxy processes after a few connections.

@@ -34,6 +34,9 @@ pub fn run_external(opts: &Opts, scale: &Scale, kv: &HashMap<String, String>) ->
             .get("idle")
             .and_then(|v| v.parse().ok())
             .unwrap_or(scale.idle),
+        resuming: kv
+            .get("resumed")
+            .map(|a| a.parse().expect("resumed=HOST:PORT")),
     };
     wait_until_serving(sys.listen);
     measure(opts, scale, &sys, &target, None)
@@ -64,14 +67,14 @@ pub fn run_sidecar(opts: &Opts, scale: &Scale) -> Row {
 
     let target = Target::start("127.0.0.1:0");
     let max = (scale.idle * 2 + 1000).to_string();
-    let server = Sidecar::start(
-        &bin,
-        &[
+    let target_addr = target.addr.to_string();
+    let pair = |extra: &[&str]| {
+        let mut args = vec![
             "server",
             "--listen",
             "127.0.0.1:0",
             "--target",
-            &target.addr.to_string(),
+            &target_addr,
             "--tls-dir",
             server_dir.path().to_str().unwrap(),
             "--allow-san",
@@ -80,29 +83,36 @@ pub fn run_sidecar(opts: &Opts, scale: &Scale) -> Row {
             &max,
             "--reload-interval",
             scale.reload_interval,
-        ],
-    );
-    let client = Sidecar::start(
-        &bin,
-        &[
+        ];
+        args.extend_from_slice(extra);
+        let server = Sidecar::start(&bin, &args);
+        let server_listen = server.listen.to_string();
+        let mut args = vec![
             "client",
             "--listen",
             "127.0.0.1:0",
             "--target",
-            &server.listen.to_string(),
+            &server_listen,
             "--server-name",
             REPLICA,
             "--tls-dir",
             client_dir.to_str().unwrap(),
             "--max-connections",
             &max,
-        ],
-    );
+        ];
+        args.extend_from_slice(extra);
+        let client = Sidecar::start(&bin, &args);
+        (server, client)
+    };
+    let (server, client) = pair(&[]);
+    // The same pair with `--resumption`, for the `resumed` scenario only.
+    let resuming = opts.wants("resumed").then(|| pair(&["--resumption"]));
     let sys = System {
         name: opts.name.clone().unwrap_or_else(|| "mtls-sidecar".into()),
         listen: client.listen,
         pids: vec![client.pid(), server.pid()],
         idle: scale.idle,
+        resuming: resuming.as_ref().map(|(_, c)| c.listen),
     };
     let rotate = Rotator {
         publish: &|| publish(&server_dir),
@@ -128,6 +138,7 @@ pub fn run_plain_rust(opts: &Opts, scale: &Scale) -> Row {
         listen: client.listen,
         pids: Vec::new(),
         idle: 0,
+        resuming: None,
     };
     wait_until_serving(sys.listen);
     let row = measure(opts, scale, &sys, &target, None);

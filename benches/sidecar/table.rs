@@ -31,6 +31,7 @@ pub fn print_table(rows: &[Row]) {
         "p99.9 µs (+added)",
         "16-conn rt/s",
         "new conn/s",
+        "resumed conn/s",
         "KiB/idle conn",
         "baseline MB",
         "rotation fails",
@@ -49,6 +50,7 @@ pub fn print_table(rows: &[Row]) {
         d(first(|r| r.p999), 1),
         d(first(|r| r.rt16), 0),
         d(first(|r| r.newconn), 0),
+        d(first(|r| r.newconn_resumed), 0),
         "-".into(),
         "-".into(),
         "-".into(),
@@ -63,6 +65,7 @@ pub fn print_table(rows: &[Row]) {
             added(&r.p999),
             ratio(&r.rt16),
             ratio(&r.newconn),
+            ratio(&r.newconn_resumed),
             opt(r.idle_kib, 1),
             opt(r.baseline_mb, 1),
             match (r.rotation_failed, r.rotations) {

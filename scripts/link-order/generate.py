@@ -21,7 +21,7 @@ two sources, because neither sees everything:
 Native finds of earlier runs are kept (stale names are skipped by the
 linker: a stale list costs memory, never correctness).
 
-Once serving, a sidecar unmaps its code (src/resident.rs), and what it runs
+Once serving, a sidecar unmaps its code (src/process/resident.rs), and what it runs
 from then on maps back in, a whole folio of the page cache at a time; so the
 list puts the code that serves first and start-up code after it. Each part is
 split by role: functions both the server and the client ran, then those only
@@ -58,7 +58,7 @@ BINARY = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "tar
 ROLES = ("server", "client")
 PHASES = ("serve", "start")
 PARTS = ("both", "server", "client", "start-both", "start-server", "start-client")
-# The function whose entry ends start-up (src/resident.rs).
+# The function whose entry ends start-up (src/process/resident.rs).
 RELEASE = "release_startup_pages"
 
 

@@ -10,10 +10,12 @@
 //! timeout and a bound on how long a response write may block close the
 //! stuck ones, and when the connection cap is reached the newcomer is
 //! always admitted while the most stuck connection is closed. HTTP/1.1 only
-//! (hyper), plain text except `/status` (JSON); the documents themselves
-//! are built in [`status`] from what the app exposes in [`shared`].
+//! (hyper), plain text except `/status` and `/connections` (JSON); the
+//! documents themselves are built in [`status`] and [`connections`] from
+//! what the app exposes in [`shared`].
 
 mod admission;
+pub mod connections;
 pub mod shared;
 pub mod status;
 mod tracked;
@@ -318,7 +320,7 @@ async fn connection(
     let seen = track.clone();
     let service = service_fn(move |req: Request<Incoming>| {
         seen.on_request();
-        let response = respond(&shared, req.method(), req.uri().path());
+        let response = respond_to(&shared, req.method(), req.uri());
         async move { Ok::<_, Infallible>(response) }
     });
     let io = Tracked::new(stream, track.clone());
@@ -361,10 +363,27 @@ async fn connection(
     }
 }
 
+/// Routes one request by its path and, for `/connections`, its query.
+pub fn respond_to(shared: &Shared, method: &Method, uri: &hyper::Uri) -> Response<Full<Bytes>> {
+    if uri.path() == "/connections" && (method == Method::GET || method == Method::HEAD) {
+        return match connections::respond(shared, uri.query()) {
+            Ok(json) => body(StatusCode::OK, JSON, json),
+            Err((code, msg)) => text(
+                StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                msg,
+            ),
+        };
+    }
+    respond(shared, method, uri.path())
+}
+
 /// Routes one request. Unknown paths are 404 whatever the method; known
 /// paths answer GET (and HEAD, which hyper sends without a body) only.
 pub fn respond(shared: &Shared, method: &Method, path: &str) -> Response<Full<Bytes>> {
-    let known = matches!(path, "/metrics" | "/livez" | "/readyz" | "/status");
+    let known = matches!(
+        path,
+        "/metrics" | "/livez" | "/readyz" | "/status" | "/connections"
+    );
     if !known {
         return text(StatusCode::NOT_FOUND, format!("not found: {path}\n"));
     }
@@ -394,6 +413,10 @@ pub fn respond(shared: &Shared, method: &Method, path: &str) -> Response<Full<By
             };
             text(code, format!("{}\n", r.detail))
         }
+        "/connections" => text(
+            StatusCode::BAD_REQUEST,
+            "/connections needs its query: use respond_to\n".to_string(),
+        ),
         _ => match serde_json::to_string_pretty(&crate::admin::status::status(shared, now)) {
             Ok(json) => body(StatusCode::OK, JSON, json + "\n"),
             Err(e) => text(

@@ -21,6 +21,8 @@ use super::{bounds, invalid, ConfigError, Settings, MAX_TRUST_GRACE};
 #[serde(deny_unknown_fields)]
 pub struct FileSpec {
     pub admin: Option<String>,
+    /// `on`/`off`: serve `/connections` on a non-loopback admin listener.
+    pub admin_connections: Option<String>,
     pub reload_interval: Option<String>,
     pub trust_grace: Option<String>,
     /// `leaf` (default) or `chain`.
@@ -103,6 +105,11 @@ impl FileSpec {
         Ok(Settings {
             routes,
             admin,
+            admin_connections: super::values::on_off(
+                "--admin-connections",
+                self.admin_connections.as_deref(),
+                false,
+            )?,
             reload_interval,
             trust_grace,
             crl_scope,

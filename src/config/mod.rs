@@ -72,6 +72,9 @@ pub const DEFAULT_MAX_HANDSHAKES: usize = 1024;
 pub struct Settings {
     pub routes: Vec<RouteConfig>,
     pub admin: Option<Addr>,
+    /// `--admin-connections on`: serve `/connections` on any admin listener,
+    /// not only a loopback or Unix-socket one.
+    pub admin_connections: bool,
     pub reload_interval: Duration,
     pub trust_grace: Duration,
     /// Which certificates of a peer chain are checked against the CRLs.

@@ -69,6 +69,12 @@ pub struct RouteSpec {
     /// REDIRECT (`--tproxy`).
     #[serde(default)]
     pub tproxy: bool,
+    /// `on`/`off`: one INFO line per authenticated connection at close
+    /// (default: on for server routes, off for client routes).
+    pub access_log: Option<String>,
+    /// TLS 1.3 session resumption between sidecars (`--resumption`).
+    #[serde(default)]
+    pub resumption: bool,
     #[serde(flatten)]
     pub credentials: CredentialSpec,
 }
@@ -288,6 +294,12 @@ impl RouteSpec {
             transparent,
             mark: self.mark.map(|m| mark(&p("--mark"), m)).transpose()?,
             tproxy: self.tproxy,
+            access_log: super::values::on_off(
+                &p("--access-log"),
+                self.access_log.as_deref(),
+                mode == Mode::Server,
+            )?,
+            resumption: self.resumption,
         })
     }
 

@@ -131,3 +131,14 @@ pub(super) fn mark(field: &str, m: u64) -> Result<u32, ConfigError> {
         )),
     }
 }
+
+/// Parses an optional `on`/`off` switch (`--access-log`,
+/// `--admin-connections`), `default` when absent.
+pub fn on_off(field: &str, s: Option<&str>, default: bool) -> Result<bool, ConfigError> {
+    match s {
+        None => Ok(default),
+        Some("on") => Ok(true),
+        Some("off") => Ok(false),
+        Some(other) => Err(invalid(field, format!("{other:?}: on or off"))),
+    }
+}

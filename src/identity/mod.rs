@@ -11,6 +11,7 @@ use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 mod dns;
+pub mod pem;
 pub mod pin;
 mod uri;
 

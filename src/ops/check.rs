@@ -13,12 +13,18 @@
 //! it ([`secret`]) and checks its `type` and data keys before the same file
 //! checks, in memory.
 //!
+//! `check … --against ADMIN_URL` previews a candidate on a running sidecar
+//! instead: which live connections it would close, why and when
+//! ([`against`], judged in [`preview`]).
+//!
 //! The checks themselves live in [`inspect`]; this file turns arguments into
 //! a [`Request`] and prints the [`Report`].
 
+pub mod against;
 mod deny;
 mod expect;
 mod inspect;
+pub mod preview;
 mod report;
 pub mod secret;
 mod steps;
@@ -121,6 +127,9 @@ pub fn run(args: &CheckArgs) -> u8 {
     }
     if let Some(path) = &args.config {
         return check_config(path);
+    }
+    if let Some(url) = &args.against {
+        return against::run(args, url);
     }
     let req = match Request::from_args(args) {
         Ok(r) => r,

@@ -171,10 +171,10 @@ impl Addr {
                 StdListener::Unix(l)
             }
             Addr::Systemd(name) => {
-                let fd = crate::systemd::take(name).map_err(io::Error::other)?;
-                match crate::systemd::kind(name, &fd).map_err(io::Error::other)? {
-                    crate::systemd::Kind::Tcp => StdListener::Tcp(fd.into()),
-                    crate::systemd::Kind::Unix => StdListener::Unix(fd.into()),
+                let fd = crate::process::systemd::take(name).map_err(io::Error::other)?;
+                match crate::process::systemd::kind(name, &fd).map_err(io::Error::other)? {
+                    crate::process::systemd::Kind::Tcp => StdListener::Tcp(fd.into()),
+                    crate::process::systemd::Kind::Unix => StdListener::Unix(fd.into()),
                 }
             }
         };

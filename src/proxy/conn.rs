@@ -1,6 +1,9 @@
 //! The live connections of one route: what each was authenticated with, and
 //! a handle to close it with a reason. Rotation (revocation), expiry,
-//! `--exclusive` displacement and draining all act through this registry.
+//! `--exclusive` displacement and draining all act through this registry,
+//! and the admin endpoint's `/connections` reads it. One lock per route,
+//! taken when a connection registers, leaves or is listed, never per
+//! forwarded chunk: the byte counts are atomics inside each entry.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -11,6 +14,7 @@ use rustls_pki_types::CertificateDer;
 use tokio::sync::{watch, Notify};
 
 use crate::identity::CertInfo;
+use crate::proxy::forward::Totals;
 use crate::reason::CloseReason;
 
 /// Asks one connection's task to close, with a reason. The first reason wins.
@@ -49,6 +53,10 @@ pub struct LiveConn {
     /// The chain the peer presented, re-verified when the trust shrinks.
     pub chain: Vec<CertificateDer<'static>>,
     pub opened: Instant,
+    /// Bytes forwarded each way, counted by the forwarder itself (the
+    /// same atomics it always kept), so `/connections` reads them at query
+    /// time and the hot path takes no lock.
+    pub totals: Totals,
     pub signal: CloseSignal,
     /// Turns true once the connection's task has let go of both sockets
     /// (its registration dropped): an `--exclusive` newcomer waits for it
@@ -60,6 +68,15 @@ pub struct LiveConn {
 }
 
 impl LiveConn {
+    /// The peer certificate's subject, serial and SANs, empty when it had
+    /// none that parsed: what every line about the connection names.
+    pub fn peer_fields(&self) -> (&str, &str, Vec<String>) {
+        self.peer
+            .as_ref()
+            .map(|c| (c.subject.as_str(), c.serial.as_str(), c.sans()))
+            .unwrap_or_default()
+    }
+
     /// Resolves once the connection is gone, both sockets closed.
     pub async fn finished(&self) {
         loop {
@@ -145,6 +162,7 @@ impl Registry {
             peer,
             chain,
             opened: Instant::now(),
+            totals: Totals::default(),
             signal: CloseSignal::default(),
             finished: AtomicBool::new(false),
             finished_notify: Notify::new(),

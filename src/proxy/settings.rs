@@ -70,8 +70,12 @@ pub struct RouteConfig {
     pub transparent: Option<std::sync::Arc<super::transparent::Destinations>>,
     /// `SO_MARK` on every outbound socket of the route (`--mark`).
     pub mark: Option<u32>,
+    /// TLS 1.3 session resumption (`--resumption`, config `resumption`).
+    pub resumption: bool,
     /// A transparent route diverted by TPROXY (`--tproxy`): the listener
     /// has `IP_TRANSPARENT` and each connection's local address is its
     /// original destination.
     pub tproxy: bool,
+    /// `--access-log`: one INFO line per authenticated connection at close.
+    pub access_log: bool,
 }

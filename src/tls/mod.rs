@@ -2,17 +2,16 @@
 //! identity and trust inside are read from the credential store on every
 //! handshake through [`resolve`] and [`verify`].
 //!
-//! Session resumption is disabled in both directions: every connection
-//! performs a full handshake, so the peer chain is always checked against
-//! the trust and SAN policy in force (a resumed session could otherwise
-//! outlive the trust that authenticated it).
+//! Session resumption is off unless a route asks for it (`--resumption`,
+//! [`resumption`]): every connection then performs a full handshake, so the
+//! peer chain is always checked against the trust and SAN policy in force.
 
 pub mod resolve;
+pub mod resumption;
 pub mod verify;
 
 use std::sync::Arc;
 
-use rustls::client::Resumption;
 use rustls::server::NoServerSessionStorage;
 use rustls::{ClientConfig, ServerConfig, SupportedProtocolVersion};
 
@@ -48,6 +47,8 @@ pub struct PeerOptions {
     pub alpn: Vec<Vec<u8>>,
     /// SHA-256 pins of the peer's SubjectPublicKeyInfo.
     pub spki_pins: Vec<[u8; 32]>,
+    /// TLS 1.3 session resumption (`--resumption`).
+    pub resumption: bool,
 }
 
 fn versions(min: TlsVersion) -> &'static [&'static SupportedProtocolVersion] {
@@ -76,16 +77,45 @@ pub fn server_config(
         .with_protocol_versions(versions(min))?
         .with_client_cert_verifier(policy.clone())
         .with_cert_resolver(Arc::new(IdentityResolver::new(store.clone())));
+    // No session-ID cache (TLS 1.2 resumption) and no stateful TLS 1.3
+    // sessions, hence never 0-RTT (rustls offers it only with those).
     cfg.session_storage = Arc::new(NoServerSessionStorage {});
     cfg.send_tls13_tickets = 0;
+    if peer.resumption {
+        cfg.ticketer = Arc::new(resumption::RevisionTicketer::new(store.clone()));
+        cfg.send_tls13_tickets = resumption::TICKETS_PER_HANDSHAKE;
+    }
     // A client offering protocols none of which is here gets a
     // no_application_protocol alert; one offering none is accepted.
     cfg.alpn_protocols = peer.alpn.clone();
     Ok((Arc::new(cfg), policy))
 }
 
-/// The config a `client` route connects with, and its verifier.
+/// The configs a `client` route connects with (one, or one per revision
+/// under `--resumption`), and the verifier live connections are re-checked
+/// with.
 pub fn client_config(
+    store: &Arc<CredentialStore>,
+    expected: SanPolicy,
+    min: TlsVersion,
+    peer: &PeerOptions,
+) -> Result<(resumption::ClientTls, Arc<ServerCertPolicy>), rustls::Error> {
+    let (cfg, policy) = one_client_config(store, expected.clone(), min, peer)?;
+    if !peer.resumption {
+        return Ok((resumption::ClientTls::Fixed(cfg), policy));
+    }
+    let (store2, peer) = (store.clone(), peer.clone());
+    let build: resumption::BuildClient = Box::new(move || {
+        one_client_config(&store2, expected.clone(), min, &peer).map(|(cfg, _)| cfg)
+    });
+    let resuming = resumption::ResumingClient::new(store.clone(), build)?;
+    Ok((resumption::ClientTls::Resuming(Box::new(resuming)), policy))
+}
+
+/// One client config, with its own verifier (rustls resumes a session
+/// only with the verifier that stored it) and, under `--resumption`, its
+/// own session cache.
+fn one_client_config(
     store: &Arc<CredentialStore>,
     expected: SanPolicy,
     min: TlsVersion,
@@ -101,7 +131,7 @@ pub fn client_config(
         .dangerous()
         .with_custom_certificate_verifier(policy.clone())
         .with_client_cert_resolver(Arc::new(IdentityResolver::new(store.clone())));
-    cfg.resumption = Resumption::disabled();
+    cfg.resumption = resumption::client_resumption(peer.resumption);
     cfg.alpn_protocols = peer.alpn.clone();
     Ok((Arc::new(cfg), policy))
 }

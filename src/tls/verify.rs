@@ -28,6 +28,34 @@ pub struct PeerReport {
     pub chain: Vec<CertificateDer<'static>>,
     /// The trust the chain was found good against, when it was.
     pub verified_with: Option<Arc<Trust>>,
+    /// What the session ticketer saw in this handshake (`--resumption`).
+    pub ticket: TicketNote,
+}
+
+/// What the session ticketer ([`crate::tls::resumption`]) saw during one
+/// handshake.
+#[derive(Debug, Default, Clone)]
+pub struct TicketNote {
+    /// The revision whose keys decrypted the ticket the peer offered.
+    pub(crate) resumed_under: Option<Arc<crate::credentials::Credentials>>,
+    /// That ticket's end (epoch seconds).
+    pub(crate) resumed_until: Option<u64>,
+    /// The end given to the tickets issued in this handshake, which the
+    /// ticketer's `lifetime()` advertises.
+    pub(crate) issued_until: Option<u64>,
+}
+
+impl PeerReport {
+    /// The report of a resumed session: no verifier ran, so the peer is
+    /// what rustls stored with the session (`peer_certificates()`), judged
+    /// by nothing yet.
+    pub fn resumed(chain: Vec<CertificateDer<'static>>) -> PeerReport {
+        PeerReport {
+            cert: chain.first().and_then(|c| CertInfo::parse(c).ok()),
+            chain,
+            ..PeerReport::default()
+        }
+    }
 }
 
 tokio::task_local! {
@@ -42,6 +70,15 @@ pub async fn with_report<F: std::future::Future>(fut: F) -> (F::Output, PeerRepo
     let out = REPORT.scope(slot.clone(), fut).await;
     let report = slot.lock().map(|r| r.clone()).unwrap_or_default();
     (out, report)
+}
+
+/// Runs `f` on the report of the handshake being polled, if any: the
+/// session ticketer reads and notes what it needs there.
+pub(crate) fn with_current_report<R>(f: impl FnOnce(&mut PeerReport) -> R) -> Option<R> {
+    REPORT
+        .try_with(|slot| slot.lock().ok().map(|mut r| f(&mut r)))
+        .ok()
+        .flatten()
 }
 
 fn note_peer(

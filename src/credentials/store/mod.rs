@@ -109,6 +109,12 @@ impl CredentialStore {
         &self.source
     }
 
+    /// `--trust-grace`: how long an anchor dropped from `ca.crt` stays
+    /// trusted (what `check --against` previews).
+    pub fn trust_grace(&self) -> Duration {
+        self.trust_grace
+    }
+
     /// The crypto provider credentials were validated with.
     pub fn provider(&self) -> &Arc<CryptoProvider> {
         &self.provider

@@ -56,6 +56,35 @@ fn handshake_ended<S>(
     }
 }
 
+/// A TLS stream that may have resumed a session.
+pub(super) trait Resumable {
+    /// The peer chain stored with the session when the handshake resumed
+    /// one; `None` after a full handshake.
+    fn resumed_chain(&self) -> Option<Vec<CertificateDer<'static>>>;
+}
+
+/// The chain rustls kept for a resumed session (empty when it kept none,
+/// which admission refuses).
+fn resumed_chain(conn: &rustls::CommonState) -> Option<Vec<CertificateDer<'static>>> {
+    (conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed)).then(|| {
+        conn.peer_certificates()
+            .map(<[_]>::to_vec)
+            .unwrap_or_default()
+    })
+}
+
+impl<IO> Resumable for tokio_rustls::server::TlsStream<IO> {
+    fn resumed_chain(&self) -> Option<Vec<CertificateDer<'static>>> {
+        resumed_chain(self.get_ref().1)
+    }
+}
+
+impl<IO> Resumable for tokio_rustls::client::TlsStream<IO> {
+    fn resumed_chain(&self) -> Option<Vec<CertificateDer<'static>>> {
+        resumed_chain(self.get_ref().1)
+    }
+}
+
 impl Route {
     /// Waits for one of the `--max-connections` slots, unless the
     /// connection is told to close first.
@@ -95,6 +124,7 @@ impl Route {
     /// was forwarded (revoked, displaced or drained while it waited).
     pub(super) fn closed_early(&self, reg: &Registration, reason: CloseReason) {
         self.metrics.closed(reason);
+        self.access(&reg.conn, reason);
         info!(target: LOG_TARGET, route = %self.cfg.name, peer = %reg.conn.peer_addr, reason = reason.as_str(), "connection closed before forwarding");
     }
 
@@ -108,7 +138,7 @@ impl Route {
     /// Callers pass the handshake boxed: inline, its TLS state would be laid
     /// out again at each level of futures wrapping it, and a task keeps the
     /// size of its largest state for the life of the connection.
-    pub(super) async fn authenticate<S>(
+    pub(super) async fn authenticate<S: Resumable>(
         &self,
         peer: String,
         handshake: impl std::future::Future<Output = std::io::Result<S>>,
@@ -129,8 +159,20 @@ impl Route {
         let (reason, error) = match result {
             Ok(stream) => {
                 let took = started.elapsed();
-                let admitted = self.admit(peer, report);
-                if self.cfg.mode == Mode::Server || admitted.is_none() {
+                // No verifier ran on a resumed session: its stored chain is
+                // what admission judges.
+                let resumed = stream.resumed_chain();
+                let report = match &resumed {
+                    Some(chain) => PeerReport::resumed(chain.clone()),
+                    None => report,
+                };
+                let admitted = self.admit(peer, report, resumed.is_some(), took);
+                if admitted.is_some() && resumed.is_some() {
+                    self.metrics.resumptions.increment(1);
+                }
+                if resumed.is_some() && admitted.is_none() {
+                    // Counted as a refused handshake by `admit`.
+                } else if self.cfg.mode == Mode::Server || admitted.is_none() {
                     self.metrics.handshake_ok(took);
                 } else {
                     self.metrics.handshake_duration.record(took.as_secs_f64());
@@ -149,10 +191,15 @@ impl Route {
 
     /// Admits an authenticated peer: registers it, re-checks its chain, and
     /// only then (for `--exclusive`) lets it displace the incumbent.
+    /// A resumed session (`resumed`) is judged here for the first time
+    /// since its ticket was issued; its refusal is a refused handshake
+    /// (closed without an alert: the handshake is over), not a close.
     fn admit(
         &self,
         peer_addr: String,
         report: PeerReport,
+        resumed: bool,
+        took: Duration,
     ) -> Option<(Registration, Option<Arc<LiveConn>>)> {
         if let Some(c) = &report.cert {
             use crate::logsafe::{clean, clean_list};
@@ -177,6 +224,10 @@ impl Route {
             self.reverify(&reg.conn.chain, SystemTime::now())
         };
         if let Err(e) = verdict {
+            if resumed {
+                self.resumption_refused(&reg.conn, &e, took);
+                return None;
+            }
             self.metrics.closed(CloseReason::of_lost_trust(&e));
             warn!(
                 target: LOG_TARGET, route = %self.cfg.name, peer = %reg.conn.peer_addr,

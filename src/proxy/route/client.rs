@@ -29,7 +29,7 @@ impl Route {
         stream: Stream,
         peer_addr: String,
         ticket: Ticket,
-        live: crate::memtrim::Live,
+        live: crate::process::memtrim::Live,
     ) {
         use crate::proxy::transparent::{dial, NoDestination};
         let RouteTls::Transparent(t) = &self.tls else {
@@ -68,7 +68,7 @@ impl Route {
             ticket,
             live,
         };
-        let connector = tls.connector.clone();
+        let connector = tls.client.connector();
         use tracing::Instrument;
         self.clone()
             .handle_client(connector, server_name, connect, to.to_string(), local)

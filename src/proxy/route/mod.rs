@@ -16,7 +16,7 @@
 //! connections being client ones), `admission.rs` (the handshake and what
 //! admits the peer), `verdict.rs` (a client route's server accepting us),
 //! `supervise.rs` (forwarding until the close, and closing on revocation),
-//! and `refusal.rs` (how a refusal or an unreachable target is counted and
+//! `access.rs` (the access line at close), and `refusal.rs` (how a refusal or an unreachable target is counted and
 //! logged).
 
 use std::future::Future;
@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use rustls_pki_types::ServerName;
 use tokio::sync::{watch, Semaphore};
-use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
 use super::settings::{Mode, RouteConfig};
@@ -45,6 +45,8 @@ use crate::tls::verify::{ClientCertPolicy, ServerCertPolicy};
 /// match on it keep working (docs/logging.md).
 pub(crate) const LOG_TARGET: &str = "mtls_sidecar::route";
 
+mod access;
+pub use access::leaf_spki;
 mod admission;
 mod client;
 mod refusal;
@@ -59,7 +61,7 @@ enum RouteTls {
         policy: Arc<ClientCertPolicy>,
     },
     Client {
-        connector: TlsConnector,
+        client: crate::tls::resumption::ClientTls,
         policy: Arc<ServerCertPolicy>,
         server_name: ServerName<'static>,
     },
@@ -115,7 +117,7 @@ struct Local {
     stream: Stream,
     addr: String,
     ticket: Ticket,
-    live: crate::memtrim::Live,
+    live: crate::process::memtrim::Live,
 }
 
 impl Route {
@@ -130,6 +132,7 @@ impl Route {
         let peer = crate::tls::PeerOptions {
             alpn: cfg.alpn.clone(),
             spki_pins: cfg.spki_pins.clone(),
+            resumption: cfg.resumption,
         };
         let mut tls = match cfg.mode {
             Mode::Server => {
@@ -165,7 +168,7 @@ impl Route {
                 let server_name =
                     ServerName::try_from(name.clone()).map_err(|_| RouteError::ServerName(name))?;
                 RouteTls::Client {
-                    connector: TlsConnector::from(config),
+                    client: config,
                     policy,
                     server_name,
                 }
@@ -246,7 +249,7 @@ impl Route {
                     if evicted > 0 {
                         debug!(target: LOG_TARGET, route = %self.cfg.name, evicted, "--max-handshakes reached: closing the oldest pending handshake");
                     }
-                    let live = crate::memtrim::Live::start();
+                    let live = crate::process::memtrim::Live::start();
                     tokio::spawn(self.clone().handle(stream, peer, ticket, live));
                 }
                 Err(e) => {
@@ -276,7 +279,7 @@ impl Route {
         stream: Stream,
         peer_addr: String,
         ticket: Ticket,
-        live: crate::memtrim::Live,
+        live: crate::process::memtrim::Live,
     ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         match &self.tls {
             RouteTls::Server { acceptor, .. } => {
@@ -284,11 +287,11 @@ impl Route {
                 Box::pin(self.handle_server(acceptor, stream, peer_addr, ticket, live))
             }
             RouteTls::Client {
-                connector,
+                client,
                 server_name,
                 ..
             } => {
-                let (connector, server_name) = (connector.clone(), server_name.clone());
+                let (connector, server_name) = (client.connector(), server_name.clone());
                 let route = self.clone();
                 let connect: Dial<()> = Box::pin(async move {
                     let cfg = &route.cfg;

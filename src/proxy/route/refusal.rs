@@ -69,6 +69,22 @@ impl Route {
         }
     }
 
+    /// A resumed session whose stored peer chain no longer passes
+    /// admission: counted and logged as a refused handshake with its
+    /// reason, though the peer saw its handshake complete and then a
+    /// close, with no alert (docs/resumption.md).
+    pub(super) fn resumption_refused(
+        &self,
+        conn: &LiveConn,
+        error: &rustls::Error,
+        took: std::time::Duration,
+    ) {
+        let reason = FailureReason::from_tls(error);
+        self.metrics.handshake_failed(reason, took);
+        let error = format!("{error}, in a resumed session: closed after the handshake");
+        self.log_refusal(&conn.peer_addr, reason, &error, conn.peer.as_ref());
+    }
+
     /// A client route's server refused us with `alert` once our handshake
     /// had finished (TLS 1.3 servers judge the client's certificate after
     /// their own Finished): a failed handshake, never a close. Its duration

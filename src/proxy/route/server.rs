@@ -14,6 +14,7 @@ use crate::proxy::addr::Stream;
 use crate::proxy::conn::Registration;
 use crate::proxy::pending::Ticket;
 use crate::proxy::preauth::Capped;
+use crate::reason::CloseReason;
 
 impl Route {
     pub(super) async fn handle_server(
@@ -22,7 +23,7 @@ impl Route {
         stream: Stream,
         peer_addr: String,
         ticket: Ticket,
-        _live: crate::memtrim::Live,
+        _live: crate::process::memtrim::Live,
     ) {
         let addresses = match &stream {
             Stream::Tcp(s) => s.peer_addr().ok().zip(s.local_addr().ok()),
@@ -65,7 +66,10 @@ impl Route {
         };
         let mut target = match target {
             Ok(t) => t,
-            Err(e) => return self.target_unreachable(&reg.conn.peer_addr, &e),
+            Err(e) => {
+                self.access(&reg.conn, CloseReason::TargetError);
+                return self.target_unreachable(&reg.conn.peer_addr, &e);
+            }
         };
         if self.cfg.proxy_protocol {
             let header = self.handoff(&reg, tls.get_ref().1, addresses);
@@ -79,6 +83,7 @@ impl Route {
                     "writing the PROXY header timed out",
                 ))
             }) {
+                self.access(&reg.conn, CloseReason::TargetError);
                 return self.target_unreachable(&reg.conn.peer_addr, &e);
             }
         }

@@ -15,7 +15,7 @@ use super::Route;
 use super::LOG_TARGET;
 use crate::proxy::addr::Stream;
 use crate::proxy::conn::Registration;
-use crate::proxy::forward::{forward, Deadline, Totals};
+use crate::proxy::forward::{forward, Deadline};
 use crate::reason::CloseReason;
 
 /// `now + d`, or never when that is past what an `Instant` can hold.
@@ -64,14 +64,14 @@ impl Route {
             (Some(e), _) => (Some(e), CloseReason::Expired),
             (None, l) => (l, CloseReason::Lifetime),
         };
-        let totals = Totals::default();
+        let totals = &conn.totals;
         self.metrics.active.increment(1.0);
         let deadline = deadline.map(|at| Deadline {
             at,
             reason: timed_out,
         });
         let reason = tokio::select! {
-            r = forward(peer, &mut target, &self.metrics.to_target, &self.metrics.from_target, &totals, self.cfg.half_close_linger, deadline) => r,
+            r = forward(peer, &mut target, &self.metrics.to_target, &self.metrics.from_target, totals, self.cfg.half_close_linger, deadline) => r,
             r = conn.signal.closed() => r,
         };
         self.metrics.active.decrement(1.0);
@@ -79,6 +79,7 @@ impl Route {
             return self.refused_by_server(&conn, alert);
         }
         self.metrics.closed(reason);
+        self.access(&conn, reason);
         let to = totals.to_target.load(std::sync::atomic::Ordering::Relaxed);
         let from = totals
             .from_target
@@ -137,11 +138,7 @@ impl Route {
     /// judgement: naming the deny-list entry when one matched.
     fn log_lost_trust(&self, conn: &crate::proxy::conn::LiveConn, e: &rustls::Error) {
         use crate::logsafe::{clean, clean_display, clean_list};
-        let (subject, serial, sans) = conn
-            .peer
-            .as_ref()
-            .map(|c| (c.subject.as_str(), c.serial.as_str(), c.sans()))
-            .unwrap_or_default();
+        let (subject, serial, sans) = conn.peer_fields();
         match crate::reason::denied_entry(e) {
             Some(entry) => warn!(
                 target: LOG_TARGET, route = %self.cfg.name, peer = %conn.peer_addr, subject = %clean(subject), serial = %serial,

@@ -32,7 +32,6 @@ use std::sync::Arc;
 
 use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
 
 use crate::credentials::CredentialStore;
 use crate::identity::SanPolicy;
@@ -51,7 +50,7 @@ pub const TARGET_LABEL: &str = "original-destination";
 
 /// One rule's client TLS: its own verifier (the rule's expected SANs).
 pub struct RuleTls {
-    pub connector: TlsConnector,
+    pub client: crate::tls::resumption::ClientTls,
     pub policy: Arc<ServerCertPolicy>,
     pub server_name: Option<ServerName<'static>>,
 }
@@ -92,7 +91,7 @@ impl Transparent {
                     None => None,
                 };
             tls.push(RuleTls {
-                connector: TlsConnector::from(config),
+                client: config,
                 policy,
                 server_name,
             });

@@ -91,9 +91,9 @@ pub async fn run(load: impl Fn() -> usize) {
     }
 }
 
-/// Trimming is on unless the switch says it is off (see [`crate::switch`]).
+/// Trimming is on unless the switch says it is off (see [`super::switch`]).
 fn enabled(switch: Option<&str>) -> bool {
-    !crate::switch::is_off(switch)
+    !super::switch::is_off(switch)
 }
 
 /// A burst has ended: many endings, a high peak, and the load is down to

@@ -28,9 +28,9 @@ pub struct Released {
     pub bytes: usize,
 }
 
-/// Whether the environment allows releasing (see [`crate::switch`]).
+/// Whether the environment allows releasing (see [`super::switch`]).
 pub fn enabled(setting: Option<&str>) -> bool {
-    !crate::switch::is_off(setting)
+    !super::switch::is_off(setting)
 }
 
 /// One loadable segment of the running executable: its address range and
