@@ -13,7 +13,7 @@ use rustls::crypto::CryptoProvider;
 
 use super::report::Report;
 use super::steps::step;
-use crate::credentials::{PeerFacts, ValidRevision, CERT_FILE};
+use crate::credentials::{Anchor, CrlScope, PeerFacts, Trust, ValidRevision, CERT_FILE};
 
 /// The `deny` step, when the revision has a deny-list.
 pub(super) fn deny_step(
@@ -35,7 +35,7 @@ fn verdict(
     provider: &Arc<CryptoProvider>,
     now: SystemTime,
 ) -> Result<((), String), String> {
-    let trust = super::inspect::revision_trust(rev, provider)?.with_deny(rev.deny.clone());
+    let trust = revision_trust(rev, provider)?.with_deny(rev.deny.clone());
     if let Err(e) = trust.judge_own(&rev.identity.cert, now) {
         if let Some(entry) = crate::reason::denied_entry(&e) {
             return Err(format!(
@@ -62,4 +62,20 @@ fn verdict(
         }
     }
     Ok(((), detail))
+}
+
+/// The trust a revision alone makes (its anchors, intermediates and
+/// CRLs, every CRL judging the whole chain), as a peer holding it judges.
+pub(super) fn revision_trust(
+    rev: &ValidRevision,
+    provider: &Arc<CryptoProvider>,
+) -> Result<Trust, String> {
+    Ok(Trust::build(
+        Anchor::bundle(&rev.anchors),
+        rev.crls.clone(),
+        CrlScope::Chain,
+        provider,
+    )
+    .map_err(|e| e.to_string())?
+    .with_issuers(rev.intermediates.clone(), Arc::from(Vec::new())))
 }

@@ -17,9 +17,8 @@ use super::steps::{present, show, step, Files};
 use super::{Input, Request};
 use crate::credentials::revocation::describe_state;
 use crate::credentials::{
-    fmt_time, parse_certs, parse_key, read_file, root_store, validate, verify_chain, Anchor,
-    CredError, CredentialSource, CrlScope, RawFile, RawRevision, Trust, CA_FILE, CERT_FILE,
-    CRL_FILE, KEY_FILE,
+    fmt_time, parse_certs, parse_key, read_file, root_store, validate, verify_chain, CredError,
+    CredentialSource, RawFile, RawRevision, CA_FILE, CERT_FILE, CRL_FILE, KEY_FILE,
 };
 use crate::identity::{time_to_epoch, CertInfo};
 
@@ -285,22 +284,6 @@ fn load(
     }
 }
 
-/// The trust a revision alone makes (its anchors, intermediates and
-/// CRLs, every CRL judging the whole chain), as a peer holding it judges.
-pub(super) fn revision_trust(
-    rev: &crate::credentials::ValidRevision,
-    provider: &Arc<CryptoProvider>,
-) -> Result<Trust, String> {
-    Ok(Trust::build(
-        Anchor::bundle(&rev.anchors),
-        rev.crls.clone(),
-        CrlScope::Chain,
-        provider,
-    )
-    .map_err(|e| e.to_string())?
-    .with_issuers(rev.intermediates.clone(), Arc::from(Vec::new())))
-}
-
 /// The CRLs are fresh and do not refuse the identity itself: our own
 /// chain judged by the handshake's judgement ([`Trust::verify_peer`]) with
 /// the revision's trust, as a peer with `--crl-scope chain` would.
@@ -309,7 +292,7 @@ fn crl_verdict(
     provider: &Arc<CryptoProvider>,
     now: SystemTime,
 ) -> Result<((), String), String> {
-    let trust = revision_trust(rev, provider)?;
+    let trust = super::deny::revision_trust(rev, provider)?;
     if let Err(e) = trust.judge_own(&rev.identity.cert, now) {
         let reason = crate::reason::FailureReason::from_tls(&e);
         let what = match reason {
