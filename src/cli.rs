@@ -64,6 +64,9 @@ pub struct CredentialArgs {
     /// Known intermediate CAs (PEM) that CRLs may be signed by, never trust anchors; with --cert/--key/--ca (a directory's is intermediates).
     #[arg(long, value_name = "FILE")]
     pub intermediates: Option<PathBuf>,
+    /// Deny-list file (spki-sha256:, serial:, san: entries); with --cert/--key/--ca (a directory's is deny).
+    #[arg(long, value_name = "FILE")]
+    pub deny_file: Option<PathBuf>,
 }
 
 impl CredentialArgs {
@@ -75,6 +78,7 @@ impl CredentialArgs {
             ca: self.ca.clone(),
             crl: self.crl.clone(),
             intermediates: self.intermediates.clone(),
+            deny: self.deny_file.clone(),
         }
     }
 }
@@ -295,6 +299,33 @@ pub enum CertsCommand {
     Issue(CertsIssueArgs),
     /// Write a CRL signed by the CA in DIR revoking serials, or extend (or, with no serial, re-sign) an existing one.
     Revoke(CertsRevokeArgs),
+    /// Append one entry to a deny file (validated, never twice, atomic; existing lines kept): no CA key needed.
+    Deny(CertsDenyArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CertsDenyArgs {
+    /// The deny file to write (created if missing; a credential directory's `deny`, or a --deny-file).
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Deny this certificate's key (any certificate: a leaf, an intermediate, a CA): spki-sha256 of the file's first certificate.
+    #[arg(long, value_name = "FILE")]
+    pub cert: Option<PathBuf>,
+    /// Deny a key by its SPKI SHA-256, base64.
+    #[arg(long, value_name = "B64")]
+    pub spki: Option<String>,
+    /// Deny a serial number (hex, colons allowed) issued by the key of --issuer-cert.
+    #[arg(long, value_name = "HEX")]
+    pub serial: Option<String>,
+    /// The issuer of --serial (its key names it).
+    #[arg(long, value_name = "FILE")]
+    pub issuer_cert: Option<PathBuf>,
+    /// Deny a SAN: a DNS name (case-insensitive) or a URI (exact).
+    #[arg(long, value_name = "NAME")]
+    pub san: Option<String>,
+    /// A comment line written above the entry (who, why, ticket).
+    #[arg(long, value_name = "TEXT")]
+    pub comment: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -35,6 +35,8 @@ pub const CRL_NEXT_UPDATE: &str = "mtls_sidecar_crl_next_update_timestamp_second
 pub const CRL_REMOVALS: &str = "mtls_sidecar_crl_removals_total";
 /// CRLs held pending (thisUpdate in the future beyond the clock skew).
 pub const CRL_PENDING: &str = "mtls_sidecar_crl_pending";
+/// Deny-list entries in force, by `kind` (`spki`, `serial`, `san`).
+pub const DENY_ENTRIES: &str = "mtls_sidecar_deny_entries";
 
 /// Handshake duration buckets: 100 µs to 10 s.
 const HANDSHAKE_BUCKETS: &[f64] = &[
@@ -66,6 +68,7 @@ pub fn install() -> PrometheusHandle {
             }
             counter!(CRL_REMOVALS).increment(0);
             gauge!(CRL_PENDING).set(0.0);
+            deny_entries(0, 0, 0);
             build_info();
             process_metrics();
             handle
@@ -82,7 +85,7 @@ fn describe() {
     describe_counter!(
         HANDSHAKE_FAILURES,
         Unit::Count,
-        "TLS handshakes refused or failed, by route and reason (no_client_cert, unknown_ca, bad_san, expired, not_tls, timeout, protocol, io, overload, revoked, pin_mismatch, revoked_status_unknown)."
+        "TLS handshakes refused or failed, by route and reason (no_client_cert, unknown_ca, bad_san, expired, not_tls, timeout, protocol, io, overload, revoked, pin_mismatch, revoked_status_unknown, denied)."
     );
     describe_counter!(
         RESUMPTIONS,
@@ -131,6 +134,11 @@ fn describe() {
         "CRLs held pending because their thisUpdate is in the future (beyond the clock-skew tolerance); the previous CRL of that CA key stays in force."
     );
     describe_gauge!(
+        DENY_ENTRIES,
+        Unit::Count,
+        "Deny-list entries in force across every credential source, by kind (spki, serial, san)."
+    );
+    describe_gauge!(
         CERT_NOT_AFTER,
         Unit::Seconds,
         "Expiry (Unix time) of the identity certificate and of the earliest-expiring trust anchor."
@@ -151,6 +159,13 @@ pub fn crl_removal() {
 /// Publishes how many CRLs are held pending across every store.
 pub fn crl_pending(held: usize) {
     gauge!(CRL_PENDING).set(held as f64);
+}
+
+/// Publishes how many deny-list entries are in force, by kind.
+pub fn deny_entries(spki: usize, serial: usize, san: usize) {
+    for (kind, n) in [("spki", spki), ("serial", serial), ("san", san)] {
+        gauge!(DENY_ENTRIES, "kind" => kind).set(n as f64);
+    }
 }
 
 /// Publishes certificate expiry times (Unix seconds).

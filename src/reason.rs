@@ -15,6 +15,27 @@ pub struct HandshakeTooLarge {
     pub limit: usize,
 }
 
+/// The error the peer judgement raises when a deny-list entry matches the
+/// peer's path (classified as `denied`, both as a handshake failure and as
+/// a live connection's close). Defined here so classifying needs nothing
+/// above; `entry` is the entry as written in a deny file.
+#[derive(Debug, thiserror::Error)]
+#[error("the peer is denied by the deny-list entry {entry}")]
+pub struct Denied {
+    pub entry: String,
+}
+
+/// The deny-list entry a peer judgement's error names, when the peer was
+/// denied.
+pub fn denied_entry(err: &TlsError) -> Option<&str> {
+    match err {
+        TlsError::InvalidCertificate(CertificateError::Other(o)) => {
+            o.0.downcast_ref::<Denied>().map(|d| d.entry.as_str())
+        }
+        _ => None,
+    }
+}
+
 /// The `reason` label of `mtls_sidecar_tls_handshake_failures_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FailureReason {
@@ -45,11 +66,13 @@ pub enum FailureReason {
     /// The peer's certificate's issuer has a CRL in force that does not
     /// cover it (Issuing Distribution Point scope): its status is unknown.
     RevokedStatusUnknown,
+    /// A deny-list entry matches the peer's path or name.
+    Denied,
 }
 
 impl FailureReason {
     /// Every value, for pre-registering metric series at zero.
-    pub const ALL: [FailureReason; 12] = [
+    pub const ALL: [FailureReason; 13] = [
         FailureReason::NoClientCert,
         FailureReason::UnknownCa,
         FailureReason::BadSan,
@@ -62,6 +85,7 @@ impl FailureReason {
         FailureReason::Revoked,
         FailureReason::PinMismatch,
         FailureReason::RevokedStatusUnknown,
+        FailureReason::Denied,
     ];
 
     /// The label value.
@@ -79,6 +103,7 @@ impl FailureReason {
             FailureReason::Revoked => "revoked",
             FailureReason::PinMismatch => "pin_mismatch",
             FailureReason::RevokedStatusUnknown => "revoked_status_unknown",
+            FailureReason::Denied => "denied",
         }
     }
 
@@ -119,6 +144,7 @@ impl FailureReason {
                 CertificateError::Other(o) if o.0.is::<crate::identity::pin::PinMismatch>() => {
                     FailureReason::PinMismatch
                 }
+                CertificateError::Other(o) if o.0.is::<Denied>() => FailureReason::Denied,
                 CertificateError::NotValidForName
                 | CertificateError::NotValidForNameContext { .. }
                 | CertificateError::InvalidPurpose
@@ -158,11 +184,23 @@ pub enum CloseReason {
     /// Transparent routes: the original destination matches no rule, or
     /// the connection was not redirected; never forwarded.
     NoDestination,
+    /// A deny-list entry now matches the peer.
+    Denied,
 }
 
 impl CloseReason {
+    /// Why a live connection whose peer no longer passes the peer
+    /// judgement is closed: `denied` when a deny-list entry matches it,
+    /// else `revoked` (its trust went away or a CRL revoked it).
+    pub fn of_lost_trust(err: &TlsError) -> CloseReason {
+        match denied_entry(err) {
+            Some(_) => CloseReason::Denied,
+            None => CloseReason::Revoked,
+        }
+    }
+
     /// Every value, for pre-registering metric series at zero.
-    pub const ALL: [CloseReason; 11] = [
+    pub const ALL: [CloseReason; 12] = [
         CloseReason::Completed,
         CloseReason::PeerError,
         CloseReason::TargetError,
@@ -174,6 +212,7 @@ impl CloseReason {
         CloseReason::Drain,
         CloseReason::NoDestination,
         CloseReason::Overload,
+        CloseReason::Denied,
     ];
 
     /// The label value.
@@ -190,6 +229,7 @@ impl CloseReason {
             CloseReason::Drain => "drain",
             CloseReason::NoDestination => "no_destination",
             CloseReason::Overload => "overload",
+            CloseReason::Denied => "denied",
         }
     }
 }
@@ -256,6 +296,22 @@ mod tests {
     }
 
     #[test]
+    fn a_denied_peer_has_its_own_reasons_and_names_the_entry() {
+        let denied = TlsError::InvalidCertificate(CertificateError::Other(rustls::OtherError(
+            std::sync::Arc::new(Denied {
+                entry: "san:a.svc".into(),
+            }),
+        )));
+        assert_eq!(FailureReason::from_tls(&denied), FailureReason::Denied);
+        assert_eq!(denied_entry(&denied), Some("san:a.svc"));
+        assert_eq!(CloseReason::of_lost_trust(&denied), CloseReason::Denied);
+        let revoked = TlsError::InvalidCertificate(CertificateError::Revoked);
+        assert_eq!(denied_entry(&revoked), None);
+        assert_eq!(CloseReason::of_lost_trust(&revoked), CloseReason::Revoked);
+        assert_eq!(CloseReason::Denied.as_str(), "denied");
+    }
+
+    #[test]
     fn io_errors_map_to_reasons() {
         let e = |k| io::Error::new(k, "x");
         assert_eq!(
@@ -289,7 +345,8 @@ mod tests {
                 "overload",
                 "revoked",
                 "pin_mismatch",
-                "revoked_status_unknown"
+                "revoked_status_unknown",
+                "denied"
             ]
         );
     }

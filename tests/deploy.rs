@@ -367,8 +367,8 @@ fn the_sidecar_is_a_hardened_native_sidecar_with_probes() {
         );
         assert_eq!(
             paths("configMap"),
-            ["ca.crt", "ca.crl"],
-            "{f}: trust from the bundle, then the CRL"
+            ["ca.crt", "ca.crl", "deny"],
+            "{f}: trust from the bundle, then the CRL and the deny-list"
         );
         // The CRL's ConfigMap may be absent (nothing revoked yet): a
         // required one would keep the pod from starting.

@@ -196,6 +196,7 @@ fn explicit_files_settle_too_and_sighup_judges_at_once() {
         ca: dir.join("ca.crt"),
         crl: None,
         intermediates: None,
+        deny: None,
     };
     let store = CredentialStore::load(source, provider(), Duration::ZERO).expect("load");
     let next = pki.leaf(REPLICA, Role::Server);

@@ -1140,6 +1140,44 @@ async fn tproxy_without_the_capability_or_transparent_exits_2() {
     );
 }
 
+/// What the live-close tests start from: B's server sidecar, A's
+/// transparent client sidecar behind the shipped outbound rules, and one
+/// diverted connection forwarding (the calling thread is left in A).
+struct LiveDiverted {
+    _a: Netns,
+    _b: Netns,
+    c: Creds,
+    app: App,
+    _other: App,
+    _server: Sidecar,
+    client: Sidecar,
+    live: TcpStream,
+}
+
+impl LiveDiverted {
+    async fn start() -> LiveDiverted {
+        let (a, b, c, app, _other) = hosts_and_apps().await;
+        let _server = server_sidecar(&b, &c, &[]).await;
+        a.nft(&outbound_rules("{ 2100 }"));
+        let client =
+            client_sidecar(&a, &c, &client_config(&c, "[::]:15001", &replica_rules())).await;
+        a.enter();
+        let mut live = dial("10.77.0.2:2100").await;
+        assert_eq!(roundtrip(&mut live, b"before").await, b"before");
+        assert_eq!(app.peers().len(), 1);
+        LiveDiverted {
+            _a: a,
+            _b: b,
+            c,
+            app,
+            _other,
+            _server,
+            client,
+            live,
+        }
+    }
+}
+
 /// Live revocation on a transparent client route: a diverted connection
 /// that is forwarding is closed `revoked` once a CRL revoking the server's
 /// certificate is applied to the client sidecar's trust (SIGHUP: the plain
@@ -1149,15 +1187,10 @@ async fn a_live_diverted_connection_is_closed_when_the_server_is_revoked() {
     if skip("a_live_diverted_connection_is_closed_when_the_server_is_revoked") {
         return;
     }
-    let (a, b, c, app, _other) = hosts_and_apps().await;
-    let _server = server_sidecar(&b, &c, &[]).await;
-    a.nft(&outbound_rules("{ 2100 }"));
-    let client = client_sidecar(&a, &c, &client_config(&c, "[::]:15001", &replica_rules())).await;
-    a.enter();
+    // Bound whole: the namespaces and the server sidecar live as long.
+    let mut w = LiveDiverted::start().await;
+    let (c, client, live) = (&w.c, &w.client, &mut w.live);
     let admin = "127.0.0.1:9902";
-    let mut live = dial("10.77.0.2:2100").await;
-    assert_eq!(roundtrip(&mut live, b"before").await, b"before");
-    assert_eq!(app.peers().len(), 1);
 
     let serial = mtls_sidecar::ops::pki::serial_of(&c.replica_leaf.cert_der).unwrap();
     let crl = c
@@ -1169,7 +1202,7 @@ async fn a_live_diverted_connection_is_closed_when_the_server_is_revoked() {
     client.signal(libc::SIGHUP);
     client.wait_log(&["applied credential revision"]).await;
     assert!(
-        read_until_closed(&mut live).await.is_empty(),
+        read_until_closed(live).await.is_empty(),
         "the revoked server's connection forwarded more"
     );
     client
@@ -1182,6 +1215,55 @@ async fn a_live_diverted_connection_is_closed_when_the_server_is_revoked() {
         1.0,
     )
     .await;
+}
+
+/// The deny-list on a transparent client route: a `deny` file naming the
+/// server's key closes the live diverted connection (close reason
+/// `denied`, one WARN naming the entry) and refuses the next one inside
+/// the handshake (`denied`); nothing more reaches the application. Seen
+/// failing with the deny lookup removed from `Trust::verify_peer`.
+#[tokio::test]
+async fn a_live_diverted_connection_is_closed_when_the_server_is_denied() {
+    if skip("a_live_diverted_connection_is_closed_when_the_server_is_denied") {
+        return;
+    }
+    // Bound whole: the namespaces and the server sidecar live as long.
+    let mut w = LiveDiverted::start().await;
+    let (c, client, app, live) = (&w.c, &w.client, &w.app, &mut w.live);
+    let admin = "127.0.0.1:9902";
+    let pin = mtls_sidecar::identity::pin::spki_sha256(c.replica_leaf.cert_der.as_ref()).unwrap();
+    let entry = format!("spki-sha256:{}", mtls_sidecar::identity::pin::encode(&pin));
+    std::fs::write(
+        std::path::Path::new(&c.controller).join("deny"),
+        format!("{entry}\n"),
+    )
+    .unwrap();
+    client.signal(libc::SIGHUP);
+    client.wait_log(&["applied credential revision"]).await;
+    assert!(
+        read_until_closed(live).await.is_empty(),
+        "the denied server's connection forwarded more"
+    );
+    client
+        .wait_field("its peer is denied", "entry", &entry)
+        .await;
+    metric_reaches(
+        admin,
+        CLOSED,
+        &[("route", "out"), ("reason", "denied")],
+        1.0,
+    )
+    .await;
+    let again = dial("10.77.0.2:2100").await;
+    assert!(closed_after(again, b"after").await.is_empty());
+    metric_reaches(
+        admin,
+        "mtls_sidecar_tls_handshake_failures_total",
+        &[("route", "out"), ("reason", "denied")],
+        1.0,
+    )
+    .await;
+    assert_eq!(app.peers().len(), 1, "a denied server was reached");
 }
 
 /// `resumption = true` on a transparent route: its rule's session cache

@@ -234,6 +234,9 @@ pub struct StoreStatus {
     pub crls: Vec<CrlStatus>,
     /// Which certificates of a peer's chain the CRLs judge (`--crl-scope`).
     pub crl_scope: CrlScope,
+    /// The deny-list in force (`deny` or `--deny-file`): entries by kind
+    /// (`spki`, `serial`, `san`); all zero without one.
+    pub deny: crate::credentials::DenyCounts,
     /// How a peer holding this trust judges our own certificate chain
     /// (the handshake's judgement): `ok`, or the failure reason
     /// (`revoked`, `revoked_status_unknown`, ...).
@@ -401,6 +404,7 @@ fn store_status(store: &CredentialStore, now: SystemTime) -> StoreStatus {
             .collect(),
         crls: crl_statuses(&creds.trust.crls, now),
         crl_scope: creds.trust.scope,
+        deny: creds.trust.deny.counts(),
         identity_verdict: identity_verdict(&creds, now),
         last_poll: st.last_poll.map(rfc),
         last_applied: st.last_applied.map(rfc),

@@ -1,5 +1,5 @@
-//! Where a route's (or every route's) certificate, key, CA bundle and CRL
-//! come from, as written by a user, and its resolution to a
+//! Where a route's (or every route's) certificate, key, CA bundle, CRL
+//! and deny-list come from, as written by a user, and its resolution to a
 //! `CredentialSource`: a directory or the three files, never a mix.
 
 use std::path::PathBuf;
@@ -23,6 +23,8 @@ pub struct CredentialSpec {
     /// Known intermediate CAs beside `cert`/`key`/`ca` (a directory's is
     /// its `intermediates`): CRL signers, never trust anchors.
     pub intermediates: Option<PathBuf>,
+    /// A deny-list beside `cert`/`key`/`ca` (a directory's is its `deny`).
+    pub deny: Option<PathBuf>,
 }
 
 impl CredentialSpec {
@@ -40,6 +42,12 @@ impl CredentialSpec {
                 "goes with --cert/--key/--ca; a directory's is its intermediates file",
             ));
         }
+        if self.deny.is_some() && self.cert.is_none() {
+            return Err(invalid(
+                format!("{prefix}deny"),
+                "goes with --cert/--key/--ca; a directory's deny-list is its deny file",
+            ));
+        }
         match (&self.tls_dir, &self.cert, &self.key, &self.ca) {
             (None, None, None, None) => Ok(None),
             (Some(dir), None, None, None) => Ok(Some(CredentialSource::Dir(dir.clone()))),
@@ -49,6 +57,7 @@ impl CredentialSpec {
                 ca: ca.clone(),
                 crl: self.crl.clone(),
                 intermediates: self.intermediates.clone(),
+                deny: self.deny.clone(),
             })),
             (Some(_), _, _, _) => Err(invalid(
                 format!("{prefix}tls-dir"),

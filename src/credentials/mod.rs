@@ -2,6 +2,7 @@
 //! whole, and held in one store that every route's TLS config reads on each
 //! handshake. Swapping the store's contents is how rotation happens.
 
+pub mod deny;
 pub mod reload;
 pub mod revocation;
 mod source;
@@ -11,21 +12,22 @@ mod validate;
 
 use std::path::{Path, PathBuf};
 
+pub use deny::{parse_deny, DenyCounts, DenyEntry, DenyError, DenyList, PeerFacts};
 pub use revocation::{
     classify_crl_file, judge_chain, CrlInfo, CrlReport, CrlScope, CrlSet, CrlState, TrustInputs,
     Usage, Verdict, CLOCK_SKEW, MAX_CRLS,
 };
 pub use source::{
-    content_hash, read_file, CredentialSource, RawFile, RawRevision, CA_FILE, CERT_FILE, CRL_FILE,
-    DATA_LINK, INTERMEDIATES_FILE, KEY_FILE,
+    content_hash, read_deny, read_file, CredentialSource, RawFile, RawRevision, CA_FILE, CERT_FILE,
+    CRL_FILE, DATA_LINK, DENY_FILE, INTERMEDIATES_FILE, KEY_FILE,
 };
 pub use store::{
     Applied, CredentialStore, Credentials, CrlNotice, PendingRevision, ReloadStatus, SETTLE_WINDOW,
 };
 pub use trust::{Anchor, Trust};
 pub use validate::{
-    parse, parse_certs, parse_key, root_store, validate, verify_chain, ParsedRevision,
-    ValidRevision,
+    parse, parse_certs, parse_deny_file, parse_key, root_store, validate, verify_chain,
+    ParsedRevision, ValidRevision,
 };
 
 /// Why a revision could not be used. Every variant names the file.
@@ -76,6 +78,8 @@ pub enum CredError {
         this: String,
         current: String,
     },
+    #[error("{path}: {error}", path = .path.display())]
+    Deny { path: PathBuf, error: DenyError },
     #[error("{path}: certificate lacks the {usage} extended key usage that a {mode} route needs", path = .path.display())]
     Usage {
         path: PathBuf,

@@ -140,6 +140,7 @@ pub fn report(store: &CredentialStore, outcome: &Applied) {
                 serial = %creds.leaf.serial,
                 not_after = %fmt_time(creds.leaf.not_after),
                 anchors = creds.trust.anchors.len(),
+                deny = creds.trust.deny.entries().len(),
                 trust_shrank,
                 "applied credential revision"
             );
@@ -252,6 +253,13 @@ pub fn publish_reload_state(stores: &[Arc<CredentialStore>]) {
         .map(|s| (s.source().to_string(), s.current().revision.clone()))
         .collect();
     crate::metrics::credential_reload_state(successful, &in_force);
+    let mut deny = crate::credentials::DenyCounts::default();
+    for c in stores.iter().map(|s| s.current().trust.deny.counts()) {
+        deny.spki += c.spki;
+        deny.serial += c.serial;
+        deny.san += c.san;
+    }
+    crate::metrics::deny_entries(deny.spki, deny.serial, deny.san);
 }
 
 /// Sets the expiry gauges from what is in force: the earliest identity and

@@ -19,6 +19,9 @@ pub const CRL_FILE: &str = "ca.crl";
 /// directory: the issuers CRLs may be signed by besides the anchors. Never
 /// trust anchors themselves.
 pub const INTERMEDIATES_FILE: &str = "intermediates";
+/// The optional deny-list file in a credential directory (one entry a
+/// line: see [`crate::credentials::deny`]).
+pub const DENY_FILE: &str = "deny";
 /// The symlink the kubelet's atomic writer swaps to publish a revision.
 pub const DATA_LINK: &str = "..data";
 
@@ -28,14 +31,16 @@ pub enum CredentialSource {
     /// A directory holding `tls.crt`, `tls.key` and `ca.crt` (and optionally
     /// `ca.crl`); a Kubernetes Secret volume or a plain directory.
     Dir(PathBuf),
-    /// Three explicit files, a CRL file when `--crl` is given, and an
-    /// intermediates file when `--intermediates` is.
+    /// Three explicit files, a CRL file when `--crl` is given, an
+    /// intermediates file when `--intermediates` is, and a deny-list when
+    /// `--deny-file` is.
     Files {
         cert: PathBuf,
         key: PathBuf,
         ca: PathBuf,
         crl: Option<PathBuf>,
         intermediates: Option<PathBuf>,
+        deny: Option<PathBuf>,
     },
 }
 
@@ -49,9 +54,10 @@ impl std::fmt::Display for CredentialSource {
                 ca,
                 crl,
                 intermediates,
+                deny,
             } => {
                 write!(f, "{}, {}, {}", cert.display(), key.display(), ca.display())?;
-                for extra in [crl, intermediates].into_iter().flatten() {
+                for extra in [crl, intermediates, deny].into_iter().flatten() {
                     write!(f, ", {}", extra.display())?;
                 }
                 Ok(())
@@ -77,6 +83,8 @@ pub struct RawRevision {
     pub crl: Option<RawFile>,
     /// `intermediates` (or `--intermediates`), when there is one.
     pub intermediates: Option<RawFile>,
+    /// `deny` (or `--deny-file`), when there is one (it may be empty).
+    pub deny: Option<RawFile>,
     /// Hex SHA-256 over the contents: the revision's identity.
     pub hash: String,
 }
@@ -100,6 +108,7 @@ impl RawRevision {
             ca,
             crl,
             intermediates: None,
+            deny: None,
             hash,
         }
     }
@@ -121,6 +130,16 @@ impl RawRevision {
         self.intermediates = file;
         self
     }
+
+    /// The same revision with a `deny` file, hashed with it (without one,
+    /// the hash stays what it was before the file existed). Applied last.
+    pub fn with_deny(mut self, file: Option<RawFile>) -> RawRevision {
+        if let Some(f) = &file {
+            self.hash = content_hash(&[self.hash.as_bytes(), DENY_FILE.as_bytes(), &f.bytes]);
+        }
+        self.deny = file;
+        self
+    }
 }
 
 /// How often a read that raced a `..data` swap is retried before giving up
@@ -137,6 +156,7 @@ impl CredentialSource {
                 ca,
                 crl,
                 intermediates,
+                deny,
             } => {
                 let crl = match crl {
                     Some(path) => Some(read_file(path)?),
@@ -146,7 +166,13 @@ impl CredentialSource {
                     Some(path) => Some(read_file(path)?),
                     None => None,
                 };
-                Ok(read_revision(cert, key, ca, crl)?.with_intermediates(intermediates))
+                let deny = match deny {
+                    Some(path) => Some(read_deny(path)?),
+                    None => None,
+                };
+                Ok(read_revision(cert, key, ca, crl)?
+                    .with_intermediates(intermediates)
+                    .with_deny(deny))
             }
             CredentialSource::Dir(dir) => {
                 let link = dir.join(DATA_LINK);
@@ -181,6 +207,9 @@ impl CredentialSource {
                         if let Some(i) = &mut r.intermediates {
                             i.path = dir.join(INTERMEDIATES_FILE);
                         }
+                        if let Some(d) = &mut r.deny {
+                            d.path = dir.join(DENY_FILE);
+                        }
                     }
                     return rev.map_err(|e| e.within(&rev_dir));
                 }
@@ -202,6 +231,7 @@ impl CredentialSource {
                 ca,
                 crl,
                 intermediates,
+                deny,
             } => {
                 let mut v: Vec<PathBuf> = [
                     Some(cert),
@@ -209,6 +239,7 @@ impl CredentialSource {
                     Some(ca),
                     crl.as_ref(),
                     intermediates.as_ref(),
+                    deny.as_ref(),
                 ]
                 .into_iter()
                 .flatten()
@@ -263,18 +294,46 @@ fn read_revision(
     Ok(RawRevision::with_crl(cert, key, ca, crl))
 }
 
-/// Reads a directory's files: the three required ones, and `ca.crl` and
-/// `intermediates` when they exist (both are optional).
+/// Reads a directory's files: the three required ones, and `ca.crl`,
+/// `intermediates` and `deny` when they exist (all optional).
 fn read_dir_files(dir: &Path) -> Result<RawRevision, CredError> {
     let crl = read_optional(&dir.join(CRL_FILE))?;
     let intermediates = read_optional(&dir.join(INTERMEDIATES_FILE))?;
+    let deny = match fs::symlink_metadata(dir.join(DENY_FILE)) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        _ => Some(read_deny(&dir.join(DENY_FILE))?),
+    };
     Ok(read_revision(
         &dir.join(CERT_FILE),
         &dir.join(KEY_FILE),
         &dir.join(CA_FILE),
         crl,
     )?
-    .with_intermediates(intermediates))
+    .with_intermediates(intermediates)
+    .with_deny(deny))
+}
+
+/// Reads a deny file. Unlike the other files it may be empty (every entry
+/// lifted); it is read no further than the most a deny file may hold, so
+/// a huge file costs a bounded read and is rejected by the parser.
+pub fn read_deny(path: &Path) -> Result<RawFile, CredError> {
+    use std::io::Read;
+    let cap = super::deny::MAX_DENY_BYTES as u64 + 1;
+    let read = fs::File::open(path).and_then(|f| {
+        let mut bytes = Vec::new();
+        f.take(cap).read_to_end(&mut bytes).map(|_| bytes)
+    });
+    let bytes = read.map_err(|e| CredError::Read {
+        path: path.to_path_buf(),
+        detail: match e.kind() {
+            std::io::ErrorKind::NotFound => "file not found".to_string(),
+            _ => e.to_string(),
+        },
+    })?;
+    Ok(RawFile {
+        path: path.to_path_buf(),
+        bytes,
+    })
 }
 
 /// An optional file: `None` when it does not exist, else read as any other.

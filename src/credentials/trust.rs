@@ -1,9 +1,10 @@
 //! The set of trust anchors in force, including anchors removed from
 //! `ca.crt` that are still inside their `--trust-grace`, the known
 //! intermediates and recently retired anchors (which CRLs are judged
-//! against), the CRLs in force, and the one peer judgement built on them
-//! ([`Trust::verify_peer`]): webpki builds the path, then the revocation
-//! judgement ([`super::revocation`]) looks at that path.
+//! against), the CRLs and the deny-list in force, and the one peer
+//! judgement built on them ([`Trust::verify_peer`]): webpki builds the
+//! path, then the deny-list ([`super::deny`]) and the revocation judgement
+//! ([`super::revocation`]) look at that path.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -13,7 +14,7 @@ use rustls::{CertificateError, RootCertStore};
 use rustls_pki_types::{CertificateDer, UnixTime};
 
 use super::revocation::{self, Known, SigMemo, SignerKind, Usage};
-use super::{CredError, CrlScope, CrlSet};
+use super::{deny, CredError, CrlScope, CrlSet, DenyEntry, DenyList};
 use crate::identity::CertInfo;
 
 /// How many retired anchors a trust remembers, so that a CRL only they
@@ -60,6 +61,9 @@ pub struct Trust {
     /// Anchors no longer trusted at all, newest last, at most
     /// `MAX_RETIRED`.
     pub retired: Arc<[CertificateDer<'static>]>,
+    /// The deny-list in force (part of the trust: a changed list is a new
+    /// trust, so nothing verified under the old one is reused).
+    pub deny: Arc<DenyList>,
     provider: Arc<CryptoProvider>,
     memo: SigMemo,
 }
@@ -82,6 +86,7 @@ impl Trust {
             scope,
             intermediates: Arc::from(Vec::new()),
             retired: Arc::from(Vec::new()),
+            deny: Arc::new(DenyList::default()),
             provider: provider.clone(),
             memo: SigMemo::default(),
         })
@@ -98,6 +103,17 @@ impl Trust {
         self
     }
 
+    /// The same trust with this deny-list.
+    pub fn with_deny(mut self, deny: Arc<DenyList>) -> Trust {
+        self.deny = deny;
+        self
+    }
+
+    /// True when `other` holds a different deny-list.
+    pub fn deny_differs(&self, other: &Trust) -> bool {
+        self.deny != other.deny
+    }
+
     /// The same anchors and CRLs judged with another scope.
     pub fn with_scope(
         &self,
@@ -106,7 +122,8 @@ impl Trust {
     ) -> Result<Trust, CredError> {
         Ok(
             Trust::build(self.anchors.clone(), self.crls.clone(), scope, provider)?
-                .with_issuers(self.intermediates.clone(), self.retired.clone()),
+                .with_issuers(self.intermediates.clone(), self.retired.clone())
+                .with_deny(self.deny.clone()),
         )
     }
 
@@ -114,7 +131,8 @@ impl Trust {
     pub fn with_crls(&self, crls: Arc<CrlSet>) -> Result<Trust, CredError> {
         Ok(
             Trust::build(self.anchors.clone(), crls, self.scope, &self.provider)?
-                .with_issuers(self.intermediates.clone(), self.retired.clone()),
+                .with_issuers(self.intermediates.clone(), self.retired.clone())
+                .with_deny(self.deny.clone()),
         )
     }
 
@@ -151,10 +169,12 @@ impl Trust {
     }
 
     /// THE peer judgement: `end_entity` (with the `intermediates` the peer
-    /// sent) chains to an anchor for `usage` at `now`, and the revocation
-    /// judgement passes on the path built. The handshake in both
-    /// directions, live re-verification, `check`, `/status` and `publish`
-    /// all come here. The name is checked by the caller's SAN policy.
+    /// sent) chains to an anchor for `usage` at `now`, no deny-list entry
+    /// matches the path built (the failure is then [`crate::reason::Denied`],
+    /// naming the entry), and the revocation judgement passes on it. The
+    /// handshake in both directions, live re-verification, `check`,
+    /// `/status` and `publish` all come here. The name is checked by the
+    /// caller's SAN policy.
     pub fn verify_peer(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -163,10 +183,17 @@ impl Trust {
         usage: Usage,
     ) -> Result<(), rustls::Error> {
         let ee = webpki::EndEntityCert::try_from(end_entity).map_err(pki_error)?;
+        let denied: std::cell::RefCell<Option<DenyEntry>> = Default::default();
         let judge = |path: &webpki::VerifiedPath<'_>| {
+            if let Some(entry) = self.denied_path(path) {
+                *denied.borrow_mut() = Some(entry);
+                // webpki then tries any other path the peer's
+                // certificates allow; one without the entry is admitted.
+                return Err(webpki::Error::CertDistrusted);
+            }
             revocation::judge_path(&self.crls, self.scope, path, &self.memo, &self.provider)
         };
-        ee.verify_for_usage(
+        let verdict = ee.verify_for_usage(
             self.provider.signature_verification_algorithms.all,
             &self.roots.roots,
             intermediates,
@@ -174,9 +201,27 @@ impl Trust {
             usage.key_usage(),
             None,
             Some(&judge),
-        )
-        .map(|_| ())
-        .map_err(pki_error)
+        );
+        match verdict {
+            Ok(_) => Ok(()),
+            Err(webpki::Error::CertDistrusted) => match denied.into_inner() {
+                Some(entry) => Err(denied_error(&entry)),
+                None => Err(pki_error(webpki::Error::CertDistrusted)),
+            },
+            Err(e) => Err(pki_error(e)),
+        }
+    }
+
+    /// The deny-list entry that matches a built path, if any.
+    fn denied_path(&self, path: &webpki::VerifiedPath<'_>) -> Option<DenyEntry> {
+        if self.deny.is_empty() {
+            return None;
+        }
+        let anchor = revocation::key_hash(&revocation::wrap_sequence(
+            path.anchor().subject_public_key_info.as_ref(),
+        ));
+        let facts = deny::path_facts(path, anchor, self.deny.has_sans());
+        self.deny.first_match(&facts).cloned()
     }
 
     /// The anchors for a new `ca.crt` bundle: all of the bundle, plus every
@@ -262,6 +307,16 @@ impl Trust {
     pub fn earliest_not_after(&self) -> Option<i64> {
         self.anchors.iter().map(|a| a.info.not_after).min()
     }
+}
+
+/// The handshake error of a denied peer (failure and close reason
+/// `denied`).
+fn denied_error(entry: &DenyEntry) -> rustls::Error {
+    rustls::Error::InvalidCertificate(CertificateError::Other(rustls::OtherError(Arc::new(
+        crate::reason::Denied {
+            entry: entry.to_string(),
+        },
+    ))))
 }
 
 /// Maps a webpki chain error to the rustls error a handshake reports (so

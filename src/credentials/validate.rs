@@ -16,7 +16,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 
 use super::revocation::{classify, parse_file, Crl};
 use super::source::{RawFile, RawRevision};
-use super::{Anchor, CredError, CrlSet, Trust};
+use super::{Anchor, CredError, CrlSet, DenyList, Trust};
 use crate::identity::{time_to_epoch, CertInfo};
 
 /// A revision that passed validation: ready to be swapped in.
@@ -39,6 +39,8 @@ pub struct ValidRevision {
     pub intermediates: Arc<[CertificateDer<'static>]>,
     /// The CRL file, when there is one.
     pub crl_path: Option<PathBuf>,
+    /// The deny-list (empty without a deny file).
+    pub deny: Arc<DenyList>,
 }
 
 /// Parses every PEM certificate in a file.
@@ -101,6 +103,7 @@ pub struct ParsedRevision {
     pub anchors: Vec<(CertificateDer<'static>, CertInfo)>,
     pub crl_list: Arc<[Arc<Crl>]>,
     pub intermediates: Arc<[CertificateDer<'static>]>,
+    pub deny: Arc<DenyList>,
     crl_path: Option<PathBuf>,
     chain: Vec<CertificateDer<'static>>,
     roots: RootCertStore,
@@ -134,6 +137,10 @@ pub fn parse(raw: &RawRevision, provider: &CryptoProvider) -> Result<ParsedRevis
         None => Vec::new(),
     };
     let intermediates = known_intermediates(raw.intermediates.as_ref(), &chain, &ca)?;
+    let deny = match &raw.deny {
+        Some(file) => parse_deny_file(file)?,
+        None => DenyList::default(),
+    };
     Ok(ParsedRevision {
         hash: raw.hash.clone(),
         identity: Arc::new(identity),
@@ -141,12 +148,33 @@ pub fn parse(raw: &RawRevision, provider: &CryptoProvider) -> Result<ParsedRevis
         anchors,
         crl_list: Arc::from(crl_list),
         intermediates,
+        deny: Arc::new(deny),
         crl_path: raw.crl.as_ref().map(|f| f.path.clone()),
         chain,
         roots,
         cert_path: raw.cert.path.clone(),
         ca_path: raw.ca.path.clone(),
     })
+}
+
+/// Parses a deny file (UTF-8, validated whole), naming the file and the
+/// line on failure.
+pub fn parse_deny_file(file: &RawFile) -> Result<DenyList, CredError> {
+    let fail = |error| CredError::Deny {
+        path: file.path.clone(),
+        error,
+    };
+    let text = std::str::from_utf8(&file.bytes).map_err(|e| {
+        let line = 1 + file.bytes[..e.valid_up_to()]
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count();
+        fail(super::DenyError {
+            line,
+            detail: "not UTF-8 text".into(),
+        })
+    })?;
+    super::parse_deny(text).map_err(fail)
 }
 
 /// The intermediates file's certificates and our own chain's (past the
@@ -250,6 +278,7 @@ impl ParsedRevision {
             crl_list: self.crl_list.clone(),
             intermediates: self.intermediates.clone(),
             crl_path: self.crl_path.clone(),
+            deny: self.deny.clone(),
         })
     }
 }

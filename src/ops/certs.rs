@@ -6,6 +6,7 @@
 //! `--ca DIR` also reads a cert-manager CA Secret's layout (`tls.crt`,
 //! `tls.key`): [`ca_files`]. `certs revoke` with no serial re-signs the CRL
 //! already at `--out` (what a CronJob does before nextUpdate).
+//! `certs deny` appends one entry to a deny-list (`deny.rs`): no CA key.
 //!
 //! Keys are never silently replaced: an existing key is refused unless
 //! `--force`, because overwriting a CA key orphans every identity it signed.
@@ -25,7 +26,10 @@ use rustls_pki_types::CertificateDer;
 use crate::cli::{CertsCaArgs, CertsCommand, CertsIssueArgs, CertsRevokeArgs};
 use crate::credentials::{fmt_time, root_store, verify_chain, CA_FILE, CERT_FILE, KEY_FILE};
 use crate::identity::CertInfo;
+mod deny;
+
 use crate::ops::pki::{CrlSpec, DevCa, LeafSpec};
+use deny::deny;
 
 /// The CA's private key file written by `certs ca` and read by `certs issue`.
 pub const CA_KEY_FILE: &str = "ca.key";
@@ -96,6 +100,7 @@ pub fn run(cmd: &CertsCommand) -> u8 {
         CertsCommand::Ca(args) => make_ca(args),
         CertsCommand::Issue(args) => issue(args),
         CertsCommand::Revoke(args) => revoke(args),
+        CertsCommand::Deny(args) => deny(args),
     };
     match result {
         Ok(lines) => {
@@ -523,7 +528,7 @@ fn create_dir(dir: &Path) -> Result<(), CertsError> {
 /// Writes `bytes` to a temporary file created with `mode`, then renames it
 /// over `path`: readers see the old file or the new one, and the new one
 /// never exists with looser permissions than `mode`.
-fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), CertsError> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), CertsError> {
     let err = |source| CertsError::Write {
         path: path.to_path_buf(),
         source,

@@ -21,6 +21,7 @@
 //! a [`Request`] and prints the [`Report`].
 
 pub mod against;
+mod deny;
 mod expect;
 mod inspect;
 pub mod preview;

@@ -1,6 +1,6 @@
 //! The operator's tools, on top of everything else: `check` (would this
-//! configuration and these files serve?), `certs` and the development
-//! [`pki`], `publish` (write a Secret-shaped directory atomically), `health`
+//! configuration and these files serve?), `certs` (with `certs deny`,
+//! the deny-list appender) and the development [`pki`], `publish` (write a Secret-shaped directory atomically), `health`
 //! (a probe for shell-less images) and `demo`. They reuse the proxy's own
 //! validation and the app, so what they say is what the proxy would do;
 //! nothing below this folder imports from it (tests may mint certificates

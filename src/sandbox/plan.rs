@@ -24,7 +24,14 @@ pub const RESOLVER_FILES: &[&str] = &[
 
 /// The files a credential directory may hold (their symlink targets'
 /// directories are readable too).
-const CREDENTIAL_NAMES: &[&str] = &["tls.crt", "tls.key", "ca.crt", "ca.crl", "intermediates"];
+const CREDENTIAL_NAMES: &[&str] = &[
+    "tls.crt",
+    "tls.key",
+    "ca.crt",
+    "ca.crl",
+    "intermediates",
+    "deny",
+];
 
 /// What the sandbox allows: the process's whole allow-list.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -129,10 +136,11 @@ impl Plan {
                 ca,
                 crl,
                 intermediates,
+                deny,
             } => {
-                // `--crl` and `--intermediates` files are read on every
-                // poll, like the others.
-                let extra = crl.iter().chain(intermediates.iter());
+                // `--crl`, `--intermediates` and `--deny-file` files are
+                // read on every poll, like the others.
+                let extra = crl.iter().chain(intermediates.iter()).chain(deny.iter());
                 for f in [cert, key, ca].into_iter().chain(extra) {
                     let f = scope.absolute(f);
                     self.allow_beside(&f, scope);
@@ -230,6 +238,7 @@ mod tests {
             ca: ca.to_path_buf(),
             crl: None,
             intermediates: None,
+            deny: None,
         }
     }
 

@@ -44,6 +44,7 @@ pub use judge::{classify_crl_file, describe_state, judge_chain, CrlReport, Trust
 pub(crate) use order::classify;
 pub use order::{Classified, Dropped};
 pub(crate) use path::{judge_path, SigMemo};
+pub(crate) use signer::wrap_sequence;
 pub(crate) use signer::Known;
 pub use signer::{key_hash, KeyHash};
 pub use signer::{Signer, SignerKind};

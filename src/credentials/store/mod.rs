@@ -73,7 +73,10 @@ impl CredentialStore {
             &CrlSet::empty(),
             &provider,
         )?;
-        let trust = Arc::new(bare.with_crls(Arc::new(crls.set))?);
+        let trust = Arc::new(
+            bare.with_crls(Arc::new(crls.set))?
+                .with_deny(rev.deny.clone()),
+        );
         let notices = notices::between(&CrlSet::empty(), &trust.crls, Vec::new());
         let creds = Credentials {
             revision: rev.hash,
@@ -122,8 +125,9 @@ impl CredentialStore {
         self.lock().status.clone()
     }
 
-    /// Changes whenever the effective trust loses an anchor or the CRLs in
-    /// force change; routes re-verify their live connections then.
+    /// Changes whenever the effective trust loses an anchor, or the CRLs
+    /// or the deny-list in force change; routes re-verify their live
+    /// connections then.
     pub fn trust_shrunk(&self) -> watch::Receiver<u64> {
         self.trust_shrunk.subscribe()
     }

@@ -155,6 +155,7 @@ impl CredentialStore {
         let anchors = expired.unwrap_or_else(|| current.trust.anchors.clone());
         let supplied = current.trust.crls.supplied();
         let inters = current.trust.intermediates.clone();
+        let deny = current.trust.deny.clone();
         let (trust, dropped) = match self.trust_for(current, anchors, inters, &supplied, now) {
             Ok(t) => t,
             // A CRL that came due is older than the one in force: keep the
@@ -169,7 +170,7 @@ impl CredentialStore {
             revision: current.revision.clone(),
             identity: current.identity.clone(),
             leaf: current.leaf.clone(),
-            trust: Arc::new(trust),
+            trust: Arc::new(trust.with_deny(deny)),
         });
         if retiring || crls_changed {
             self.trust_shrunk.send_modify(|g| *g += 1);
@@ -349,7 +350,8 @@ impl CredentialStore {
         state
             .notices
             .extend(notices::between(&current.trust.crls, &trust.crls, dropped));
-        let crls_changed = current.trust.crls_differ(&trust);
+        let trust = trust.with_deny(valid.deny.clone());
+        let crls_changed = current.trust.crls_differ(&trust) || current.trust.deny_differs(&trust);
         self.swap(Credentials {
             revision: valid.hash.clone(),
             identity: valid.identity,

@@ -17,9 +17,8 @@ use super::steps::{present, show, step, Files};
 use super::{Input, Request};
 use crate::credentials::revocation::describe_state;
 use crate::credentials::{
-    fmt_time, parse_certs, parse_key, read_file, root_store, validate, verify_chain, Anchor,
-    CredError, CredentialSource, CrlScope, RawFile, RawRevision, Trust, CA_FILE, CERT_FILE,
-    CRL_FILE, KEY_FILE,
+    fmt_time, parse_certs, parse_key, read_file, root_store, validate, verify_chain, CredError,
+    CredentialSource, RawFile, RawRevision, CA_FILE, CERT_FILE, CRL_FILE, KEY_FILE,
 };
 use crate::identity::{time_to_epoch, CertInfo};
 
@@ -274,6 +273,9 @@ fn load(
         let short: String = rev.hash.chars().take(12).collect();
         Ok((rev, format!("the sidecar accepts this revision ({short})")))
     });
+    if let Some(rev) = &valid {
+        super::deny::deny_step(r, rev, provider, now);
+    }
     if let Some(rev) = valid.filter(|v| !v.crls.is_empty()) {
         let input = Some(rev);
         step(r, "crl", Some(CRL_FILE), input, "", |rev| {
@@ -290,14 +292,7 @@ fn crl_verdict(
     provider: &Arc<CryptoProvider>,
     now: SystemTime,
 ) -> Result<((), String), String> {
-    let trust = Trust::build(
-        Anchor::bundle(&rev.anchors),
-        rev.crls.clone(),
-        CrlScope::Chain,
-        provider,
-    )
-    .map_err(|e| e.to_string())?
-    .with_issuers(rev.intermediates.clone(), Arc::from(Vec::new()));
+    let trust = super::deny::revision_trust(rev, provider)?;
     if let Err(e) = trust.judge_own(&rev.identity.cert, now) {
         let reason = crate::reason::FailureReason::from_tls(&e);
         let what = match reason {

@@ -228,7 +228,7 @@ impl Route {
                 self.resumption_refused(&reg.conn, &e, took);
                 return None;
             }
-            self.metrics.closed(CloseReason::Revoked);
+            self.metrics.closed(CloseReason::of_lost_trust(&e));
             warn!(
                 target: LOG_TARGET, route = %self.cfg.name, peer = %reg.conn.peer_addr,
                 error = %crate::logsafe::clean_display(&e),

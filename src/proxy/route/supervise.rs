@@ -151,6 +151,7 @@ impl Route {
             }
             CloseReason::Expired
             | CloseReason::Revoked
+            | CloseReason::Denied
             | CloseReason::Lifetime
             | CloseReason::Displaced
             | CloseReason::Drain => {
@@ -180,20 +181,35 @@ impl Route {
         }
     }
 
-    /// Closes every live connection whose peer chain fails verification now.
+    /// Closes every live connection whose peer chain fails verification
+    /// now: `denied` when a deny-list entry matches it, else `revoked`.
     pub fn revoke_untrusted(&self, now: SystemTime) {
         for conn in self.registry.snapshot() {
             if let Err(e) = self.reverify(&conn.chain, now) {
-                if conn.signal.close(CloseReason::Revoked) {
-                    use crate::logsafe::{clean, clean_display, clean_list};
-                    let (subject, serial, sans) = conn.peer_fields();
-                    warn!(
-                        target: LOG_TARGET, route = %self.cfg.name, peer = %conn.peer_addr, subject = %clean(subject), serial = %serial,
-                        sans = %clean_list(&sans), error = %clean_display(&e),
-                        "closing connection: its peer is no longer trusted"
-                    );
+                let reason = CloseReason::of_lost_trust(&e);
+                if conn.signal.close(reason) {
+                    self.log_lost_trust(&conn, &e);
                 }
             }
+        }
+    }
+
+    /// The one WARN line of a live connection closed by the peer
+    /// judgement: naming the deny-list entry when one matched.
+    fn log_lost_trust(&self, conn: &crate::proxy::conn::LiveConn, e: &rustls::Error) {
+        use crate::logsafe::{clean, clean_display, clean_list};
+        let (subject, serial, sans) = conn.peer_fields();
+        match crate::reason::denied_entry(e) {
+            Some(entry) => warn!(
+                target: LOG_TARGET, route = %self.cfg.name, peer = %conn.peer_addr, subject = %clean(subject), serial = %serial,
+                sans = %clean_list(&sans), entry = %clean(entry),
+                "closing connection: its peer is denied"
+            ),
+            None => warn!(
+                target: LOG_TARGET, route = %self.cfg.name, peer = %conn.peer_addr, subject = %clean(subject), serial = %serial,
+                sans = %clean_list(&sans), error = %clean_display(e),
+                "closing connection: its peer is no longer trusted"
+            ),
         }
     }
 }

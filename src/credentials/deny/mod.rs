@@ -1,0 +1,336 @@
+//! The deny-list: an incident responder's way to refuse a key, a
+//! certificate or a name at once, without the CA key a CRL needs. The
+//! optional `deny` file of a revision (or `--deny-file`) holds one entry a
+//! line:
+//!
+//! - `spki-sha256:<base64>`: the SHA-256 of a DER SubjectPublicKeyInfo;
+//!   matches the peer's leaf or ANY certificate of its verified path (the
+//!   intermediates it sent and the anchor it chains to), since a leaked
+//!   intermediate key is the common incident;
+//! - `serial:<issuer spki-sha256 base64>:<hex serial>`: a certificate of
+//!   the path below the anchor, by serial AND its issuer's key (names
+//!   collide, keys do not);
+//! - `san:<DNS name | URI>`: the leaf's DNS SAN (ASCII case-insensitive)
+//!   or URI SAN (exact).
+//!
+//! The list belongs to the trust ([`crate::credentials::Trust`]): the one
+//! peer judgement ([`Trust::verify_peer`](crate::credentials::Trust::verify_peer))
+//! looks it up on the path webpki built, so handshakes, live
+//! re-verification, `check` and `/status` all decide "denied" through the
+//! same code. `parse` reads the file (bounded), `path` turns a built path
+//! into the facts an entry is matched against.
+
+mod parse;
+mod path;
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::Serialize;
+
+pub use parse::{
+    parse_deny, parse_entry, DenyError, MAX_DENY_BYTES, MAX_DENY_ENTRIES, MAX_DENY_LINE,
+    MAX_SERIAL_OCTETS,
+};
+pub(crate) use path::path_facts;
+
+/// One deny-list entry, normalised (a DNS name lowercased, a serial
+/// without leading zero octets).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum DenyEntry {
+    /// The SHA-256 of a certificate's DER SubjectPublicKeyInfo.
+    Spki([u8; 32]),
+    /// A serial number under the issuer key with this SPKI SHA-256.
+    Serial { issuer: [u8; 32], serial: Vec<u8> },
+    /// A DNS SAN, lowercase.
+    Dns(String),
+    /// A URI SAN, exact.
+    Uri(String),
+}
+
+impl fmt::Display for DenyEntry {
+    /// The entry as a deny file line (canonical spelling).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::identity::pin::encode;
+        match self {
+            DenyEntry::Spki(k) => write!(f, "spki-sha256:{}", encode(k)),
+            DenyEntry::Serial { issuer, serial } => {
+                write!(f, "serial:{}:{}", encode(issuer), hex_serial(serial))
+            }
+            DenyEntry::Dns(n) | DenyEntry::Uri(n) => write!(f, "san:{n}"),
+        }
+    }
+}
+
+/// A serial's octets as lowercase hex without leading zeros (`0` for
+/// zero).
+pub fn hex_serial(serial: &[u8]) -> String {
+    let hex: String = serial.iter().map(|b| format!("{b:02x}")).collect();
+    match hex.trim_start_matches('0') {
+        "" => "0".to_string(),
+        s => s.to_string(),
+    }
+}
+
+/// How many entries of each kind a list holds (`/status`, the metric,
+/// `check`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct DenyCounts {
+    pub spki: usize,
+    pub serial: usize,
+    pub san: usize,
+}
+
+impl DenyCounts {
+    /// Every entry.
+    pub fn total(&self) -> usize {
+        self.spki + self.serial + self.san
+    }
+}
+
+/// One certificate of a peer's path, as entries see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertFacts {
+    /// SHA-256 of its DER SubjectPublicKeyInfo.
+    pub spki: [u8; 32],
+    /// Its serial without leading zero octets; `None` for a trust anchor
+    /// (matched by key only).
+    pub serial: Option<Vec<u8>>,
+    /// Its issuer's SPKI SHA-256, when the path shows the issuer.
+    pub issuer_spki: Option<[u8; 32]>,
+}
+
+/// What the deny-list is matched against: every certificate of the path,
+/// leaf first (the anchor last when known), and the leaf's SANs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerFacts {
+    pub certs: Vec<CertFacts>,
+    /// DNS SANs of the leaf (any case: compared lowercased).
+    pub dns: Vec<String>,
+    /// URI SANs of the leaf.
+    pub uris: Vec<String>,
+}
+
+impl PeerFacts {
+    /// The facts of a chain as DER, leaf first, each certificate's issuer
+    /// being the next one (the last one's issuer unknown): for callers
+    /// that hold a chain but no built path (`check`, tools). Certificates
+    /// that do not parse are skipped.
+    pub fn from_chain(chain: &[rustls_pki_types::CertificateDer<'_>]) -> PeerFacts {
+        let spkis: Vec<Option<[u8; 32]>> = chain
+            .iter()
+            .map(|c| crate::identity::pin::spki_sha256(c.as_ref()))
+            .collect();
+        let mut facts = PeerFacts::default();
+        for (i, der) in chain.iter().enumerate() {
+            let (Some(spki), Ok(info)) = (spkis[i], crate::identity::CertInfo::parse(der)) else {
+                continue;
+            };
+            if i == 0 {
+                facts.dns = info.dns_sans.clone();
+                facts.uris = info.uri_sans.clone();
+            }
+            facts.certs.push(CertFacts {
+                spki,
+                serial: parse::serial(&info.serial).ok(),
+                issuer_spki: spkis.get(i + 1).copied().flatten(),
+            });
+        }
+        facts
+    }
+}
+
+/// A parsed deny file: its entries in file order, and an index for the
+/// per-handshake lookup (a hash probe per fact, whatever the list's size).
+#[derive(Debug, Clone, Default)]
+pub struct DenyList {
+    entries: Vec<DenyEntry>,
+    /// Each distinct entry's first line in `entries`.
+    index: HashMap<DenyEntry, usize>,
+}
+
+impl PartialEq for DenyList {
+    fn eq(&self, other: &Self) -> bool {
+        self.entries == other.entries
+    }
+}
+
+impl DenyList {
+    /// A list of these entries.
+    pub fn new(entries: Vec<DenyEntry>) -> DenyList {
+        let mut index = HashMap::with_capacity(entries.len());
+        for (i, e) in entries.iter().enumerate() {
+            index.entry(e.clone()).or_insert(i);
+        }
+        DenyList { entries, index }
+    }
+
+    /// No entry: nothing is denied.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entries, in file order.
+    pub fn entries(&self) -> &[DenyEntry] {
+        &self.entries
+    }
+
+    /// True when the list holds this entry.
+    pub fn contains(&self, entry: &DenyEntry) -> bool {
+        self.index.contains_key(entry)
+    }
+
+    /// Entries by kind.
+    pub fn counts(&self) -> DenyCounts {
+        let mut c = DenyCounts::default();
+        for e in &self.entries {
+            match e {
+                DenyEntry::Spki(_) => c.spki += 1,
+                DenyEntry::Serial { .. } => c.serial += 1,
+                DenyEntry::Dns(_) | DenyEntry::Uri(_) => c.san += 1,
+            }
+        }
+        c
+    }
+
+    /// True when an entry names a SAN (only then are the leaf's SANs
+    /// read at a handshake).
+    pub(crate) fn has_sans(&self) -> bool {
+        self.entries
+            .iter()
+            .any(|e| matches!(e, DenyEntry::Dns(_) | DenyEntry::Uri(_)))
+    }
+
+    /// THE deny decision: the first entry (in file order) that denies a
+    /// peer with these facts, or `None`. `conns`, `check` and the
+    /// handshake ask this.
+    pub fn first_match(&self, peer: &PeerFacts) -> Option<&DenyEntry> {
+        if self.is_empty() {
+            return None;
+        }
+        let mut best: Option<usize> = None;
+        let mut probe = |key: DenyEntry| {
+            if let Some(&i) = self.index.get(&key) {
+                best = Some(best.map_or(i, |b| b.min(i)));
+            }
+        };
+        for cert in &peer.certs {
+            probe(DenyEntry::Spki(cert.spki));
+            if let (Some(serial), Some(issuer)) = (&cert.serial, cert.issuer_spki) {
+                probe(DenyEntry::Serial {
+                    issuer,
+                    serial: serial.clone(),
+                });
+            }
+        }
+        for name in &peer.dns {
+            probe(DenyEntry::Dns(name.to_ascii_lowercase()));
+        }
+        for uri in &peer.uris {
+            probe(DenyEntry::Uri(uri.clone()));
+        }
+        best.and_then(|i| self.entries.get(i))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cert(spki: u8, serial: &[u8], issuer: Option<u8>) -> CertFacts {
+        CertFacts {
+            spki: [spki; 32],
+            serial: Some(serial.to_vec()),
+            issuer_spki: issuer.map(|i| [i; 32]),
+        }
+    }
+
+    fn list(entries: &[DenyEntry]) -> DenyList {
+        DenyList::new(entries.to_vec())
+    }
+
+    #[test]
+    fn a_key_anywhere_in_the_path_is_denied() {
+        let peer = PeerFacts {
+            certs: vec![
+                cert(1, &[5], Some(2)),
+                cert(2, &[6], Some(3)),
+                CertFacts {
+                    spki: [3; 32],
+                    serial: None,
+                    issuer_spki: None,
+                },
+            ],
+            ..Default::default()
+        };
+        for k in 1..=3 {
+            let l = list(&[DenyEntry::Spki([9; 32]), DenyEntry::Spki([k; 32])]);
+            assert_eq!(l.first_match(&peer), Some(&DenyEntry::Spki([k; 32])));
+        }
+        assert_eq!(list(&[DenyEntry::Spki([4; 32])]).first_match(&peer), None);
+        assert_eq!(DenyList::default().first_match(&peer), None);
+    }
+
+    #[test]
+    fn a_serial_needs_its_issuers_key() {
+        let peer = PeerFacts {
+            certs: vec![cert(1, &[0x0a, 0xbc], Some(2))],
+            ..Default::default()
+        };
+        let hit = DenyEntry::Serial {
+            issuer: [2; 32],
+            serial: vec![0x0a, 0xbc],
+        };
+        let other_issuer = DenyEntry::Serial {
+            issuer: [7; 32],
+            serial: vec![0x0a, 0xbc],
+        };
+        assert_eq!(
+            list(std::slice::from_ref(&hit)).first_match(&peer),
+            Some(&hit)
+        );
+        assert_eq!(list(&[other_issuer]).first_match(&peer), None);
+    }
+
+    #[test]
+    fn dns_ignores_case_and_uris_do_not() {
+        let peer = PeerFacts {
+            dns: vec!["Controller.Svc".into()],
+            uris: vec!["spiffe://td/ns/a".into()],
+            ..Default::default()
+        };
+        let dns = parse_deny("san:CONTROLLER.svc").unwrap();
+        assert!(dns.first_match(&peer).is_some());
+        assert!(parse_deny("san:spiffe://td/ns/a")
+            .unwrap()
+            .first_match(&peer)
+            .is_some());
+        for miss in [
+            "san:spiffe://TD/ns/a",
+            "san:spiffe://td/ns/A",
+            "san:spiffe://td/ns/a/",
+        ] {
+            assert!(
+                parse_deny(miss).unwrap().first_match(&peer).is_none(),
+                "{miss}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_first_entry_in_file_order_is_named() {
+        let peer = PeerFacts {
+            certs: vec![cert(1, &[1], Some(2))],
+            dns: vec!["a.svc".into()],
+            ..Default::default()
+        };
+        let l = list(&[DenyEntry::Dns("a.svc".into()), DenyEntry::Spki([1; 32])]);
+        assert_eq!(l.first_match(&peer), Some(&DenyEntry::Dns("a.svc".into())));
+    }
+
+    #[test]
+    fn serials_print_without_leading_zeros() {
+        assert_eq!(hex_serial(&[0, 0x0a, 0xbc]), "abc");
+        assert_eq!(hex_serial(&[]), "0");
+    }
+}
