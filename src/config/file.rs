@@ -124,7 +124,13 @@ impl FileSpec {
             path: path.to_path_buf(),
             source,
         })?;
-        let spec: FileSpec = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        FileSpec::parse(&text, path)
+    }
+
+    /// Parses and validates the text of a config file read from `path`
+    /// (named in errors only): what [`FileSpec::load`] does after reading.
+    pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
+        let spec: FileSpec = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
             source: Box::new(e),
         })?;
