@@ -116,17 +116,7 @@ pub fn read_args(files: &[String]) -> Result<Vec<Entry>, PublishError> {
     }
     let mut out: Vec<Entry> = Vec::with_capacity(files.len());
     for arg in files {
-        let (name, path) = match arg.split_once('=') {
-            Some((n, p)) if !n.contains('/') => (n.to_string(), PathBuf::from(p)),
-            _ => {
-                let p = PathBuf::from(arg);
-                let base = p
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                (base, p)
-            }
-        };
+        let (name, path) = name_and_path(arg);
         check_name(&name)?;
         if out.iter().any(|e| e.name == name) {
             return Err(PublishError::Usage(format!("{name} is given twice")));
@@ -144,6 +134,23 @@ pub fn read_args(files: &[String]) -> Result<Vec<Entry>, PublishError> {
         out.push(Entry { name, bytes });
     }
     Ok(out)
+}
+
+/// Splits one `FILE` argument: `NAME=PATH` when the part before the first
+/// `=` holds no `/`, else a `PATH` published under its base name (empty
+/// when it has none, which [`check_name`] refuses).
+pub fn name_and_path(arg: &str) -> (String, PathBuf) {
+    match arg.split_once('=') {
+        Some((n, p)) if !n.contains('/') => (n.to_string(), PathBuf::from(p)),
+        _ => {
+            let p = PathBuf::from(arg);
+            let base = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (base, p)
+        }
+    }
 }
 
 /// Refuses a credential revision the sidecar would reject: when the
@@ -363,6 +370,10 @@ pub fn is_revision_name(name: &str) -> bool {
 pub fn parse_mode(s: &str) -> Result<u32, PublishError> {
     let bad = |why: &str| PublishError::Usage(format!("--mode {s:?}: {why}"));
     let digits = s.strip_prefix("0o").unwrap_or(s);
+    // from_str_radix alone would also take a sign ("+640").
+    if !digits.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+        return Err(bad("not an octal number such as 0640"));
+    }
     let m = u32::from_str_radix(digits, 8).map_err(|_| bad("not an octal number such as 0640"))?;
     if m > 0o777 {
         return Err(bad("more than 0777"));
@@ -380,15 +391,12 @@ pub fn run(args: &crate::cli::PublishArgs) -> u8 {
         if !args.no_check {
             check_credentials(&args.into, &entries)?;
         }
-        publish(&args.into, &entries, mode)
+        publish(&args.into, &entries, mode).map(|p| (p, entries))
     });
     match result {
-        Ok(p) => {
-            let names: Vec<&str> = args
-                .files
-                .iter()
-                .map(|f| f.split_once('=').map_or_else(|| base(f), |(n, _)| n))
-                .collect();
+        Ok((p, entries)) => {
+            // The names published, as read_args gave them.
+            let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
             println!(
                 "published {} into {} ({}){}",
                 p.revision,
@@ -408,10 +416,6 @@ pub fn run(args: &crate::cli::PublishArgs) -> u8 {
             e.exit_code()
         }
     }
-}
-
-fn base(f: &str) -> &str {
-    f.rsplit('/').next().unwrap_or(f)
 }
 
 #[cfg(test)]
@@ -443,7 +447,8 @@ mod tests {
     fn modes() {
         assert_eq!(parse_mode("0640").unwrap(), 0o640);
         assert_eq!(parse_mode("600").unwrap(), 0o600);
-        for bad in ["0666", "1777", "rw", "", "0o1000"] {
+        // "+640": found by fuzz/fuzz_targets/publish_args.rs.
+        for bad in ["0666", "1777", "rw", "", "0o1000", "+640", "0o+640", "-0"] {
             assert!(parse_mode(bad).is_err(), "{bad}");
         }
     }
