@@ -3,11 +3,19 @@
 # cargo-mutants, each file with only the test targets that exercise it, so
 # one file takes minutes rather than the whole suite per mutant.
 #
-#   scripts/mutants.sh [--in-place] [FILE|DIR...]
+#   scripts/mutants.sh [--in-place] [--stale] [--record] [FILE|DIR...]
 #
-# With no FILE: every admission file in the table below, or, when
+# With no FILE: every admission file in the table below; with --stale, only
+# the entries whose stamp in docs/mutants.md's run table is "not run" or
+# whose files changed (committed or not) since the commit it names; when
 # MUTANTS_BASE=REV is set, those changed since REV (committed or not).
 # A FILE must be in the table (a file under a DIR entry counts as that DIR).
+#
+# --record writes each entry's figures into the run table of docs/mutants.md
+# (commit, date, mutants, caught, missed, unviable, timeout): the stamp
+# --stale reads. An entry whose files differ from HEAD is not recorded (its
+# stamp would name a commit that is not what was mutated). Commit the table
+# with the tests that killed the survivors.
 #
 # --in-place (or MUTANTS_IN_PLACE=1) mutates the working tree itself and
 # reuses target/: fast, but do not edit the files while it runs. The files
@@ -32,11 +40,30 @@ declare -A TARGETS=(
     [src/credentials/validate.rs]="--test revision_validation --test store --test check --test certs"
     [src/credentials/trust.rs]="--test trust_anchors --test store"
     [src/credentials/store/]="--test store --test store_signals"
-    [src/credentials/crl.rs]="--lib --test crl"
+    [src/credentials/revocation/]="--lib --test crl --test revocation_judge --test revocation_store --test revocation_e2e"
     [src/proxy/transparent/]="--lib --test transparent"
     [src/proxy/route/admission.rs]="--test admin --test client_reverify --test limits --test process --test refusals --test rotation"
     [src/proxy/proxy_header.rs]="--lib --test handoff"
     [src/identity/pin.rs]="--lib --test handoff --test refusals"
+    [src/proxy/route/supervise.rs]="--test client_reverify --test limits --test process --test rotation --test admin"
+    [src/proxy/route/server.rs]="--test admin --test handoff --test limits --test process"
+    [src/proxy/route/client.rs]="--test admin --test client_side --test limits --test process --test transparent"
+    [src/proxy/route/verdict.rs]="--test client_side --test client_reverify --test refusals --test admin"
+    [src/proxy/route/mod.rs]="--test admin --test limits --test process --test hostile"
+    [src/proxy/route/refusal.rs]="--test refusals --test hostile --test logs"
+    [src/proxy/pending.rs]="--lib --test limits --test hostile"
+    [src/proxy/preauth.rs]="--lib --test hostile"
+    [src/proxy/conn.rs]="--lib --test limits --test client_reverify --test rotation"
+    [src/tls/mod.rs]="--lib --test refusals --test eku --test ca_hints --test kx_groups"
+    [src/tls/resolve.rs]="--lib --test rotation"
+    [src/config/route.rs]="--lib --test cli"
+    [src/credentials/reload.rs]="--test rotation --test store --test settle"
+    [src/credentials/source.rs]="--lib --test store --test settle"
+    [src/admin/admission.rs]="--lib --test admin_load"
+    [src/fdlimit.rs]="--lib --test hostile"
+    [src/proxy/transparent/mod.rs]="--lib --test transparent"
+    [src/proxy/transparent/outbound.rs]="--lib --test transparent"
+    [src/proxy/transparent/log.rs]="--lib --test transparent"
 )
 # The order they run and are reported in (the order of docs/mutants.md).
 ORDER=(
@@ -45,11 +72,30 @@ ORDER=(
     src/credentials/validate.rs
     src/credentials/trust.rs
     src/credentials/store/
-    src/credentials/crl.rs
+    src/credentials/revocation/
     src/proxy/transparent/
     src/proxy/route/admission.rs
     src/proxy/proxy_header.rs
     src/identity/pin.rs
+    src/proxy/route/supervise.rs
+    src/proxy/route/server.rs
+    src/proxy/route/client.rs
+    src/proxy/route/verdict.rs
+    src/proxy/route/mod.rs
+    src/proxy/route/refusal.rs
+    src/proxy/pending.rs
+    src/proxy/preauth.rs
+    src/proxy/conn.rs
+    src/tls/mod.rs
+    src/tls/resolve.rs
+    src/config/route.rs
+    src/credentials/reload.rs
+    src/credentials/source.rs
+    src/admin/admission.rs
+    src/fdlimit.rs
+    src/proxy/transparent/mod.rs
+    src/proxy/transparent/outbound.rs
+    src/proxy/transparent/log.rs
 )
 DOC=docs/mutants.md
 
@@ -59,10 +105,14 @@ usage() {
 }
 
 in_place=${MUTANTS_IN_PLACE:-0}
+stale=0
+record=0
 args=()
 for a in "$@"; do
     case "$a" in
     --in-place) in_place=1 ;;
+    --stale) stale=1 ;;
+    --record) record=1 ;;
     -h | --help) usage ;;
     -*)
         echo "mutants.sh: unknown option $a" >&2
@@ -100,6 +150,47 @@ files_of() {
     return 0
 }
 
+# The run table of docs/mutants.md: one row an entry,
+#   | `ENTRY` | COMMIT | DATE | MUTANTS | CAUGHT | MISSED | UNVIABLE | TIMEOUT |
+# with COMMIT "not run" for an entry never run at all.
+stamp_of() { # $1: entry -> its commit, or nothing
+    sed -nE 's/^\| `'"$(sed 's/[.[\*^$/]/\\&/g' <<<"$1")"'` \| ([0-9a-f]{7,40}) \|.*/\1/p' "$DOC" | head -n 1
+}
+
+# Whether an entry needs a run: never run, a stamp this clone does not
+# know, or a file of it changed (committed or not) since the stamp.
+is_stale() {
+    local c files
+    c=$(stamp_of "$1")
+    [ -z "$c" ] && return 0
+    git cat-file -e "$c^{commit}" 2>/dev/null || return 0
+    mapfile -t files < <(files_of "$1")
+    [ ${#files[@]} -eq 0 ] && return 1
+    ! git diff --quiet "$c" -- "${files[@]}" || [ -n "$(git ls-files --others --exclude-standard -- "${files[@]}")" ]
+}
+
+# Writes an entry's row of the run table (added at the table's end when the
+# entry has none).
+record_row() { # entry commit date mutants caught missed unviable timeout
+    local row="| \`$1\` | $2 | $3 | $4 | $5 | $6 | $7 | $8 |"
+    ROW=$row ENTRY=$1 python3 - "$DOC" <<'PY'
+import os, sys
+path = sys.argv[1]
+row, entry = os.environ["ROW"], os.environ["ENTRY"]
+lines = open(path).read().split("\n")
+key = "| `%s` |" % entry
+at = [i for i, l in enumerate(lines) if l.startswith(key)]
+if at:
+    lines[at[0]] = row
+else:
+    rows = [i for i, l in enumerate(lines) if l.startswith("| `src/")]
+    if not rows:
+        sys.exit("mutants.sh: no run table in " + path)
+    lines.insert(rows[-1] + 1, row)
+open(path, "w").write("\n".join(lines))
+PY
+}
+
 entries=()
 add_entry() {
     local e
@@ -132,6 +223,21 @@ elif [ -n "${MUTANTS_BASE:-}" ]; then
     fi
 else
     entries=("${ORDER[@]}")
+fi
+if [ "$stale" = 1 ]; then
+    all=("${entries[@]}")
+    entries=()
+    for e in "${all[@]}"; do
+        if is_stale "$e"; then
+            entries+=("$e")
+        else
+            echo "== $e: unchanged since its stamp $(stamp_of "$e"), skipped"
+        fi
+    done
+    if [ ${#entries[@]} -eq 0 ]; then
+        echo "mutants: every entry is unchanged since its stamp in $DOC"
+        exit 0
+    fi
 fi
 
 command -v cargo-mutants >/dev/null 2>&1 || {
@@ -231,6 +337,14 @@ for e in "${entries[@]}"; do
     fi
     line="$e: caught $caught, missed $missed ($equivalent listed equivalent), unviable $unviable, timeout $timeout ($(($(date +%s) - started))s)"
     echo "== $line"
+    if [ "$record" = 1 ]; then
+        if git diff --quiet HEAD -- "${files[@]}"; then
+            record_row "$e" "$(git rev-parse --short HEAD)" "$(date -u +%F)" \
+                $((caught + missed + unviable + timeout)) "$caught" "$missed" "$unviable" "$timeout"
+        else
+            echo "   not recorded: ${files[*]} differ from HEAD"
+        fi
+    fi
     summary+=("$line")
     if [ ${#unexplained[@]} -gt 0 ]; then
         failed=1

@@ -25,6 +25,7 @@ use crate::admin::shared::Shared;
 use crate::config::Settings;
 use crate::credentials::{CredError, CredentialStore};
 use crate::proxy::addr::{Addr, StdListener};
+use crate::proxy::exposure::TargetExposure;
 use crate::proxy::route::{Route, RouteError};
 use crate::proxy::settings::Mode;
 use crate::reason::{CloseReason, FailureReason};
@@ -233,11 +234,14 @@ impl Prepared {
         let (halt, _) = watch::channel(false);
         let (admin_stop, _) = watch::channel(false);
         let (failed_tx, failed) = watch::channel(None);
+        let exposure = TargetExposure::watch(listening.iter().map(|(r, _)| &r.cfg));
+        exposure.check();
         let shared = Arc::new(Shared {
             routes: listening.iter().map(|(r, _)| r.clone()).collect(),
             stores: stores.clone(),
             draining: AtomicBool::new(false),
             metrics,
+            exposure: exposure.clone(),
         });
         let mut tasks = Vec::new();
         let mut wakes = Vec::new();
@@ -265,6 +269,9 @@ impl Prepared {
                 failed_tx.clone(),
             )));
         }
+        tasks.push(tokio::spawn(
+            exposure.run(reload_interval, halt.subscribe()),
+        ));
         let routes = shared.routes.clone();
         tasks.push(tokio::spawn(crate::memtrim::run(move || {
             routes

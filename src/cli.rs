@@ -61,6 +61,9 @@ pub struct CredentialArgs {
     /// CRL file (PEM or DER, one or more CRLs); with --cert/--key/--ca (a directory's is ca.crl).
     #[arg(long, value_name = "FILE")]
     pub crl: Option<PathBuf>,
+    /// Known intermediate CAs (PEM) that CRLs may be signed by, never trust anchors; with --cert/--key/--ca (a directory's is intermediates).
+    #[arg(long, value_name = "FILE")]
+    pub intermediates: Option<PathBuf>,
 }
 
 impl CredentialArgs {
@@ -71,6 +74,7 @@ impl CredentialArgs {
             key: self.key.clone(),
             ca: self.ca.clone(),
             crl: self.crl.clone(),
+            intermediates: self.intermediates.clone(),
         }
     }
 }
@@ -258,13 +262,13 @@ pub enum CertsCommand {
     Ca(CertsCaArgs),
     /// Issue a leaf from a CA into DIR (tls.crt, tls.key, ca.crt).
     Issue(CertsIssueArgs),
-    /// Write a CRL signed by the CA in DIR revoking serials, or extend an existing one.
+    /// Write a CRL signed by the CA in DIR revoking serials, or extend (or, with no serial, re-sign) an existing one.
     Revoke(CertsRevokeArgs),
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct CertsRevokeArgs {
-    /// Directory written by `certs ca`.
+    /// Directory written by `certs ca` (ca.crt, ca.key), or a cert-manager CA Secret's files (tls.crt, tls.key).
     #[arg(long, value_name = "DIR")]
     pub ca: PathBuf,
     /// Serial number to revoke, hex, colons allowed (repeatable).
@@ -273,7 +277,7 @@ pub struct CertsRevokeArgs {
     /// Certificate file whose serial to revoke (repeatable).
     #[arg(long, value_name = "FILE")]
     pub cert: Vec<PathBuf>,
-    /// The CRL file to write; an existing one is extended (its entries kept, its CRL number incremented).
+    /// The CRL file to write; an existing one is extended (its entries kept, its CRL number incremented); with no --serial/--cert it is re-signed with a new nextUpdate.
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
     /// Days until the CRL's nextUpdate.
@@ -297,7 +301,7 @@ pub struct CertsCaArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct CertsIssueArgs {
-    /// Directory written by `certs ca`.
+    /// Directory written by `certs ca` (ca.crt, ca.key), or a cert-manager CA Secret's files (tls.crt, tls.key).
     #[arg(long, value_name = "DIR")]
     pub ca: PathBuf,
     #[arg(long, value_name = "DIR")]
@@ -333,6 +337,34 @@ pub struct SandboxProbeArgs {
     /// A TCP address to try connecting to once the sandbox is in force (repeatable).
     #[arg(long, value_name = "HOST:PORT")]
     pub connect: Vec<String>,
+    /// A file to try opening for writing, created if missing (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub write: Vec<PathBuf>,
+    /// A file to try removing (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub remove: Vec<PathBuf>,
+    /// A TCP address to try binding (repeatable).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub bind: Vec<String>,
+    /// Once the other attempts are made, close the sidecar's own TCP
+    /// listeners and try binding their addresses again.
+    #[arg(long)]
+    pub rebind_listeners: bool,
+    /// An abstract unix socket name (without the leading NUL) to try connecting to (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub abstract_connect: Vec<String>,
+    /// A pathname unix socket to try connecting to (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub unix_connect: Vec<PathBuf>,
+    /// A process to try signalling, with signal 0 (repeatable).
+    #[arg(long, value_name = "PID", value_parser = clap::value_parser!(i32).range(1..))]
+    pub signal: Vec<i32>,
+    /// Try creating a raw IPv4 (ICMP) socket.
+    #[arg(long)]
+    pub raw_socket: bool,
+    /// A UDP address to try sending one datagram to (repeatable).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub udp_send: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -448,9 +480,12 @@ pub struct PublishArgs {
     #[arg(long, value_name = "DIR")]
     pub into: PathBuf,
     /// Files of the new revision: PATH (published under its base name) or
-    /// NAME=PATH. Give every file: names the revision lacks are removed.
-    #[arg(value_name = "FILE", required = true)]
+    /// NAME=PATH. Files of the previous revision not given are kept.
+    #[arg(value_name = "FILE", required_unless_present = "drop")]
     pub files: Vec<String>,
+    /// Remove NAME, a file of the previous revision, instead of keeping it (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub drop: Vec<String>,
     /// Permission bits of the published files (octal).
     #[arg(long, value_name = "OCTAL", default_value = "0640")]
     pub mode: String,

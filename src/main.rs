@@ -141,6 +141,16 @@ fn serve(
 }
 
 async fn run(prepared: app::Prepared) -> u8 {
+    // The handlers go in before any route says "listening": a SIGTERM
+    // that arrives after that line must drain, not kill (the default
+    // action) a process whose handlers were not installed yet.
+    let signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            error!(error = %e, "cannot install signal handlers");
+            return 1;
+        }
+    };
     let running = match prepared.start() {
         Ok(r) => r,
         Err(e) => {
@@ -159,13 +169,7 @@ async fn run(prepared: app::Prepared) -> u8 {
         tokio::spawn(mtls_sidecar::systemd::watchdog(every));
     }
     let code = tokio::select! {
-        r = wait_for_shutdown(&running) => match r {
-            Ok(()) => 0,
-            Err(e) => {
-                error!(error = %e, "cannot install signal handlers");
-                return 1;
-            }
-        },
+        () = signals.wait_for_shutdown(&running) => 0,
         why = running.failure() => {
             error!("{why}; draining the other routes and exiting 1 so the orchestrator restarts the process");
             1
@@ -208,17 +212,32 @@ fn raise_fd_limit(settings: &Settings) {
     }
 }
 
-/// Waits for SIGTERM or SIGINT; SIGHUP polls the credentials at once.
-async fn wait_for_shutdown(running: &app::Running) -> std::io::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut hup = signal(SignalKind::hangup())?;
-    loop {
-        tokio::select! {
-            _ = term.recv() => { info!("SIGTERM received"); return Ok(()) }
-            _ = int.recv() => { info!("SIGINT received"); return Ok(()) }
-            _ = hup.recv() => { info!("SIGHUP received: polling credentials"); running.reload_now() }
+/// The signals the process answers: SIGTERM and SIGINT drain, SIGHUP polls
+/// the credentials at once.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// Waits for SIGTERM or SIGINT; SIGHUP polls the credentials at once.
+    async fn wait_for_shutdown(mut self, running: &app::Running) {
+        loop {
+            tokio::select! {
+                _ = self.term.recv() => { info!("SIGTERM received"); return }
+                _ = self.int.recv() => { info!("SIGINT received"); return }
+                _ = self.hup.recv() => { info!("SIGHUP received: polling credentials"); running.reload_now() }
+            }
         }
     }
 }

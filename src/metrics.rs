@@ -13,6 +13,9 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::reason::{CloseReason, FailureReason};
 
+pub mod info;
+pub use info::render;
+
 pub const HANDSHAKES: &str = "mtls_sidecar_tls_handshakes_total";
 pub const HANDSHAKE_FAILURES: &str = "mtls_sidecar_tls_handshake_failures_total";
 pub const HANDSHAKE_DURATION: &str = "mtls_sidecar_tls_handshake_duration_seconds";
@@ -25,6 +28,11 @@ pub const CREDENTIAL_RELOADS: &str = "mtls_sidecar_credential_reloads_total";
 pub const CERT_NOT_AFTER: &str = "mtls_sidecar_cert_not_after_timestamp_seconds";
 /// The earliest nextUpdate (Unix time) among the CRLs in force.
 pub const CRL_NEXT_UPDATE: &str = "mtls_sidecar_crl_next_update_timestamp_seconds";
+/// Revisions applied that made revoked serials admissible again (a CRL in
+/// force removed, or one listing fewer serials without a higher number).
+pub const CRL_REMOVALS: &str = "mtls_sidecar_crl_removals_total";
+/// CRLs held pending (thisUpdate in the future beyond the clock skew).
+pub const CRL_PENDING: &str = "mtls_sidecar_crl_pending";
 
 /// Handshake duration buckets: 100 µs to 10 s.
 const HANDSHAKE_BUCKETS: &[f64] = &[
@@ -54,6 +62,8 @@ pub fn install() -> PrometheusHandle {
             for result in ["applied", "rejected"] {
                 counter!(CREDENTIAL_RELOADS, "result" => result).increment(0);
             }
+            counter!(CRL_REMOVALS).increment(0);
+            gauge!(CRL_PENDING).set(0.0);
             build_info();
             process_metrics();
             handle
@@ -70,7 +80,7 @@ fn describe() {
     describe_counter!(
         HANDSHAKE_FAILURES,
         Unit::Count,
-        "TLS handshakes refused or failed, by route and reason (no_client_cert, unknown_ca, bad_san, expired, not_tls, timeout, protocol, io, overload, revoked, pin_mismatch)."
+        "TLS handshakes refused or failed, by route and reason (no_client_cert, unknown_ca, bad_san, expired, not_tls, timeout, protocol, io, overload, revoked, pin_mismatch, revoked_status_unknown)."
     );
     describe_histogram!(
         HANDSHAKE_DURATION,
@@ -103,6 +113,16 @@ fn describe() {
         Unit::Count,
         "Credential revisions applied or rejected."
     );
+    describe_counter!(
+        CRL_REMOVALS,
+        Unit::Count,
+        "Credential revisions applied that made revoked serials admissible again: a CRL in force removed while its CA is trusted, or a CRL listing fewer serials without a higher CRL number."
+    );
+    describe_gauge!(
+        CRL_PENDING,
+        Unit::Count,
+        "CRLs held pending because their thisUpdate is in the future (beyond the clock-skew tolerance); the previous CRL of that CA key stays in force."
+    );
     describe_gauge!(
         CERT_NOT_AFTER,
         Unit::Seconds,
@@ -114,6 +134,16 @@ fn describe() {
 pub fn credential_reload(applied: bool) {
     let result = if applied { "applied" } else { "rejected" };
     counter!(CREDENTIAL_RELOADS, "result" => result).increment(1);
+}
+
+/// Counts one applied revision that made revoked serials admissible.
+pub fn crl_removal() {
+    counter!(CRL_REMOVALS).increment(1);
+}
+
+/// Publishes how many CRLs are held pending across every store.
+pub fn crl_pending(held: usize) {
+    gauge!(CRL_PENDING).set(held as f64);
 }
 
 /// Publishes certificate expiry times (Unix seconds).
@@ -232,13 +262,17 @@ pub const RUSTLS_VERSION: &str = locked_version(include_str!("../Cargo.lock"), "
 /// How often the process metrics are refreshed.
 const PROCESS_INTERVAL: Duration = Duration::from_secs(5);
 
-/// `mtls_sidecar_build_info{version, rustls} 1`.
+/// `mtls_sidecar_build_info{version, rustls} 1`, an [`info`] family (the
+/// labels never change, but every `_info` metric is rendered the same way).
 fn build_info() {
-    describe_gauge!(
+    info::set(
         BUILD_INFO,
-        "Always 1; the labels say which build runs: version (mtls-sidecar) and rustls."
+        "Always 1; the labels say which build runs: version (mtls-sidecar) and rustls.",
+        vec![vec![
+            ("version", VERSION.to_string()),
+            ("rustls", RUSTLS_VERSION.to_string()),
+        ]],
     );
-    gauge!(BUILD_INFO, "version" => VERSION, "rustls" => RUSTLS_VERSION).set(1.0);
 }
 
 /// `process_resident_memory_bytes`, `process_open_fds`, `process_max_fds`,
@@ -341,46 +375,50 @@ const fn starts_at(b: &[u8], at: usize, pat: &[u8]) -> bool {
 /// yet and leaves the gauge as it was.
 pub const CREDENTIAL_LAST_RELOAD_SUCCESSFUL: &str =
     "mtls_sidecar_credential_last_reload_successful";
-/// 1 for each revision in force, labelled `revision` with the first 12 hex
-/// digits of its content hash. The recorder (metrics 0.24 with
-/// metrics-exporter-prometheus 0.17) cannot remove one series, so a revision
-/// no longer in force stays at 0: count a rollout with
-/// `count by (revision) (mtls_sidecar_credential_revision_info == 1)`, or
-/// `sum by (revision) (...)`.
+/// 1 for each credential source, labelled `source` (its name as `/status`
+/// shows it) and `revision` (the first 12 hex digits of the content hash in
+/// force): exactly one series per source. A replaced revision's series
+/// disappears from the next scrape (an [`info`] family, rendered by us), so
+/// `count by (revision) (mtls_sidecar_credential_revision_info)` across pods
+/// counts pods per revision with no `== 1` needed.
 pub const CREDENTIAL_REVISION_INFO: &str = "mtls_sidecar_credential_revision_info";
 
-/// The revisions [`credential_reload_state`] last set to 1.
-static REVISIONS_SHOWN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-
-/// Publishes whether the last reloads succeeded and which revisions are in
-/// force (full hashes; shortened here). Revisions no longer in force go to 0.
-pub fn credential_reload_state(successful: bool, in_force: &[String]) {
+/// Publishes whether the last reloads succeeded and, for each credential
+/// source, the revision in force (`(source, full hash)` pairs; the hash is
+/// shortened here). A revision no longer in force leaves `/metrics`.
+pub fn credential_reload_state(successful: bool, in_force: &[(String, String)]) {
     static DESCRIBED: std::sync::Once = std::sync::Once::new();
     DESCRIBED.call_once(|| {
         describe_gauge!(
             CREDENTIAL_LAST_RELOAD_SUCCESSFUL,
             "1 when the newest credential revision seen is the one in force, 0 while a newer one is rejected or pending."
         );
-        describe_gauge!(
-            CREDENTIAL_REVISION_INFO,
-            "1 for the credential revision in force (first 12 hex of its content hash); 0 for one that was."
-        );
     });
     gauge!(CREDENTIAL_LAST_RELOAD_SUCCESSFUL).set(if successful { 1.0 } else { 0.0 });
-    let mut now: Vec<String> = in_force
+    info::set(
+        CREDENTIAL_REVISION_INFO,
+        "1 for each credential source: the revision in force (first 12 hex of its content hash).",
+        revision_series(in_force),
+    );
+}
+
+/// One `{source, revision}` label set per source, the hash shortened to 12
+/// hex digits.
+fn revision_series(in_force: &[(String, String)]) -> Vec<info::Labels> {
+    in_force
         .iter()
-        .map(|r| r.get(..12).unwrap_or(r).to_string())
-        .collect();
-    now.sort();
-    now.dedup();
-    let mut shown = REVISIONS_SHOWN.lock().unwrap_or_else(|e| e.into_inner());
-    for old in shown.iter().filter(|r| !now.contains(r)) {
-        gauge!(CREDENTIAL_REVISION_INFO, "revision" => old.clone()).set(0.0);
-    }
-    for r in &now {
-        gauge!(CREDENTIAL_REVISION_INFO, "revision" => r.clone()).set(1.0);
-    }
-    *shown = now;
+        .map(|(source, revision)| {
+            vec![
+                ("source", source.clone()),
+                ("revision", short_revision(revision).to_string()),
+            ]
+        })
+        .collect()
+}
+
+/// The first 12 characters of a revision hash (all of a shorter one).
+fn short_revision(revision: &str) -> &str {
+    revision.get(..12).unwrap_or(revision)
 }
 
 #[cfg(test)]
@@ -392,5 +430,27 @@ mod ops_tests {
         assert!(RUSTLS_VERSION.starts_with("0.23."), "{RUSTLS_VERSION}");
         let lock = "[[package]]\nname = \"rustls-webpki\"\nversion = \"9\"\n\n[[package]]\nname = \"rustls\"\nversion = \"1.2.3\"\n";
         assert_eq!(locked_version(lock, "rustls"), "1.2.3");
+    }
+
+    #[test]
+    fn one_revision_series_per_source_shortened() {
+        let pairs = [
+            ("/a".to_string(), "0123456789abcdef".to_string()),
+            ("/b".to_string(), "short".to_string()),
+        ];
+        let series = revision_series(&pairs);
+        assert_eq!(
+            series,
+            vec![
+                vec![
+                    ("source", "/a".to_string()),
+                    ("revision", "0123456789ab".to_string())
+                ],
+                vec![
+                    ("source", "/b".to_string()),
+                    ("revision", "short".to_string())
+                ],
+            ]
+        );
     }
 }

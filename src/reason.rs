@@ -42,11 +42,14 @@ pub enum FailureReason {
     Revoked,
     /// The peer's public key matches none of the pinned keys.
     PinMismatch,
+    /// The peer's certificate's issuer has a CRL in force that does not
+    /// cover it (Issuing Distribution Point scope): its status is unknown.
+    RevokedStatusUnknown,
 }
 
 impl FailureReason {
     /// Every value, for pre-registering metric series at zero.
-    pub const ALL: [FailureReason; 11] = [
+    pub const ALL: [FailureReason; 12] = [
         FailureReason::NoClientCert,
         FailureReason::UnknownCa,
         FailureReason::BadSan,
@@ -58,6 +61,7 @@ impl FailureReason {
         FailureReason::Overload,
         FailureReason::Revoked,
         FailureReason::PinMismatch,
+        FailureReason::RevokedStatusUnknown,
     ];
 
     /// The label value.
@@ -74,6 +78,7 @@ impl FailureReason {
             FailureReason::Overload => "overload",
             FailureReason::Revoked => "revoked",
             FailureReason::PinMismatch => "pin_mismatch",
+            FailureReason::RevokedStatusUnknown => "revoked_status_unknown",
         }
     }
 
@@ -110,6 +115,7 @@ impl FailureReason {
                 | CertificateError::NotValidYet
                 | CertificateError::NotValidYetContext { .. } => FailureReason::Expired,
                 CertificateError::Revoked => FailureReason::Revoked,
+                CertificateError::UnknownRevocationStatus => FailureReason::RevokedStatusUnknown,
                 CertificateError::Other(o) if o.0.is::<crate::identity::pin::PinMismatch>() => {
                     FailureReason::PinMismatch
                 }
@@ -282,7 +288,8 @@ mod tests {
                 "io",
                 "overload",
                 "revoked",
-                "pin_mismatch"
+                "pin_mismatch",
+                "revoked_status_unknown"
             ]
         );
     }

@@ -167,21 +167,6 @@ fn reset_seen(s: &TcpStream) -> bool {
     s.peer_addr().is_err() || matches!(s.take_error(), Ok(Some(_)))
 }
 
-/// The accept queue length of the listener on 127.0.0.1:`port`.
-fn accept_backlog(port: u16) -> Option<u32> {
-    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
-    let local = format!("0100007F:{port:04X}");
-    table.lines().skip(1).find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        if f.get(1) == Some(&local.as_str()) && f.get(3) == Some(&"0A") {
-            let rx = f.get(4)?.split(':').nth(1)?;
-            u32::from_str_radix(rx, 16).ok()
-        } else {
-            None
-        }
-    })
-}
-
 /// The pid of our sidecar child whose command line mentions `marker`.
 fn sidecar_pid(marker: &str) -> u32 {
     let me = std::process::id().to_string();
@@ -270,7 +255,7 @@ async fn probes_answer_with_600_stalled_admin_connections() {
     }
     // Every stalled connection has been accepted by the sidecar.
     eventually("the admin accept queue to drain", || {
-        accept_backlog(port) == Some(0)
+        waits::accept_backlog(port) == Some(0)
     })
     .await;
     let rss_flood = rss_kib(pid);
@@ -303,14 +288,20 @@ async fn probes_answer_with_600_stalled_admin_connections() {
     assert!(max_during < OPENING_BOUND, "a probe took {max_during:?}");
     assert!(max_after < PROBE_BOUND, "a probe took {max_after:?}");
 
-    // More than the cap were opened: some were closed to admit newcomers,
-    // each logged at DEBUG, with at most a couple of WARN lines in all.
+    // More than the cap (256) were opened and all were accepted: the ones
+    // past it were closed to admit newcomers (each logged at DEBUG, with at
+    // most a couple of WARN lines in all), or, on a machine slow enough to
+    // open them over more than the header timeout, timed out first (also
+    // logged). Waited for: the last lines may still be in the pipe.
+    let closed = || {
+        sc.log_count("closing the most stuck admin connection")
+            + sc.log_count("admin connection timed out")
+    };
+    eventually("a close logged for each connection past the cap", || {
+        closed() >= FLOOD - 256
+    })
+    .await;
     let evicted = sc.log_count("closing the most stuck admin connection");
-    assert!(
-        evicted > 0,
-        "no evictions logged:\n{}",
-        sc.logs().join("\n")
-    );
     let warns = sc.warn_lines(&["admin connection"]);
     assert!(
         warns.len() <= 2,
@@ -361,11 +352,9 @@ async fn stalled_admin_connections_time_out_but_keepalive_survives() {
     // The scraper was idle longer than the header timeout and is still served.
     let (code, _) = prom.get("/metrics").await.expect("scrape after idling");
     assert_eq!(code, 200);
-    assert!(
-        sc.log_count("admin connection timed out") >= 3,
-        "{}",
-        sc.logs().join("\n")
-    );
+    // All three were closed by the timeout and said so. The test saw the
+    // third reset before its log line reached the pipe once: wait for it.
+    sc.wait_log_count("admin connection timed out", 3).await;
 }
 
 /// Out of file descriptors: accept failures back off (a bounded number of

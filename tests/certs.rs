@@ -217,7 +217,7 @@ fn bad_usage_exits_2_naming_the_flag() {
         ),
         (
             &["--dns", REPLICA, "--role", "server", "--ca", "/nonexistent"],
-            "/nonexistent/ca.crt: not found",
+            "/nonexistent/ca.key: not found, nor tls.key",
         ),
     ];
     for (extra, needle) in cases {

@@ -310,3 +310,98 @@ async fn status_shows_the_hand_off_options() {
     assert_eq!(route["spki_pins"], serde_json::json!([pin]), "{body}");
     assert_eq!(route["proxy_protocol"], serde_json::json!(true), "{body}");
 }
+
+/// The TLV `0xE0` one connection from `ident` to `sc` carries.
+async fn matched_tlv(
+    sc: &Sidecar,
+    got: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
+    pki: &Pki,
+    ident: &mtls_sidecar::ops::pki::Issued,
+) -> String {
+    let cfg = client_config(Some(ident), &pki.ca.cert_pem);
+    let tls = tls_connect(&sc.addr("server"), REPLICA, cfg).await.unwrap();
+    send_and_close(tls, b"x").await;
+    let bytes = tokio::time::timeout(DEADLINE, got.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    let header = Header::try_from(bytes.as_slice()).expect("a PROXY v2 header");
+    String::from_utf8(tlv(&header, 0xE0).expect("TLV 0xE0")).unwrap()
+}
+
+/// `0xE0` names the `--allow-san` entry that admitted the peer, exactly as
+/// configured, among several (not the first, not the last); `*` with
+/// `--allow-any-san`.
+#[tokio::test]
+async fn the_matched_tlv_names_the_entry_that_admitted_the_peer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("handoff CA");
+    let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+    let (target, mut got) = recording_target().await;
+    let sc = start_server(
+        &dir,
+        &target,
+        &[
+            "--proxy-protocol",
+            "v2",
+            "--allow-san",
+            "*.ops.env-1.svc",
+            "--allow-san",
+            "spiffe://env-1.example/ns/x/sa/y",
+        ],
+    )
+    .await;
+    let tool = pki.leaf("tool.ops.env-1.svc", Role::Client);
+    let controller = pki.leaf(CONTROLLER, Role::Client);
+    assert_eq!(
+        matched_tlv(&sc, &mut got, &pki, &tool).await,
+        "*.ops.env-1.svc"
+    );
+    assert_eq!(
+        matched_tlv(&sc, &mut got, &pki, &controller).await,
+        CONTROLLER
+    );
+
+    let any = Sidecar::start(
+        &[
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--target",
+            &target,
+            "--tls-dir",
+            dir.to_str().unwrap(),
+            "--allow-any-san",
+            "--proxy-protocol",
+            "v2",
+        ],
+        1,
+    )
+    .await;
+    assert_eq!(matched_tlv(&any, &mut got, &pki, &tool).await, "*");
+}
+
+/// The positive control of the client route's pin: a pin of the server's
+/// own key admits (the test above refuses a wrong one) and the connection
+/// round-trips; the same pair with a wrong pin beside the right one
+/// (either may match) does too.
+#[tokio::test]
+async fn a_client_route_admits_a_server_whose_key_is_pinned() {
+    let creds = Creds::new();
+    let pin = mtls_sidecar::identity::pin::spki_sha256(&creds.replica.cert_der)
+        .expect("the server certificate's SPKI");
+    let right = mtls_sidecar::identity::pin::encode(&pin);
+    let wrong = mtls_sidecar::identity::pin::encode(&[9u8; 32]);
+    let echo = echo_target().await;
+    let target = echo.addr.to_string();
+    for pins in [vec![right.as_str()], vec![wrong.as_str(), right.as_str()]] {
+        let mut extra = Vec::new();
+        for p in &pins {
+            extra.extend(["--expect-spki-sha256", p]);
+        }
+        let (_server, client) = creds.pair(&target, &[], &extra).await;
+        let mut c = connect_plain(&client).await;
+        assert_eq!(roundtrip(&mut c, b"pinned").await, b"pinned", "{pins:?}");
+        assert_eq!(client.log_count("pin_mismatch"), 0, "{pins:?}");
+    }
+}

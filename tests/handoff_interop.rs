@@ -18,7 +18,7 @@ mod support;
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -38,6 +38,8 @@ struct Foreign {
     name: String,
     child: std::process::Child,
     output: Arc<Mutex<Vec<String>>>,
+    /// The threads copying stdout and stderr; each ends at its pipe's EOF.
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Foreign {
@@ -52,18 +54,22 @@ impl Foreign {
         let output = Arc::new(Mutex::new(Vec::new()));
         let out: Box<dyn std::io::Read + Send> = Box::new(child.stdout.take().unwrap());
         let err: Box<dyn std::io::Read + Send> = Box::new(child.stderr.take().unwrap());
-        for pipe in [out, err] {
-            let sink = output.clone();
-            std::thread::spawn(move || {
-                for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
-                    sink.lock().unwrap().push(line);
-                }
-            });
-        }
+        let readers = [out, err]
+            .into_iter()
+            .map(|pipe| {
+                let sink = output.clone();
+                std::thread::spawn(move || {
+                    for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+                        sink.lock().unwrap().push(line);
+                    }
+                })
+            })
+            .collect();
         Foreign {
             name,
             child,
             output,
+            readers,
         }
     }
 
@@ -104,13 +110,21 @@ impl Foreign {
         stdin.flush().unwrap();
     }
 
-    /// Closes stdin, then waits for the program to exit on its own.
+    /// Closes stdin, then waits for the program to exit on its own and
+    /// for all it printed to be read (the exit can be seen before its last
+    /// lines are through the pipe: it once was, failing an output check).
     async fn wait_exit(&mut self) -> Option<i32> {
         drop(self.child.stdin.take());
-        self.until("did not exit", |me| {
-            me.child.try_wait().unwrap().map(|s| s.code())
+        let code = self
+            .until("did not exit", |me| {
+                me.child.try_wait().unwrap().map(|s| s.code())
+            })
+            .await;
+        self.until("kept its output open", |me| {
+            me.readers.iter().all(|r| r.is_finished()).then_some(())
         })
-        .await
+        .await;
+        code
     }
 }
 
@@ -119,16 +133,6 @@ impl Drop for Foreign {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// The program's path when it is installed.
-fn installed(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .chain(["/usr/sbin", "/usr/local/sbin"])
-        .map(|d| Path::new(d).join(program))
-        .find(|p| p.is_file())
 }
 
 fn file(dir: &Path, name: &str) -> String {
@@ -157,13 +161,10 @@ backend echo
 
 /// Starts HAProxy (`-db`: in the foreground, its log on stdout) with the
 /// config `cfg`, whose one `bind fd@3` is a loopback port the test bound;
-/// returns it and that port's address. `None`, after one printed line,
-/// when haproxy is not installed.
-fn haproxy(dir: &Path, cfg: &str) -> Option<(Foreign, String)> {
-    let Some(haproxy) = installed("haproxy") else {
-        println!("skipped: haproxy is not installed (apt-get install haproxy)");
-        return None;
-    };
+/// returns it and that port's address. The test has checked that
+/// haproxy is installed (`tools::skip_unless`).
+fn haproxy(dir: &Path, cfg: &str) -> (Foreign, String) {
+    let haproxy = tools::installed("haproxy").expect("haproxy (apt-get install haproxy)");
     let path = dir.join("haproxy.cfg");
     std::fs::write(&path, cfg).unwrap();
     // The test binds the port (0: any free one) and HAProxy inherits the
@@ -187,7 +188,7 @@ fn haproxy(dir: &Path, cfg: &str) -> Option<(Foreign, String)> {
     }
     let hap = Foreign::spawn(cmd);
     drop(listener);
-    Some((hap, addr))
+    (hap, addr)
 }
 
 /// HAProxy behind a server route: the original peer address and port (the
@@ -195,14 +196,15 @@ fn haproxy(dir: &Path, cfg: &str) -> Option<(Foreign, String)> {
 /// across the sidecar, come back in HAProxy's own log.
 #[tokio::test(flavor = "multi_thread")]
 async fn haproxy_accept_proxy_logs_the_original_peer() {
+    if tools::skip_unless(&["haproxy"]) {
+        return;
+    }
     let echo = echo_target().await;
     let tmp = tempfile::tempdir().unwrap();
-    let Some((mut hap, haproxy_addr)) = haproxy(
+    let (mut hap, haproxy_addr) = haproxy(
         tmp.path(),
         &HAPROXY_CFG.replace("ECHO", &echo.addr.to_string()),
-    ) else {
-        return;
-    };
+    );
 
     let creds = Creds::new();
     let sc = start_server(
@@ -279,6 +281,9 @@ fn s_client(s: &ServerSide, alpn: &str) -> Foreign {
 /// and counted under reason `protocol`.
 #[tokio::test(flavor = "multi_thread")]
 async fn openssl_s_client_alpn_negotiated_and_other_refused() {
+    if tools::skip_unless(&["openssl"]) {
+        return;
+    }
     let s = ServerSide::start(&["--alpn", "x-proto", "--admin", "127.0.0.1:0"]).await;
     let mut ok = s_client(&s, "x-proto");
     ok.send(b"hello over x-proto\n");
@@ -436,6 +441,9 @@ const SPIFFE_ID: &str = "spiffe://td/ns/a/sa/controller";
 /// documented example parser reads the same.
 #[tokio::test(flavor = "multi_thread")]
 async fn proxy_v2_bytes_read_field_by_field_by_an_independent_parser() {
+    if tools::skip_unless(&["openssl", "python3"]) {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let pki = Pki::new("independent parser CA");
     let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
@@ -530,6 +538,9 @@ async fn proxy_v2_bytes_read_field_by_field_by_an_independent_parser() {
 /// identity TLVs.
 #[tokio::test(flavor = "multi_thread")]
 async fn unix_listeners_send_local_with_the_identity_tlvs() {
+    if tools::skip_unless(&["python3"]) {
+        return;
+    }
     let creds = Creds::new();
     let sock = creds.tmp.path().join("tls.sock");
     let (target, mut got) = recording_target().await;
@@ -591,6 +602,9 @@ backend recorder
 /// certificate the proxy presented, as the spec says, not the client's.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_ssl_tlv_is_what_haproxy_sends_for_the_same_handshake() {
+    if tools::skip_unless(&["haproxy", "python3"]) {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let clients = Pki::new("client CA");
     let controller = clients.leaf(CONTROLLER, Role::Client);
@@ -610,9 +624,7 @@ async fn the_ssl_tlv_is_what_haproxy_sends_for_the_same_handshake() {
     std::fs::write(&client_ca, &clients.ca.cert_pem).unwrap();
     let (target, mut got) = recording_target().await;
     let cfg = haproxy_tls_cfg(&crt, &client_ca, &target);
-    let Some((hap, haproxy_addr)) = haproxy(tmp.path(), &cfg) else {
-        return;
-    };
+    let (hap, haproxy_addr) = haproxy(tmp.path(), &cfg);
     let sc = hand_off_route(
         "127.0.0.1:0",
         &target,

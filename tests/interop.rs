@@ -12,6 +12,9 @@ use tokio::net::TcpStream;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn openssl_s_client_with_a_certificate_round_trips() {
+    if tools::skip_unless(&["openssl"]) {
+        return;
+    }
     let srv = ServerSide::start(&[]).await;
     let d = &srv.controller_dir;
     let mut p = Proc::spawn(
@@ -42,6 +45,9 @@ async fn openssl_s_client_with_a_certificate_round_trips() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn openssl_s_client_without_a_certificate_is_refused() {
+    if tools::skip_unless(&["openssl"]) {
+        return;
+    }
     let srv = ServerSide::start(&[]).await;
     let d = &srv.controller_dir;
     let mut p = Proc::spawn(
@@ -71,6 +77,9 @@ async fn openssl_s_client_without_a_certificate_is_refused() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn client_sidecar_talks_to_openssl_s_server() {
+    if tools::skip_unless(&["openssl"]) {
+        return;
+    }
     let creds = Creds::new();
     let (mut server, target) = s_server(&creds.server_dir, &["-tls1_3"]).await;
     let client = start_client(&creds.client_dir, &target, &[]).await;
@@ -86,6 +95,9 @@ async fn client_sidecar_talks_to_openssl_s_server() {
 /// `protocol`), and `--tls-min-version 1.2` makes the same server work.
 #[tokio::test(flavor = "multi_thread")]
 async fn client_sidecar_speaks_tls12_to_openssl_only_when_allowed() {
+    if tools::skip_unless(&["openssl"]) {
+        return;
+    }
     let creds = Creds::new();
     let hello = b"controller over 1.2\n";
 
@@ -168,6 +180,9 @@ async fn python_client(srv: &ServerSide, dir: &std::path::Path) -> (Option<i32>,
 
 #[tokio::test(flavor = "multi_thread")]
 async fn python_ssl_client_is_accepted() {
+    if tools::skip_unless(&["python3"]) {
+        return;
+    }
     let srv = ServerSide::start(&[]).await;
     let (code, out) = python_client(&srv, &srv.controller_dir).await;
     assert_eq!(code, Some(0), "{out}");
@@ -177,6 +192,9 @@ async fn python_ssl_client_is_accepted() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn python_ssl_client_with_the_wrong_san_is_refused() {
+    if tools::skip_unless(&["python3"]) {
+        return;
+    }
     let srv = ServerSide::start(&[]).await;
     let replica = srv.pki.leaf(REPLICA, Role::Both);
     let dir = srv.pki.dir(srv.tmp.path(), "wrong-role", &replica);
@@ -260,17 +278,6 @@ impl OpensslCa {
     }
 }
 
-fn have_openssl() -> bool {
-    let found = std::process::Command::new("openssl")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        println!("skipped: openssl is not installed");
-    }
-    found
-}
-
 /// Connects presenting `ident` and says whether the server let it talk: it
 /// answers a line (our echo target echoes it, `s_server -rev` reverses it)
 /// rather than failing the handshake or the first read with an alert.
@@ -292,7 +299,7 @@ async fn admitted(addr: &str, ident: &mtls_sidecar::ops::pki::Issued, ca_pem: &s
 /// revoked and a good client certificate our verdict is OpenSSL's.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_openssl_crl_gives_our_server_and_s_server_the_same_verdicts() {
-    if !have_openssl() {
+    if tools::skip_unless(&["openssl"]) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -340,7 +347,7 @@ async fn an_openssl_crl_gives_our_server_and_s_server_the_same_verdicts() {
 /// applied.
 #[tokio::test(flavor = "multi_thread")]
 async fn crls_without_a_number_are_ordered_by_this_update() {
-    if !have_openssl() {
+    if tools::skip_unless(&["openssl"]) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

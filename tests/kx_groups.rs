@@ -119,6 +119,9 @@ async fn deliver_through(client: &Sidecar, server: &Proc, line: &str) -> TcpStre
 /// over P-384, and its data reaches the target.
 #[tokio::test(flavor = "multi_thread")]
 async fn server_route_accepts_a_p384_only_client() {
+    if tools::skip_unless(&["openssl"]) {
+        return;
+    }
     let srv = ServerSide::start(&[]).await;
     let mut c = s_client(&srv.addr, &srv.controller_dir, &["-groups", "secp384r1"]);
     c.send(b"kx over p-384\n").await;
@@ -136,6 +139,9 @@ async fn server_route_accepts_a_p384_only_client() {
 /// nothing for it.
 #[tokio::test(flavor = "multi_thread")]
 async fn server_route_gives_a_default_openssl_client_its_best_group() {
+    if tools::skip_unless(&["openssl"]) {
+        return;
+    }
     let srv = ServerSide::start(&[]).await;
     let mut c = s_client(&srv.addr, &srv.controller_dir, &[]);
     c.send(b"kx by default\n").await;
@@ -153,6 +159,9 @@ async fn server_route_gives_a_default_openssl_client_its_best_group() {
 /// and the sidecar goes on serving.
 #[tokio::test(flavor = "multi_thread")]
 async fn server_route_refuses_a_client_with_no_group_in_common() {
+    if tools::skip_unless(&["openssl"]) {
+        return;
+    }
     let srv = ServerSide::start(&["--admin", "127.0.0.1:0"]).await;
     let mut c = s_client(&srv.addr, &srv.controller_dir, &["-groups", "ffdhe2048"]);
     let code = c.wait_exit().await;
@@ -180,6 +189,9 @@ async fn server_route_refuses_a_client_with_no_group_in_common() {
 /// A `client` route reaches a P-384-only OpenSSL server, over P-384.
 #[tokio::test(flavor = "multi_thread")]
 async fn client_route_reaches_a_p384_only_server() {
+    if tools::skip_unless(&["openssl"]) {
+        return;
+    }
     let creds = Creds::new();
     let (server, target) = s_server_traced(&creds.server_dir, &["-groups", "secp384r1"]).await;
     let client = start_client(&creds.client_dir, &target, &[]).await;
@@ -199,6 +211,9 @@ async fn client_route_reaches_a_p384_only_server() {
 /// groups (RFC 8422 §5.1), whatever group the ECDHE itself uses.
 #[tokio::test(flavor = "multi_thread")]
 async fn client_route_reaches_a_tls12_server_with_a_p384_certificate() {
+    if tools::skip_unless(&["openssl"]) {
+        return;
+    }
     let creds = Creds::new();
     let (replica, p384_ca) = p384::server_identity(REPLICA);
     // Each side trusts both CAs: its peer's, and its own leaf's.
@@ -222,6 +237,9 @@ async fn client_route_reaches_a_tls12_server_with_a_p384_certificate() {
 /// otherwise.
 #[tokio::test(flavor = "multi_thread")]
 async fn client_route_gives_a_default_openssl_server_its_best_group() {
+    if tools::skip_unless(&["openssl"]) {
+        return;
+    }
     let creds = Creds::new();
     let (server, target) = s_server_traced(&creds.server_dir, &[]).await;
     let client = start_client(&creds.client_dir, &target, &[]).await;
@@ -269,6 +287,9 @@ async fn client_route_prefers_the_hybrid() {
 /// on the `client` route as a `protocol` handshake failure.
 #[tokio::test(flavor = "multi_thread")]
 async fn client_route_refuses_a_server_with_no_group_in_common() {
+    if tools::skip_unless(&["openssl"]) {
+        return;
+    }
     let creds = Creds::new();
     let (server, target) = s_server_traced(&creds.server_dir, &["-groups", "ffdhe2048"]).await;
     let client = start_client(&creds.client_dir, &target, &["--admin", "127.0.0.1:0"]).await;

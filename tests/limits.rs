@@ -9,7 +9,6 @@ mod common;
 
 use common::http;
 
-use std::io::Read;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -40,19 +39,24 @@ async fn silent_sockets(addr: &str, admin: &str, n: usize) -> Vec<TcpStream> {
     for _ in 0..n {
         v.push(TcpStream::connect(addr).await.expect("connect"));
     }
-    let want = n;
+    route_status_until(admin, &format!("{n} pending handshakes"), |r| {
+        r["pending_handshakes"].as_u64() == Some(n as u64)
+    })
+    .await;
+    v
+}
+
+/// Polls `/status` at `admin` until its first route satisfies `done`;
+/// panics after [`DEADLINE`] naming `what`.
+async fn route_status_until(admin: &str, what: &str, done: impl Fn(&serde_json::Value) -> bool) {
     let deadline = Instant::now() + DEADLINE;
     loop {
         let s = http::request(admin, "GET", "/status").await;
         let doc: serde_json::Value = serde_json::from_str(&s.body).expect("status json");
-        if doc["routes"][0]["pending_handshakes"].as_u64() == Some(want as u64) {
-            return v;
+        if done(&doc["routes"][0]) {
+            return;
         }
-        assert!(
-            Instant::now() < deadline,
-            "pending handshakes never reached {want}: {}",
-            s.body
-        );
+        assert!(Instant::now() < deadline, "never {what}: {}", s.body);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -105,32 +109,144 @@ async fn a_full_handshake_set_evicts_the_oldest() {
     // A fourth pushes the first out.
     silent.push(TcpStream::connect(&s.addr).await.unwrap());
     let mut oldest = silent.remove(0);
+    // From now on, every close of the others is seen as it happens (a
+    // task per socket awaiting readability: EOF or reset), not sampled.
+    let closed_at = watch_closes(silent);
     let closed = read_until_closed(&mut oldest).await;
     assert!(
         closed.is_empty(),
         "the evicted socket got bytes: {closed:?}"
     );
-    s.sidecar
+    let refused = s
+        .sidecar
         .wait_field("handshake refused", "reason", "overload")
         .await;
+    // The line says why (not the drain's wording, the other stop).
+    assert!(refused.contains("--max-handshakes reached"), "{refused}");
     let m = metrics(&admin).await;
     assert_eq!(failures(&m, "overload"), 1.0);
-    // The others are still pending (not closed): a positive control for
-    // "only the oldest".
-    let mut buf = [0u8; 1];
-    for sock in &silent {
-        assert!(
-            matches!(sock.try_read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
-            "a younger pending handshake was closed too"
-        );
-    }
     // A real controller in a full set evicts the oldest and is served.
+    let controller_at = Instant::now();
     let mut tls = s.connect_good().await;
     assert_eq!(roundtrip(&mut tls, b"ping").await, b"ping");
     eventually("second overload", || {
         s.sidecar.warn_reason("overload").len() == 2
     })
     .await;
+    // Throughout both evictions, only the oldest pending handshake was
+    // closed each time: the second-oldest once the controller came, the
+    // two youngest never.
+    let closed_at = closed_at.lock().unwrap().clone();
+    assert!(
+        closed_at[0].is_some_and(|t| t >= controller_at),
+        "the second-oldest closed at {:?}, the controller came at {controller_at:?}",
+        closed_at[0]
+    );
+    assert_eq!(
+        closed_at[1..],
+        [None, None],
+        "a younger pending handshake was closed too"
+    );
+}
+
+/// When each socket became readable (the peer closed or reset it), seen by
+/// a task per socket that holds it until then.
+fn watch_closes(socks: Vec<TcpStream>) -> Arc<Mutex<Vec<Option<Instant>>>> {
+    let closed_at = Arc::new(Mutex::new(vec![None; socks.len()]));
+    for (i, sock) in socks.into_iter().enumerate() {
+        let closed_at = closed_at.clone();
+        tokio::spawn(async move {
+            if sock.readable().await.is_ok() {
+                closed_at.lock().unwrap()[i] = Some(Instant::now());
+            }
+            drop(sock);
+        });
+    }
+    closed_at
+}
+
+/// An authenticated connection waiting for a `--max-connections` slot
+/// still holds its `--max-handshakes` ticket; a newer handshake that needs
+/// the ticket closes it as `overload` (not `drain`, the other way a wait
+/// ends), logged and counted. Kills the overload arm of the mapping in
+/// `slot_wait_close` (src/proxy/route/admission.rs).
+#[tokio::test]
+async fn a_connection_waiting_for_a_slot_is_closed_as_overload() {
+    let s = ServerSide::start(&[
+        "--max-connections",
+        "1",
+        "--max-handshakes",
+        "1",
+        "--handshake-timeout",
+        "60s",
+        "--admin",
+        "127.0.0.1:0",
+    ])
+    .await;
+    let admin = s.sidecar.admin();
+    let mut forwarded = s.connect_good().await;
+    assert_eq!(roundtrip(&mut forwarded, b"slot").await, b"slot");
+    // The second is authenticated and registered, and waits for the slot
+    // under its ticket.
+    let mut waiting = s.connect_good().await;
+    route_status_until(&admin, "one waiting for a slot", |r| {
+        r["live_connections"] == 2 && r["pending_handshakes"] == 1
+    })
+    .await;
+    // A newcomer's handshake takes the only ticket.
+    let _newcomer = TcpStream::connect(&s.addr).await.expect("connect");
+    assert!(read_until_closed(&mut waiting).await.is_empty());
+    let line = s
+        .sidecar
+        .wait_log(&["connection closed before forwarding"])
+        .await;
+    assert_eq!(field(&line, "reason"), "overload", "{line}");
+    s.sidecar.wait_closed("server", "overload", 1.0).await;
+    // The forwarded one was left alone.
+    assert_eq!(roundtrip(&mut forwarded, b"still").await, b"still");
+}
+
+/// A client route takes its slot before dialing, under the handshake
+/// ticket: a local connection waiting for the slot is the oldest pending
+/// handshake, and a newer one closes it as a refused handshake (`overload`,
+/// counted and logged with where it was). Kills
+/// `stopped_before_handshake -> ()` (src/proxy/route/client.rs).
+#[tokio::test]
+async fn a_client_connection_waiting_for_a_slot_is_refused_as_overload() {
+    let pair = Pair::start(
+        &[],
+        &[
+            "--max-connections",
+            "1",
+            "--max-handshakes",
+            "1",
+            "--admin",
+            "127.0.0.1:0",
+        ],
+    )
+    .await;
+    let mut forwarded = pair.connect().await;
+    assert_eq!(roundtrip(&mut forwarded, b"slot").await, b"slot");
+    // The second holds the only ticket while it waits for the slot (the
+    // first let go of its ticket once authenticated).
+    let mut waiting = pair.connect().await;
+    route_status_until(&pair.client.admin(), "one waiting for a slot", |r| {
+        r["live_connections"] == 1 && r["pending_handshakes"] == 1
+    })
+    .await;
+    let _newcomer = pair.connect().await;
+    assert!(read_until_closed(&mut waiting).await.is_empty());
+    let line = pair
+        .client
+        .wait_field("handshake refused", "reason", "overload")
+        .await;
+    assert!(line.contains("waiting for a connection slot"), "{line}");
+    let labels = [("route", "client"), ("reason", "overload")];
+    scrape_until(&pair.client.admin(), "a client overload refusal", |m| {
+        m.value("mtls_sidecar_tls_handshake_failures_total", &labels) == Some(1.0)
+    })
+    .await;
+    assert_eq!(roundtrip(&mut forwarded, b"still").await, b"still");
 }
 
 /// Every count and duration has an upper bound checked at parse time: each
@@ -317,37 +433,30 @@ async fn a_dead_route_fails_readiness_and_exits_1() {
 
 /// Regression: an `--exclusive` newcomer dialed the target before the
 /// incumbent's target socket was closed (the target saw "open 5" before
-/// "close 4"). A target recording each accept checks, at that moment,
-/// that the previous connection already reads EOF: never two at once.
+/// "close 4"). Judged in the kernel, not at the target's `accept()` (a
+/// late accept finds the old connection closed whatever the order): a
+/// packet tap on `lo` sees every SYN to the target and every FIN or RST
+/// from the sidecar's target sockets in the order they were sent, and each
+/// newcomer's SYN must come after the FIN (or RST) of the connection it
+/// displaced. Needs root (`MTLS_SIDECAR_SKIP=root` skips it).
 #[tokio::test]
 async fn exclusive_never_overlaps_at_the_target() {
+    if tools::skip_unless(&["root"]) {
+        return;
+    }
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
     let target = listener.local_addr().unwrap().to_string();
-    let overlaps = Arc::new(Mutex::new(Vec::<usize>::new()));
+    let tap = tap::Tap::open(port).expect("a packet tap on lo");
     let accepted = Arc::new(Mutex::new(0usize));
     {
-        let (overlaps, accepted) = (overlaps.clone(), accepted.clone());
+        let accepted = accepted.clone();
         std::thread::spawn(move || {
-            let mut previous: Option<std::net::TcpStream> = None;
-            for (i, conn) in listener.incoming().enumerate() {
+            let mut held = Vec::new();
+            for conn in listener.incoming() {
                 let Ok(conn) = conn else { return };
-                if let Some(mut old) = previous.take() {
-                    old.set_nonblocking(true).unwrap();
-                    let mut b = [0u8; 64];
-                    let open = loop {
-                        match old.read(&mut b) {
-                            Ok(0) => break false,
-                            Ok(_) => continue,
-                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break true,
-                            Err(_) => break false,
-                        }
-                    };
-                    if open {
-                        overlaps.lock().unwrap().push(i);
-                    }
-                }
                 *accepted.lock().unwrap() += 1;
-                previous = Some(conn);
+                held.push(conn);
             }
         });
     }
@@ -378,11 +487,48 @@ async fn exclusive_never_overlaps_at_the_target() {
         sc.log_count("displaces the incumbent") == ROUNDS - 1
     })
     .await;
-    let overlaps = overlaps.lock().unwrap().clone();
+    // Every displaced connection's FIN has been sent once its newcomer
+    // was forwarding; the tap may still be reading the last ones.
+    let seen = |segs: &[tap::Segment]| {
+        let mut ports: Vec<u16> = segs
+            .iter()
+            .filter(|s| s.opens(port))
+            .map(|s| s.src_port)
+            .collect();
+        ports.dedup();
+        ports.len()
+    };
+    eventually("the tap saw every connection open", || {
+        seen(&tap.segments()) == ROUNDS
+    })
+    .await;
+    let segs = tap.segments();
+    assert_eq!(tap.drops(), 0, "the tap lost packets: its order has gaps");
+    let overlaps = overlaps_in(&segs, port);
     assert!(
         overlaps.is_empty(),
-        "the target saw two connections at once at accepts {overlaps:?}"
+        "newcomers dialed the target before the displaced connection ended: {overlaps:?}"
     );
+}
+
+/// The source ports of connections to `port` whose SYN was sent before the
+/// connection opened just before them had sent its FIN or RST.
+fn overlaps_in(segs: &[tap::Segment], port: u16) -> Vec<u16> {
+    let mut overlaps = Vec::new();
+    let mut previous: Option<u16> = None;
+    for (i, s) in segs.iter().enumerate() {
+        // (A retransmitted SYN is the same connection.)
+        if !s.opens(port) || previous == Some(s.src_port) {
+            continue;
+        }
+        if let Some(old) = previous {
+            if !segs[..i].iter().any(|e| e.ends(old, port)) {
+                overlaps.push(s.src_port);
+            }
+        }
+        previous = Some(s.src_port);
+    }
+    overlaps
 }
 
 /// Drain keeps revoking: a CA dropped from the trust while SIGTERM's drain
@@ -468,4 +614,35 @@ async fn a_handshake_in_flight_at_sigterm_is_served_under_the_drain() {
         "{}",
         logs.join("\n")
     );
+}
+
+/// A connection closed after authentication but before it was forwarded
+/// is counted by its close reason, not only logged: an authenticated peer
+/// waiting for the one `--max-connections` slot still holds the one
+/// `--max-handshakes` place, so a newcomer evicts it (`overload`), and
+/// `connections_closed_total{reason="overload"}` reads 1.
+#[tokio::test]
+async fn a_connection_closed_before_forwarding_is_counted() {
+    let s = ServerSide::start(&[
+        "--max-connections",
+        "1",
+        "--max-handshakes",
+        "1",
+        "--admin",
+        "127.0.0.1:0",
+    ])
+    .await;
+    let mut first = s.connect_good().await;
+    assert_eq!(roundtrip(&mut first, b"one").await, b"one");
+    let mut waiting = s.connect_good().await;
+    s.sidecar
+        .wait_log(&["all --max-connections slots taken; waiting for one"])
+        .await;
+    let _newcomer = TcpStream::connect(&s.addr).await.unwrap();
+    assert!(read_until_closed(&mut waiting).await.is_empty());
+    s.sidecar
+        .wait_log(&["connection closed before forwarding", "reason=\"overload\""])
+        .await;
+    s.sidecar.wait_closed("server", "overload", 1.0).await;
+    assert_eq!(s.echo.accepted(), 1);
 }

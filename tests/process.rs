@@ -468,25 +468,47 @@ async fn max_connections_queues_the_excess() {
     eprintln!("control {control:?}, held {hold:?}");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn running_out_of_file_descriptors_backs_off_and_recovers() {
+/// A server sidecar limited to 64 descriptors, handshakes timing out after
+/// `handshake_timeout`, in front of an echo target: its PKI, the sidecar and
+/// its route's address (kept with the temporary directory and the target).
+struct With64Fds {
+    _tmp: tempfile::TempDir,
+    _echo: Echo,
+    pki: Pki,
+    sc: Sidecar,
+    addr: String,
+}
+
+async fn with_64_fds(handshake_timeout: &str) -> With64Fds {
     let tmp = tempfile::tempdir().unwrap();
     let pki = Pki::new("CA");
     let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
     let echo = echo_target().await;
+    let sc = limited_to_64_fds(&dir, &echo.addr.to_string(), handshake_timeout);
+    let addr = field(&sc.wait_log(&[" listening "]).await, "listen");
+    With64Fds {
+        _tmp: tmp,
+        _echo: echo,
+        pki,
+        sc,
+        addr,
+    }
+}
+
+fn limited_to_64_fds(dir: &std::path::Path, target: &str, handshake_timeout: &str) -> Sidecar {
     let mut cmd = Command::new(bin());
     cmd.args([
         "server",
         "--listen",
         "127.0.0.1:0",
         "--target",
-        &echo.addr.to_string(),
+        target,
         "--tls-dir",
         dir.to_str().unwrap(),
         "--allow-san",
         CONTROLLER,
         "--handshake-timeout",
-        "2s",
+        handshake_timeout,
     ])
     .stdin(Stdio::null())
     .stdout(Stdio::null())
@@ -503,8 +525,12 @@ async fn running_out_of_file_descriptors_backs_off_and_recovers() {
             Ok(())
         });
     }
-    let sc = Sidecar::from_command(cmd);
-    let addr = field(&sc.wait_log(&[" listening "]).await, "listen");
+    Sidecar::from_command(cmd)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn running_out_of_file_descriptors_backs_off_and_recovers() {
+    let With64Fds { pki, sc, addr, .. } = with_64_fds("2s").await;
     // Exhaust the sidecar's descriptors with peers that never handshake.
     let mut idle = Vec::new();
     for _ in 0..100 {
@@ -528,6 +554,47 @@ async fn running_out_of_file_descriptors_backs_off_and_recovers() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Out of descriptors, the route closes its oldest pending handshake to
+/// get one back, so the next peer is accepted: with every silent socket
+/// still held by the test (none closes on its own: the handshake timeout
+/// is a minute), only that eviction can let the controller in. The oldest
+/// are the ones closed; the youngest stay pending.
+#[tokio::test(flavor = "multi_thread")]
+async fn out_of_descriptors_the_oldest_pending_handshake_makes_room() {
+    let With64Fds { pki, sc, addr, .. } = with_64_fds("60s").await;
+    let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
+    // More silent peers than descriptors, all held to the end.
+    let mut idle = Vec::new();
+    for _ in 0..100 {
+        idle.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    sc.wait_log(&["accept failed; backing off"]).await;
+    // The kernel's accept queue empties only as evictions make room.
+    eventually("the route to accept every silent peer", || {
+        waits::accept_backlog(port) == Some(0)
+    })
+    .await;
+    let cfg = client_config(Some(&pki.leaf(CONTROLLER, Role::Client)), &pki.ca.cert_pem);
+    let tls = tokio::time::timeout(DEADLINE, tls_connect(&addr, REPLICA, cfg))
+        .await
+        .expect("the controller's handshake stalled: no descriptor was freed")
+        .expect("the controller's handshake");
+    drop(tls);
+    // The first silent peer was closed by the sidecar; the last is pending.
+    let mut buf = [0u8; 1];
+    let first = tokio::time::timeout(DEADLINE, idle[0].read(&mut buf)).await;
+    assert!(
+        matches!(first, Ok(Ok(0)) | Ok(Err(_))),
+        "the oldest silent peer is still open: {first:?}"
+    );
+    let last = idle.last().unwrap();
+    assert!(
+        matches!(last.try_read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the youngest silent peer was closed"
+    );
+    drop(idle);
 }
 
 /// Session resumption is off in both directions: a client that would resume
@@ -609,15 +676,29 @@ async fn sighup_polls_the_credentials_at_once() {
     for f in ["tls.crt", "tls.key", "ca.crt"] {
         std::fs::rename(staging.join(f), store.join(f)).unwrap();
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(
-        sc.log_count("applied credential revision"),
-        0,
-        "nothing but SIGHUP may poll"
-    );
     sc.signal(libc::SIGHUP);
     sc.wait_log(&["SIGHUP received"]).await;
     sc.wait_log(&["applied credential revision"]).await;
+    // The poll that applied it was the signal's, and the only one: each
+    // poll says what woke it once it has reported (no sleep can show that
+    // nothing else would have polled).
+    let polls = sc.wait_log_count(waits::POLLED, 1).await;
+    let logs = sc.logs();
+    let applied = logs
+        .iter()
+        .position(|l| l.contains("applied credential revision"))
+        .unwrap();
+    let poll = logs[applied..]
+        .iter()
+        .find(|l| l.contains(waits::POLLED))
+        .unwrap();
+    assert!(has_field(poll, "trigger", "signal"), "{poll}");
+    assert_eq!(
+        polls,
+        1,
+        "nothing but SIGHUP may poll:\n{}",
+        logs.join("\n")
+    );
     let cfg = client_config(Some(&pki.leaf(CONTROLLER, Role::Client)), &pki.ca.cert_pem);
     let s = tls_connect(&sc.addr("server"), REPLICA, cfg).await.unwrap();
     let served = CertInfo::parse(&s.get_ref().1.peer_certificates().unwrap()[0])

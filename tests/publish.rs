@@ -2,8 +2,10 @@
 //! kubelet's layout (timestamped revision directory, `..data` swapped by
 //! rename, `name -> ..data/name` links, the old revision removed), a running
 //! sidecar on DIR applying what it publishes without ever seeing a torn
-//! revision, and the refusals (a revision the sidecar would reject, a plain
-//! directory, bad names) that leave DIR as it was.
+//! revision, files of the previous revision kept unless dropped, and the
+//! refusals (a revision the sidecar would reject, a plain directory, bad
+//! names) that leave DIR as it was. tests/publish_files.rs judges each
+//! credential file kind and the CRL a renewal keeps.
 
 mod common;
 
@@ -109,9 +111,19 @@ fn publish_lays_out_a_kubelet_revision_and_replaces_it_whole() {
     );
     assert!(!dir.join(&revs[0]).exists());
     assert_eq!(fs::read_to_string(dir.join("note.txt")).unwrap(), "x");
+    // A file not given is kept (said on stderr); --drop removes it.
     let (code, out) = publish(&dir, &second);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("no longer published: note.txt"), "{out}");
+    assert!(
+        out.contains("kept from the previous revision (not given): note.txt"),
+        "{out}"
+    );
+    assert_eq!(fs::read_to_string(dir.join("note.txt")).unwrap(), "x");
+    let mut dropping = vec!["--drop".to_string(), "note.txt".to_string()];
+    dropping.extend(second.iter().cloned());
+    let (code, out) = publish(&dir, &dropping);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("dropped (--drop): note.txt"), "{out}");
     assert!(fs::symlink_metadata(dir.join("note.txt")).is_err());
     assert_eq!(revisions(&dir).len(), 1);
     assert_eq!(
@@ -132,11 +144,16 @@ fn publish_lays_out_a_kubelet_revision_and_replaces_it_whole() {
     );
     assert_eq!(data_target(&dir), before);
     assert_eq!(revisions(&dir).len(), 1);
-    // ...half a credential set...
+    // ...half a credential set (in a directory with no ca.crt to keep)...
     second.truncate(2);
-    let (code, out) = publish(&dir, &second);
+    let fresh = tmp.path().join("fresh");
+    let (code, out) = publish(&fresh, &second);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("together"), "{out}");
+    assert!(
+        out.contains("not published") && out.contains("ca.crt: cannot read: file not found"),
+        "{out}"
+    );
+    assert!(fs::symlink_metadata(fresh.join("..data")).is_err());
     // ...names that would break the layout, and a bad mode (usage: 2).
     for bad in [
         "..data=/etc/hostname",

@@ -406,9 +406,10 @@ async fn invalid_revisions_are_rejected_and_the_last_good_one_serves() {
             "after {what}"
         );
     }
-    // Each bad revision is reported once, not on every poll.
+    // Each bad revision is reported once, not on every poll: several
+    // polls (counted, not slept for) add no line.
     let rejected = server.log_count("rejected credential revision");
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    server.wait_polls(5).await;
     assert_eq!(server.log_count("rejected credential revision"), rejected);
     assert_eq!(server.log_count("applied credential revision"), 0);
 
@@ -432,8 +433,10 @@ async fn a_plain_directory_written_file_by_file_never_serves_a_mismatched_pair()
     let next = pki.leaf(REPLICA, Role::Server);
 
     let stop = Arc::new(AtomicBool::new(false));
+    let handshakes = Arc::new(AtomicUsize::new(0));
     let hammer = {
         let (stop, addr, cfg) = (stop.clone(), addr.clone(), cfg.clone());
+        let handshakes = handshakes.clone();
         tokio::spawn(async move {
             let mut seen = Vec::new();
             while !stop.load(Ordering::Relaxed) {
@@ -449,13 +452,25 @@ async fn a_plain_directory_written_file_by_file_never_serves_a_mismatched_pair()
                     return Err("bad echo".to_string());
                 }
                 seen.push(sn);
+                handshakes.fetch_add(1, Ordering::Relaxed);
             }
             Ok::<_, String>(seen)
         })
     };
     // A slow writer: the certificate lands several polls before its key.
     std::fs::write(dir.join("tls.crt"), &next.cert_pem).unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The window is events, not a sleep a starved task can miss: the
+    // sidecar has seen the half-written directory (3 polls) and the hammer
+    // has completed handshakes while it stood.
+    const SETTLING: &str = "credential files changed; judging them once unchanged";
+    server.wait_log_count(SETTLING, 1).await;
+    let before = handshakes.load(Ordering::Relaxed);
+    server.wait_log_count(SETTLING, 3).await;
+    eventually(
+        "handshakes while the certificate lands before its key",
+        || handshakes.load(Ordering::Relaxed) >= before + 3,
+    )
+    .await;
     mtls_sidecar::ops::pki::write_private(&dir.join("tls.key"), next.key_pem.as_bytes()).unwrap();
     applied(&server, 1).await;
     let deadline = Instant::now() + DEADLINE;

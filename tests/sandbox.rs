@@ -3,9 +3,13 @@
 //! tries accesses outside and inside its allow-list; and real sidecars keep
 //! serving under it (a host-name target, unix sockets, SIGHUP, drain) and
 //! say on `/status` what is enforced. This kernel offers Landlock ABI 7, so
-//! both the filesystem and the network halves are expected in force.
+//! both the filesystem and the network halves and the ABI 6 scopes are
+//! expected in force. `sandbox/rules.rs` tries each rule the README claims
+//! (writes, binds, scopes, the seccomp filter) and what it says stays open.
 
 mod common;
+#[path = "sandbox/rules.rs"]
+mod rules;
 
 use common::http;
 
@@ -406,13 +410,32 @@ async fn a_sandboxed_sidecar_keeps_working() {
     .await;
     let line = sc.wait_log(&["sandbox applied"]).await;
     assert!(line.contains(" INFO "), "{line}");
+    // The line says what is enforced and what is not.
+    assert!(
+        line.contains(r#"scopes=["abstract_unix_socket", "signal"]"#)
+            && line.contains(r#"seccomp="enforced""#)
+            && line.contains(r#"unrestricted=["udp", "pathname_unix_socket"]"#),
+        "{line}"
+    );
 
     let st = status(&admin).await;
     let sandbox = &st["sandbox"];
     assert_eq!(sandbox["filesystem"], "enforced", "{sandbox}");
     assert_eq!(sandbox["network"], "enforced", "{sandbox}");
     assert!(
-        sandbox["landlock_abi"].as_i64().unwrap_or(0) >= 4,
+        sandbox["landlock_abi"].as_i64().unwrap_or(0) >= 6,
+        "{sandbox}"
+    );
+    assert_eq!(
+        sandbox["scopes"],
+        serde_json::json!(["abstract_unix_socket", "signal"]),
+        "{sandbox}"
+    );
+    // A host-name target: the seccomp filter leaves UDP open for DNS.
+    assert_eq!(sandbox["seccomp"], "enforced", "{sandbox}");
+    assert_eq!(
+        sandbox["unrestricted"],
+        serde_json::json!(["udp", "pathname_unix_socket"]),
         "{sandbox}"
     );
     let connect: Vec<i64> = sandbox["connect_ports"]

@@ -195,6 +195,7 @@ fn explicit_files_settle_too_and_sighup_judges_at_once() {
         key: dir.join("tls.key"),
         ca: dir.join("ca.crt"),
         crl: None,
+        intermediates: None,
     };
     let store = CredentialStore::load(source, provider(), Duration::ZERO).expect("load");
     let next = pki.leaf(REPLICA, Role::Server);

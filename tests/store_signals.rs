@@ -93,13 +93,15 @@ fn a_new_crl_signals_routes_and_a_stale_one_is_reported_once() {
     let shrunk = store.trust_shrunk();
     let now = SystemTime::now();
     assert!(store.newly_stale_crls(now).is_empty());
-    let next_update = store.current().trust.crls.infos[0]
+    let next_update = store.current().trust.crls.entries()[0]
+        .crl
+        .info
         .next_update
         .expect("nextUpdate");
     let stale_at = epoch_to_time(next_update);
     let stale = store.newly_stale_crls(stale_at);
     assert_eq!(stale.len(), 1, "{stale:?}");
-    assert_eq!(stale[0], store.current().trust.crls.infos[0]);
+    assert_eq!(stale[0], store.current().trust.crls.entries()[0].crl.info);
     assert!(store.newly_stale_crls(stale_at + DAY).is_empty(), "once");
 
     // The same leaf and CA with a newer CRL revoking someone else.

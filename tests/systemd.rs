@@ -218,18 +218,10 @@ async fn a_connection_made_while_the_sidecar_restarts_is_queued_and_served() {
     drop(second);
 }
 
-/// `systemd-socket-activate` on `PATH`, or `None` after one line saying the
-/// test is skipped (CI installs it: Debian's `systemd` package).
-fn socket_activate() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|d| d.join("systemd-socket-activate"))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        eprintln!("skipped: systemd-socket-activate is not installed (Debian package systemd)");
-    }
-    found
+/// `systemd-socket-activate`'s path (the test has checked it is there:
+/// Debian's `systemd` package).
+fn socket_activate() -> PathBuf {
+    tools::installed("systemd-socket-activate").expect("systemd-socket-activate")
 }
 
 /// What `systemd-socket-activate` execs: systemd's `Restart=`, played by a
@@ -280,9 +272,10 @@ fn generation_pid(line: &str) -> i32 {
 /// the test kept no copy of it).
 #[tokio::test]
 async fn systemd_socket_activate_keeps_the_socket_across_a_restart() {
-    let Some(tool) = socket_activate() else {
+    if tools::skip_unless(&["systemd-socket-activate"]) {
         return;
-    };
+    }
+    let tool = socket_activate();
     let Setup {
         _tmp,
         pki,
@@ -478,6 +471,9 @@ fn watched(s: &Setup, notify: &Path, ours: bool) -> Sidecar {
         s.tls.to_str().unwrap(),
         "--allow-san",
         CONTROLLER,
+        // Polls to count: the event loop's own clock for "nothing sent".
+        "--reload-interval",
+        "100ms",
     ];
     let own: &[&str] = if ours { &["WATCHDOG_PID"] } else { &[] };
     let mut cmd = as_systemd_would(None, "", own, &args);
@@ -512,8 +508,10 @@ async fn the_watchdog_is_pinged_from_the_running_event_loop() {
 }
 
 /// A watchdog meant for another process (`WATCHDOG_PID`) is not ours: no
-/// pings. There is no event for "nothing was sent", so this one waits: long
-/// enough for ten pings at the interval the test above sees honoured.
+/// pings. There is no event for "nothing was sent", so this one counts the
+/// sidecar's own events instead of sleeping: ten credential polls 100 ms
+/// apart on the event loop that would ping, time for five pings at the
+/// interval the test above sees honoured.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_watchdog_for_another_pid_is_ignored() {
     let s = Setup::new().await;
@@ -524,7 +522,7 @@ async fn a_watchdog_for_another_pid_is_ignored() {
     let ready = tokio::task::block_in_place(|| {
         read_notifications(&sock, |g| g.iter().any(|l| l == "READY=1"))
     });
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    sc.wait_polls(10).await;
     sc.signal(libc::SIGTERM);
     let rest = tokio::task::block_in_place(|| {
         read_notifications(&sock, |g| g.iter().any(|l| l == "STOPPING=1"))
@@ -544,9 +542,10 @@ async fn a_watchdog_for_another_pid_is_ignored() {
 /// one and `/readyz` and `/status` on the other, sandboxed.
 #[tokio::test]
 async fn systemd_socket_activate_passes_named_sockets_for_route_and_admin() {
-    let Some(tool) = socket_activate() else {
+    if tools::skip_unless(&["systemd-socket-activate"]) {
         return;
-    };
+    }
+    let tool = socket_activate();
     let s = Setup::new().await;
     let tmp = tempfile::tempdir().unwrap();
     let admin_sock = tmp.path().join("admin.sock");

@@ -16,9 +16,10 @@
 //! ```
 //!
 //! Needs root, `ip` and `nft` (and `iptables`/`ip6tables` for the
-//! iptables rules). Where they are missing the tests fail, unless
-//! `MTLS_SIDECAR_SKIP_NETNS=1` is set: then they print one line saying why
-//! and pass as skipped. CI installs them (.ci/run).
+//! iptables rules). Where one is missing the tests fail, unless
+//! `MTLS_SIDECAR_SKIP` names it (`MTLS_SIDECAR_SKIP=root` skips them all):
+//! then they say so on stderr and pass as skipped. CI installs them
+//! (.ci/run); `scripts/test.sh` checks for them before it builds.
 
 mod common;
 
@@ -51,46 +52,18 @@ const MARK_SKIP: &str = "meta mark $SIDECAR_MARK return";
 
 // ---- Namespaces ----
 
-/// Why namespaces (with these tools) cannot be used here, if they cannot.
-fn netns_unavailable(tools: &[&str]) -> Option<String> {
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
-    }
-    for tool in tools {
-        let found = Command::new(tool)
-            .arg("-V")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok();
-        if !found {
-            return Some(format!(
-                "no `{tool}` (apt-get install iproute2 nftables iptables)"
-            ));
-        }
-    }
-    None
+/// True when the test must not run: `MTLS_SIDECAR_SKIP` names root, `ip`
+/// or `nft` (it says so). Panics when one is missing and not skipped
+/// (`tools::skip_unless`).
+fn skip(_test: &str) -> bool {
+    skip_without(_test, &["ip", "nft"])
 }
 
-/// True when the test must not run (and says so); panics when namespaces
-/// are unavailable and skipping was not asked for.
-fn skip(test: &str) -> bool {
-    skip_without(test, &["ip", "nft"])
-}
-
-/// [`skip`], for a test that needs `tools`.
-fn skip_without(test: &str, tools: &[&str]) -> bool {
-    let Some(why) = netns_unavailable(tools) else {
-        return false;
-    };
-    if std::env::var("MTLS_SIDECAR_SKIP_NETNS").as_deref() == Ok("1") {
-        eprintln!("skipped {test}: cannot create network namespaces ({why})");
-        return true;
-    }
-    panic!(
-        "{test}: cannot create network namespaces ({why}); \
-         set MTLS_SIDECAR_SKIP_NETNS=1 to skip"
-    );
+/// [`skip`], for a test that needs `programs` (and root, for namespaces).
+fn skip_without(_test: &str, programs: &[&str]) -> bool {
+    let mut needs = vec!["root"];
+    needs.extend_from_slice(programs);
+    tools::skip_unless(&needs)
 }
 
 /// A network namespace this test created; deleted when dropped.
@@ -377,6 +350,9 @@ const ACCEPTED: &str = "mtls_sidecar_connections_total";
 
 struct Creds {
     _tmp: tempfile::TempDir,
+    /// The CA of both identities, to revoke the replica's with a CRL.
+    pki: Pki,
+    replica_leaf: mtls_sidecar::ops::pki::Issued,
     replica: String,
     controller: String,
     root: std::path::PathBuf,
@@ -385,13 +361,16 @@ struct Creds {
 fn creds() -> Creds {
     let tmp = tempfile::tempdir().unwrap();
     let pki = Pki::new("transparent test CA");
-    let replica = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+    let replica_leaf = pki.leaf(REPLICA, Role::Server);
+    let replica = pki.dir(tmp.path(), "replica", &replica_leaf);
     let controller = pki.dir(
         tmp.path(),
         "controller",
         &pki.leaf(CONTROLLER, Role::Client),
     );
     Creds {
+        pki,
+        replica_leaf,
         root: tmp.path().to_path_buf(),
         replica: replica.to_str().unwrap().to_string(),
         controller: controller.to_str().unwrap().to_string(),
@@ -1159,4 +1138,439 @@ async fn tproxy_without_the_capability_or_transparent_exits_2() {
         err.contains("tproxy") && err.contains("transparent"),
         "{err}"
     );
+}
+
+/// Live revocation on a transparent client route: a diverted connection
+/// that is forwarding is closed `revoked` once a CRL revoking the server's
+/// certificate is applied to the client sidecar's trust (SIGHUP: the plain
+/// directory is judged at once), and counted so.
+#[tokio::test]
+async fn a_live_diverted_connection_is_closed_when_the_server_is_revoked() {
+    if skip("a_live_diverted_connection_is_closed_when_the_server_is_revoked") {
+        return;
+    }
+    let (a, b, c, app, _other) = hosts_and_apps().await;
+    let _server = server_sidecar(&b, &c, &[]).await;
+    a.nft(&outbound_rules("{ 2100 }"));
+    let client = client_sidecar(&a, &c, &client_config(&c, "[::]:15001", &replica_rules())).await;
+    a.enter();
+    let admin = "127.0.0.1:9902";
+    let mut live = dial("10.77.0.2:2100").await;
+    assert_eq!(roundtrip(&mut live, b"before").await, b"before");
+    assert_eq!(app.peers().len(), 1);
+
+    let serial = mtls_sidecar::ops::pki::serial_of(&c.replica_leaf.cert_der).unwrap();
+    let crl = c
+        .pki
+        .ca
+        .crl(&mtls_sidecar::ops::pki::CrlSpec::new(1, vec![serial], 7))
+        .unwrap();
+    std::fs::write(std::path::Path::new(&c.controller).join("ca.crl"), crl.pem).unwrap();
+    client.signal(libc::SIGHUP);
+    client.wait_log(&["applied credential revision"]).await;
+    assert!(
+        read_until_closed(&mut live).await.is_empty(),
+        "the revoked server's connection forwarded more"
+    );
+    client
+        .wait_field("connection closed", "reason", "revoked")
+        .await;
+    metric_reaches(
+        admin,
+        CLOSED,
+        &[("route", "out"), ("reason", "revoked")],
+        1.0,
+    )
+    .await;
+}
+
+// ---- Firewall reloads: deploy/systemd/nftables.service.d ----
+
+/// The drop-in that keeps the inbound rules across nftables.service's
+/// reloads and starts.
+const NFT_DROP_IN: &str = include_str!("../deploy/systemd/nftables.service.d/mtls-sidecar.conf");
+
+/// Debian 12's nftables.service, as the package ships it (fixture): what
+/// `systemctl start nftables` (boot) and `systemctl reload nftables` run.
+const STOCK_NFT_UNIT: &str = "\
+[Unit]
+Description=nftables
+Wants=network-pre.target
+Before=network-pre.target shutdown.target
+Conflicts=shutdown.target
+DefaultDependencies=no
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+StandardInput=null
+ProtectSystem=full
+ProtectHome=true
+ExecStart=/usr/sbin/nft -f /etc/nftables.conf
+ExecReload=/usr/sbin/nft -f /etc/nftables.conf
+ExecStop=/usr/sbin/nft flush ruleset
+
+[Install]
+WantedBy=sysinit.target
+";
+
+/// Debian 12's stock /etc/nftables.conf (fixture): it flushes the whole
+/// ruleset, then declares an inet filter table whose chains accept
+/// everything.
+const STOCK_NFT_CONF: &str = "\
+#!/usr/sbin/nft -f
+
+flush ruleset
+
+table inet filter {
+	chain input {
+		type filter hook input priority filter; policy accept;
+	}
+	chain forward {
+		type filter hook forward priority filter; policy accept;
+	}
+	chain output {
+		type filter hook output priority filter; policy accept;
+	}
+}
+";
+
+/// The command lines of a unit file's `key=` settings, in order. Only the
+/// plain form is understood: a specifier (`%`), a variable (`$`), quoting,
+/// a line continuation or a prefix (`-` would ignore a failure) is refused
+/// rather than run differently from systemd. Every command must be
+/// `/usr/sbin/nft`: nothing else is run (inside the test's namespace).
+fn exec_lines(unit: &str, key: &str) -> Vec<Vec<String>> {
+    let prefix = format!("{key}=");
+    unit.lines()
+        .map(str::trim)
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .map(|cmd| {
+            assert!(
+                !cmd.contains(['%', '$', '"', '\'', '\\'])
+                    && !cmd.starts_with(['-', '@', ':', '+', '!']),
+                "{key}={cmd}: this test runs only plain command lines"
+            );
+            let argv: Vec<String> = cmd.split_whitespace().map(String::from).collect();
+            assert_eq!(
+                argv.first().map(String::as_str),
+                Some("/usr/sbin/nft"),
+                "{key}={cmd}"
+            );
+            argv
+        })
+        .collect()
+}
+
+/// What systemd runs for nftables.service made of `units` (the unit, then
+/// its drop-ins; a drop-in's lines add to the unit's): `start` runs every
+/// `ExecStart=` then every `ExecStartPost=`; a reload every `ExecReload=`.
+fn unit_commands(units: &[&str], start: bool) -> Vec<Vec<String>> {
+    let keys: &[&str] = if start {
+        &["ExecStart", "ExecStartPost"]
+    } else {
+        &["ExecReload"]
+    };
+    keys.iter()
+        .flat_map(|k| units.iter().flat_map(move |u| exec_lines(u, k)))
+        .collect()
+}
+
+/// The file the drop-in loads (the `-f` argument of its reload line).
+fn drop_in_file() -> String {
+    let reload = exec_lines(NFT_DROP_IN, "ExecReload");
+    assert_eq!(reload.len(), 1, "one ExecReload= line in the drop-in");
+    assert_eq!(
+        exec_lines(NFT_DROP_IN, "ExecStartPost"),
+        reload,
+        "the drop-in loads the same file on start and on reload"
+    );
+    match &reload[0][..] {
+        [_, f, path] if f == "-f" && path.starts_with("/etc/") => path.clone(),
+        other => panic!("unexpected ExecReload= {other:?}"),
+    }
+}
+
+impl Netns {
+    /// Runs `commands` in this namespace as systemd runs a unit's, in
+    /// order, stopping at the first that fails; `/etc` is the host's with
+    /// `files` (absolute path, content) added by an overlay that exists only
+    /// in this run's own mount namespace (`ip netns exec` makes one): the
+    /// host's `/etc` is never written.
+    fn systemd_run(&self, files: &[(&str, &str)], commands: &[Vec<String>]) {
+        let tmp = tempfile::tempdir().unwrap();
+        let (mnt, src) = (tmp.path().join("mnt"), tmp.path().join("src"));
+        std::fs::create_dir_all(&mnt).unwrap();
+        std::fs::create_dir_all(&src).unwrap();
+        let quote = |s: &str| {
+            assert!(!s.contains('\''), "{s}");
+            format!("'{s}'")
+        };
+        let m = quote(mnt.to_str().unwrap());
+        let mut script = format!(
+            "set -eu\nmount -t tmpfs mtls-t {m}\nmkdir {m}/up {m}/work\n\
+             mount -t overlay mtls-t -o lowerdir=/etc,upperdir={m}/up,workdir={m}/work /etc\n"
+        );
+        for (i, (path, text)) in files.iter().enumerate() {
+            assert!(path.starts_with("/etc/"), "{path}");
+            let staged = src.join(i.to_string());
+            std::fs::write(&staged, text).unwrap();
+            let path = quote(path);
+            script += &format!(
+                "mkdir -p \"$(dirname {path})\"\ncp {} {path}\n",
+                quote(staged.to_str().unwrap())
+            );
+        }
+        for argv in commands {
+            let line: Vec<String> = argv.iter().map(|a| quote(a)).collect();
+            script += &line.join(" ");
+            script.push('\n');
+        }
+        run(Command::new("ip").args(["netns", "exec", &self.name, "sh", "-c", &script]));
+    }
+}
+
+/// What a plaintext peer on A gets from the application's port on B,
+/// 10.77.0.2:2100, after sending a line and half-closing: the echo if it
+/// reached the application, the TLS listener's alert if it met the sidecar.
+async fn plaintext_from(a: &Netns) -> Vec<u8> {
+    a.enter();
+    let mut s = dial("10.77.0.2:2100").await;
+    s.write_all(b"plaintext command\n").await.unwrap();
+    s.shutdown().await.unwrap();
+    read_until_closed(&mut s).await
+}
+
+/// Debian's `nft -f /etc/nftables.conf` (boot, `systemctl reload
+/// nftables`) starts with `flush ruleset` and drops the inbound rules: an
+/// application listening on every address is then reachable in plaintext.
+/// With the drop-in's lines run after the stock file's, exactly as the unit
+/// files have them, the plaintext peer still meets the TLS listener, after
+/// a start, after a reload and after loading twice; without them it reaches
+/// the application (the test sees the fault). The sidecar meanwhile warns
+/// that the application listens outside loopback.
+#[tokio::test]
+async fn inbound_capture_survives_a_firewall_reload_with_the_drop_in() {
+    if skip("inbound_capture_survives_a_firewall_reload_with_the_drop_in") {
+        return;
+    }
+    let (a, b) = two_hosts();
+    let c = creds();
+    b.enter();
+    let app = App::listen("[::]:2100").await;
+    let server = server_sidecar(&b, &c, &["--admin", "127.0.0.1:9901"]).await;
+    let (table_file, table) = (drop_in_file(), inbound_rules());
+    let files = [
+        ("/etc/nftables.conf", STOCK_NFT_CONF),
+        (table_file.as_str(), table.as_str()),
+    ];
+    let with_drop_in = [STOCK_NFT_UNIT, NFT_DROP_IN];
+    let refused = |got: Vec<u8>, when: &str| {
+        assert_eq!(got.first(), Some(&21), "{when}: a TLS alert, not {got:?}");
+        assert!(
+            app.peers().is_empty(),
+            "{when}: plaintext reached the application"
+        );
+    };
+
+    // Boot: ExecStart= then ExecStartPost=.
+    b.systemd_run(&files, &unit_commands(&with_drop_in, true));
+    refused(plaintext_from(&a).await, "after start");
+    // `systemctl reload nftables`, twice.
+    for n in 1..=2 {
+        b.systemd_run(&files, &unit_commands(&with_drop_in, false));
+        refused(plaintext_from(&a).await, &format!("after reload {n}"));
+    }
+    // The drop-in's lines alone, on top of a loaded table (no flush
+    // first): still one table with one redirect rule.
+    b.systemd_run(&files, &unit_commands(&[NFT_DROP_IN], false));
+    refused(plaintext_from(&a).await, "after loading twice");
+    let tables = b.nft_list(&["tables"]);
+    assert_eq!(tables.matches("mtls_sidecar_in").count(), 1, "{tables}");
+    let ours = b.nft_list(&["table", "inet", "mtls_sidecar_in"]);
+    assert_eq!(ours.matches("redirect to").count(), 1, "{ours}");
+    assert!(
+        tables.contains("table inet filter"),
+        "the stock table: {tables}"
+    );
+
+    // The sidecar sees what it can: the application listens on [::].
+    server
+        .wait_log(&["listens on a non-loopback address", "listening=[::]:2100"])
+        .await;
+
+    // The stock unit alone: its reload removes the capture, and the
+    // plaintext peer reaches the application.
+    b.systemd_run(&files, &unit_commands(&[STOCK_NFT_UNIT], false));
+    assert!(!b.nft_list(&["tables"]).contains("mtls_sidecar_in"));
+    assert_eq!(
+        plaintext_from(&a).await,
+        b"plaintext command\n",
+        "without the drop-in the application answers in plaintext"
+    );
+    assert_eq!(app.peers().len(), 1);
+    assert_eq!(
+        mtls_sidecar::proxy::transparent::unmap(app.peers()[0].ip()),
+        "10.77.0.1".parse::<std::net::IpAddr>().unwrap()
+    );
+
+    // With it again, the capture is back.
+    b.systemd_run(&files, &unit_commands(&with_drop_in, false));
+    let got = plaintext_from(&a).await;
+    assert_eq!(got.first(), Some(&21), "after the drop-in again: {got:?}");
+}
+
+/// `systemd-analyze verify` accepts the stock unit with the drop-in (it
+/// needs no PID 1): a misspelt key would otherwise be ignored by systemd
+/// with a log line nobody reads.
+#[test]
+fn the_drop_in_verifies_with_the_stock_unit() {
+    if tools::skip_unless(&["systemd-analyze"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let unit = dir.path().join("nftables.service");
+    std::fs::write(&unit, STOCK_NFT_UNIT).unwrap();
+    let d = dir.path().join("nftables.service.d");
+    std::fs::create_dir(&d).unwrap();
+    std::fs::write(d.join("mtls-sidecar.conf"), NFT_DROP_IN).unwrap();
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&unit)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !text.contains("mtls-sidecar.conf"),
+        "systemd-analyze verify complains about the drop-in:\n{text}"
+    );
+}
+
+// ---- The sidecar's own check: is the application listening outside loopback? ----
+
+/// `target_exposure[0]` of the `/status` document.
+async fn exposure(admin: &str) -> serde_json::Value {
+    let st = status(admin).await;
+    let list = st["target_exposure"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no target_exposure in {st}"));
+    assert_eq!(list.len(), 1, "{st}");
+    list[0].clone()
+}
+
+/// Polls `/status` until the route's exposure state is `want`.
+async fn exposure_becomes(admin: &str, want: &str) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        let e = exposure(admin).await;
+        if e["state"] == want {
+            return e;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "state is not {want}: {e}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until the credential poller has polled at least `n` more times
+/// (its `last_poll` moves on; whole seconds, so each change is at least
+/// one second, ten polls at 100 ms): the exposure check runs on the same
+/// interval.
+async fn polls_pass(admin: &str, n: usize) {
+    let mut last = status(admin).await["credentials"][0]["last_poll"].clone();
+    for _ in 0..n {
+        let deadline = std::time::Instant::now() + DEADLINE;
+        loop {
+            let now = status(admin).await["credentials"][0]["last_poll"].clone();
+            if now != last {
+                last = now;
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the poller stopped");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// The sidecar cannot read the firewall's rules without CAP_NET_ADMIN, but
+/// it sees the listening sockets of its network namespace: with the
+/// application on 127.0.0.1 it says nothing; once the application listens
+/// on 0.0.0.0 it warns once (not on every poll), `/status` says `exposed`
+/// and names the address, and the gauge reads 1; back on loopback, one INFO
+/// line, `not_exposed`, 0. A server route whose target is not on loopback
+/// is not judged.
+#[tokio::test]
+async fn the_sidecar_warns_while_the_application_listens_outside_loopback() {
+    if skip_without(
+        "the_sidecar_warns_while_the_application_listens_outside_loopback",
+        &["ip"],
+    ) {
+        return;
+    }
+    let b = Netns::new("x");
+    let c = creds();
+    b.enter();
+    let app = std::net::TcpListener::bind("127.0.0.1:2100").unwrap();
+    let admin = "127.0.0.1:9901";
+    let server = server_sidecar(&b, &c, &["--admin", admin, "--reload-interval", "100ms"]).await;
+    const WARN: &str = "listens on a non-loopback address";
+    const GAUGE: &str = "mtls_sidecar_target_exposed";
+
+    // Checked before serving: on loopback only.
+    let e = exposure(admin).await;
+    assert_eq!(e["state"], "not_exposed", "{e}");
+    assert_eq!(e["target"], "127.0.0.1:2100", "{e}");
+    assert_eq!(metric(admin, GAUGE, &[("route", "server")]).await, 0.0);
+
+    // The application moves to every address.
+    drop(app);
+    let app = std::net::TcpListener::bind("0.0.0.0:2100").unwrap();
+    let e = exposure_becomes(admin, "exposed").await;
+    assert_eq!(e["listening"], serde_json::json!(["0.0.0.0:2100"]), "{e}");
+    let line = server.wait_log(&[WARN, "route=server"]).await;
+    assert!(line.contains(" WARN "), "{line}");
+    assert!(line.contains("listening=0.0.0.0:2100"), "{line}");
+    metric_reaches(admin, GAUGE, &[("route", "server")], 1.0).await;
+    // Once per change of state, not once per poll.
+    polls_pass(admin, 2).await;
+    assert_eq!(
+        server.warn_lines(&[WARN]).len(),
+        1,
+        "{}",
+        server.logs().join("\n")
+    );
+
+    // Back on loopback.
+    drop(app);
+    let _app = std::net::TcpListener::bind("127.0.0.1:2100").unwrap();
+    exposure_becomes(admin, "not_exposed").await;
+    server
+        .wait_log(&["no longer listens on a non-loopback address"])
+        .await;
+    metric_reaches(admin, GAUGE, &[("route", "server")], 0.0).await;
+    assert_eq!(server.warn_lines(&[WARN]).len(), 1);
+    drop(server);
+
+    // A target elsewhere is the application's own address: not judged.
+    let other = b
+        .sidecar(&[
+            "server",
+            "--listen",
+            "127.0.0.1:6877",
+            "--target",
+            "10.77.0.9:2100",
+            "--tls-dir",
+            &c.replica,
+            "--allow-san",
+            CONTROLLER,
+            "--admin",
+            admin,
+        ])
+        .await;
+    let st = status(admin).await;
+    assert_eq!(st["target_exposure"], serde_json::json!([]), "{st}");
+    drop(other);
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use common::*;
-use mtls_sidecar::credentials::{Anchor, CrlScope, CrlSet, RawFile, Trust};
+use mtls_sidecar::credentials::{Anchor, CrlScope, CrlSet, RawFile, Trust, Usage};
 use mtls_sidecar::identity::CertInfo;
 use mtls_sidecar::ops::pki::{serial_of, CrlSpec, DevCa, LeafSpec, Role};
 use rustls::CertificateError;
@@ -196,7 +196,7 @@ enum Side {
 }
 
 /// How `trust` judges `leaf` (with `intermediates`) presented by a client
-/// (rustls's verifier) or by a server (`verify_server_chain`).
+/// or by a server (both through `Trust::verify_peer`).
 fn verdict(
     side: Side,
     trust: &Trust,
@@ -205,16 +205,13 @@ fn verdict(
 ) -> Result<(), rustls::Error> {
     let now = UnixTime::now();
     match side {
-        Side::Client => trust
-            .client_verifier
-            .verify_client_cert(leaf, intermediates, now)
-            .map(|_| ()),
-        Side::Server => trust.verify_server_chain(leaf, intermediates, now, &provider()),
+        Side::Client => trust.verify_peer(leaf, intermediates, now, Usage::ClientAuth),
+        Side::Server => trust.verify_peer(leaf, intermediates, now, Usage::ServerAuth),
     }
 }
 
 /// Kills `delete !` and `replace == with !=` in `Trust::build`, and
-/// `replace Trust::verify_server_chain -> Result<(), rustls::Error> with
+/// `replace Trust::verify_peer -> Result<(), rustls::Error> with
 /// Ok(())`: a client's and a server's chain are judged against the anchors
 /// and the CRLs, the intermediate's revocation only with the `chain` scope.
 #[test]

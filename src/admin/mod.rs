@@ -385,7 +385,11 @@ pub fn respond(shared: &Shared, method: &Method, path: &str) -> Response<Full<By
     }
     let now = SystemTime::now();
     match path {
-        "/metrics" => body(StatusCode::OK, PROMETHEUS_TEXT, shared.metrics.render()),
+        "/metrics" => body(
+            StatusCode::OK,
+            PROMETHEUS_TEXT,
+            crate::metrics::render(&shared.metrics),
+        ),
         "/livez" => text(StatusCode::OK, "ok\n".to_string()),
         "/readyz" => {
             let r = crate::admin::status::readiness(shared, now);

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::credentials::CredentialStore;
+use crate::proxy::exposure::TargetExposure;
 use crate::proxy::route::Route;
 
 /// The observable state of a running sidecar.
@@ -19,6 +20,8 @@ pub struct Shared {
     /// True from the first shutdown signal on: `/readyz` answers 503.
     pub draining: AtomicBool,
     pub metrics: PrometheusHandle,
+    /// Whether the applications behind server routes listen outside loopback.
+    pub exposure: Arc<TargetExposure>,
 }
 
 impl Shared {

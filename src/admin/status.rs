@@ -12,7 +12,8 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use crate::admin::shared::Shared;
-use crate::credentials::{fmt_time, CredentialStore, Credentials, CrlInfo, CrlScope};
+use crate::credentials::revocation::{describe_state, Kept};
+use crate::credentials::{fmt_time, CredentialStore, Credentials, CrlScope, CrlSet};
 use crate::identity::{time_to_epoch, CertInfo, SanPolicy};
 use crate::proxy::settings::Mode;
 
@@ -145,6 +146,9 @@ pub struct Status {
     pub credentials: Vec<StoreStatus>,
     /// What the Landlock sandbox enforces (`--sandbox`).
     pub sandbox: crate::sandbox::SandboxStatus,
+    /// Server routes whose target is on loopback: whether the application
+    /// also listens outside loopback (see `crate::proxy::exposure`).
+    pub target_exposure: Vec<crate::proxy::exposure::ExposureStatus>,
 }
 
 /// One route.
@@ -223,11 +227,17 @@ pub struct StoreStatus {
     pub revision: String,
     pub identity: CertStatus,
     pub trust_anchors: Vec<AnchorStatus>,
-    /// The CRLs in force (`ca.crl` or `--crl`), one per issuer; empty when
+    /// The CRLs of the trust in force (`ca.crl` or `--crl`, plus any kept
+    /// from an earlier revision), one per issuer key, each with its state;
+    /// empty when
     /// there is none.
     pub crls: Vec<CrlStatus>,
     /// Which certificates of a peer's chain the CRLs judge (`--crl-scope`).
     pub crl_scope: CrlScope,
+    /// How a peer holding this trust judges our own certificate chain
+    /// (the handshake's judgement): `ok`, or the failure reason
+    /// (`revoked`, `revoked_status_unknown`, ...).
+    pub identity_verdict: String,
     pub last_poll: Option<String>,
     pub last_applied: Option<String>,
     pub last_rejected: Option<Rejected>,
@@ -275,6 +285,17 @@ pub struct CrlStatus {
     pub stale: bool,
     /// How many serials it revokes.
     pub revoked: usize,
+    /// `verified` (signed by a trusted CA key), `unverified` (verified at
+    /// handshake against the intermediate in the peer's chain), `ignored`
+    /// (its CA is no longer trusted) or `pending` (dated in the future).
+    pub state: &'static str,
+    /// The CA whose key signed it, when known.
+    pub signer: Option<String>,
+    /// The state in words.
+    pub detail: String,
+    /// Set when the CRL is kept from an earlier revision: `newer_pending`
+    /// or `issuer_graced`.
+    pub kept: Option<Kept>,
 }
 
 /// The last revision the poller refused.
@@ -355,6 +376,7 @@ pub fn status(shared: &Shared, now: SystemTime) -> Status {
             .collect(),
         credentials: shared.stores.iter().map(|s| store_status(s, now)).collect(),
         sandbox: crate::sandbox::current(),
+        target_exposure: shared.exposure.status(),
     }
 }
 
@@ -377,8 +399,9 @@ fn store_status(store: &CredentialStore, now: SystemTime) -> StoreStatus {
                 retire_at: a.retire_at.map(rfc),
             })
             .collect(),
-        crls: crl_statuses(&creds.trust.crls.infos, now),
+        crls: crl_statuses(&creds.trust.crls, now),
         crl_scope: creds.trust.scope,
+        identity_verdict: identity_verdict(&creds, now),
         last_poll: st.last_poll.map(rfc),
         last_applied: st.last_applied.map(rfc),
         last_rejected: st.last_rejected_error.map(|error| Rejected {
@@ -396,19 +419,36 @@ fn store_status(store: &CredentialStore, now: SystemTime) -> StoreStatus {
     }
 }
 
-fn crl_statuses(infos: &[CrlInfo], now: SystemTime) -> Vec<CrlStatus> {
+fn crl_statuses(crls: &CrlSet, now: SystemTime) -> Vec<CrlStatus> {
     let t = time_to_epoch(now);
-    infos
+    crls.entries()
         .iter()
-        .map(|c| CrlStatus {
-            issuer: c.issuer.clone(),
-            number: c.number.clone(),
-            this_update: fmt_time(c.this_update),
-            next_update: c.next_update.map(fmt_time),
-            stale: c.is_stale(t),
-            revoked: c.revoked,
+        .map(|e| {
+            let c = &e.crl.info;
+            CrlStatus {
+                issuer: c.issuer.clone(),
+                number: c.number.clone(),
+                this_update: fmt_time(c.this_update),
+                next_update: c.next_update.map(fmt_time),
+                stale: c.is_stale(t),
+                revoked: c.revoked,
+                state: e.state.label(),
+                signer: e.state.signer().map(|s| s.subject.clone()),
+                detail: describe_state(&e.state),
+                kept: e.kept,
+            }
         })
         .collect()
+}
+
+/// Our own chain judged by the trust in force, as a peer would.
+fn identity_verdict(creds: &Credentials, now: SystemTime) -> String {
+    match creds.trust.judge_own(&creds.identity.cert, now) {
+        Ok(()) => "ok".to_string(),
+        Err(e) => crate::reason::FailureReason::from_tls(&e)
+            .as_str()
+            .to_string(),
+    }
 }
 
 fn cert_status(c: &CertInfo, now: SystemTime) -> CertStatus {

@@ -20,6 +20,9 @@ pub struct CredentialSpec {
     pub ca: Option<PathBuf>,
     /// A CRL file beside `cert`/`key`/`ca` (a directory's is its `ca.crl`).
     pub crl: Option<PathBuf>,
+    /// Known intermediate CAs beside `cert`/`key`/`ca` (a directory's is
+    /// its `intermediates`): CRL signers, never trust anchors.
+    pub intermediates: Option<PathBuf>,
 }
 
 impl CredentialSpec {
@@ -31,6 +34,12 @@ impl CredentialSpec {
                 "goes with --cert/--key/--ca; a directory's CRL is its ca.crl",
             ));
         }
+        if self.intermediates.is_some() && self.cert.is_none() {
+            return Err(invalid(
+                format!("{prefix}intermediates"),
+                "goes with --cert/--key/--ca; a directory's is its intermediates file",
+            ));
+        }
         match (&self.tls_dir, &self.cert, &self.key, &self.ca) {
             (None, None, None, None) => Ok(None),
             (Some(dir), None, None, None) => Ok(Some(CredentialSource::Dir(dir.clone()))),
@@ -39,6 +48,7 @@ impl CredentialSpec {
                 key: key.clone(),
                 ca: ca.clone(),
                 crl: self.crl.clone(),
+                intermediates: self.intermediates.clone(),
             })),
             (Some(_), _, _, _) => Err(invalid(
                 format!("{prefix}tls-dir"),

@@ -2,8 +2,8 @@
 //! whole, and held in one store that every route's TLS config reads on each
 //! handshake. Swapping the store's contents is how rotation happens.
 
-mod crl;
 pub mod reload;
+pub mod revocation;
 mod source;
 mod store;
 mod trust;
@@ -11,13 +11,16 @@ mod validate;
 
 use std::path::{Path, PathBuf};
 
-pub use crl::{CrlInfo, CrlScope, CrlSet, MAX_CRLS};
+pub use revocation::{
+    classify_crl_file, judge_chain, CrlInfo, CrlReport, CrlScope, CrlSet, CrlState, TrustInputs,
+    Usage, Verdict, CLOCK_SKEW, MAX_CRLS,
+};
 pub use source::{
     content_hash, read_file, CredentialSource, RawFile, RawRevision, CA_FILE, CERT_FILE, CRL_FILE,
-    DATA_LINK, KEY_FILE,
+    DATA_LINK, INTERMEDIATES_FILE, KEY_FILE,
 };
 pub use store::{
-    Applied, CredentialStore, Credentials, PendingRevision, ReloadStatus, SETTLE_WINDOW,
+    Applied, CredentialStore, Credentials, CrlNotice, PendingRevision, ReloadStatus, SETTLE_WINDOW,
 };
 pub use trust::{Anchor, Trust};
 pub use validate::{

@@ -11,7 +11,8 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{watch, Notify};
 use tracing::{debug, error, info, warn};
 
-use crate::credentials::{fmt_time, Applied, CredentialStore};
+use crate::credentials::revocation::Dropped;
+use crate::credentials::{fmt_time, Applied, CredentialStore, CrlNotice};
 
 /// Set to `1` to run without the file watcher, so only the interval (and
 /// SIGHUP) polls. For tests only: it proves that polling alone picks up a
@@ -44,27 +45,57 @@ pub async fn run(
     };
     publish_reload_state(&all);
     warn_stale_crls(&store);
+    report_crl_notices(&store, &all);
     loop {
         let wait = next_wait(&store, interval);
-        let forced = tokio::select! {
-            _ = tokio::time::sleep(wait) => false,
-            _ = file_event.notified() => false,
-            _ = hup.notified() => true,
+        let trigger = tokio::select! {
+            _ = tokio::time::sleep(wait) => Trigger::Interval,
+            _ = file_event.notified() => Trigger::File,
+            _ = hup.notified() => Trigger::Signal,
             _ = stop.wait_for(|s| *s) => return,
         };
-        let now = SystemTime::now();
-        let outcome = if forced {
-            store.poll_now(now)
-        } else {
-            store.poll(now)
-        };
-        report(&store, &outcome);
+        let outcome = poll(&store, trigger, SystemTime::now());
         warn_stale_crls(&store);
+        report_crl_notices(&store, &all);
         if matches!(outcome, Applied::Applied { .. } | Applied::TrustRetired) {
             publish_expiry(&all);
         }
         publish_reload_state(&all);
     }
+}
+
+/// What woke the poller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trigger {
+    Interval,
+    File,
+    /// SIGHUP: the writer says the files are complete, so a changed plain
+    /// directory is judged at once.
+    Signal,
+}
+
+impl Trigger {
+    fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Interval => "interval",
+            Trigger::File => "file",
+            Trigger::Signal => "signal",
+        }
+    }
+}
+
+/// One poll, its outcome reported, then said at DEBUG with what woke it:
+/// the line tests count to know the sidecar looked (and said what it saw)
+/// before they assert that nothing came of it.
+fn poll(store: &CredentialStore, trigger: Trigger, now: SystemTime) -> Applied {
+    let outcome = if trigger == Trigger::Signal {
+        store.poll_now(now)
+    } else {
+        store.poll(now)
+    };
+    report(store, &outcome);
+    debug!(target: "mtls_sidecar::reload", source = %store.source(), trigger = trigger.as_str(), "polled credentials");
+    outcome
 }
 
 /// How long to sleep before the next poll: the interval, or less when
@@ -114,7 +145,8 @@ pub fn report(store: &CredentialStore, outcome: &Applied) {
             );
         }
         Applied::TrustRetired => {
-            info!(target: "mtls_sidecar::reload", source = %store.source(), anchors = store.current().trust.anchors.len(), "trust grace ended; removed CA is no longer trusted");
+            let trust = store.current().trust.clone();
+            info!(target: "mtls_sidecar::reload", source = %store.source(), anchors = trust.anchors.len(), crls = trust.crls.entries().len(), "trust re-judged: a trust grace ended (the removed CA is no longer trusted) or a pending CRL came due");
         }
         Applied::Pending {
             revision,
@@ -155,6 +187,58 @@ fn warn_stale_crls(store: &CredentialStore) {
     }
 }
 
+/// Logs, once each, what happened to the CRLs (a CRL ignored because its
+/// CA is no longer trusted, a CRL held pending, serials made admissible
+/// again), counts the un-revocations, and sets the pending gauge.
+fn report_crl_notices(store: &CredentialStore, all: &[Arc<CredentialStore>]) {
+    for notice in store.take_crl_notices() {
+        match notice {
+            CrlNotice::Ignored { crl, signer } => warn!(
+                target: "mtls_sidecar::reload", source = %store.source(),
+                issuer = %crl.issuer, signer = %signer,
+                "CRL ignored: the CA that signed it is no longer trusted"
+            ),
+            CrlNotice::Pending { crl } => warn!(
+                target: "mtls_sidecar::reload", source = %store.source(),
+                issuer = %crl.issuer,
+                crl_number = crl.number.as_deref().unwrap_or("none"),
+                this_update = %fmt_time(crl.this_update),
+                "CRL held pending: its thisUpdate is in the future (beyond the clock-skew tolerance); the previous CRL of that CA stays in force until it is due"
+            ),
+            CrlNotice::Unrevoked(dropped) => {
+                crate::metrics::crl_removal();
+                let what: Vec<String> = dropped.iter().map(describe_dropped).collect();
+                warn!(
+                    target: "mtls_sidecar::reload", source = %store.source(),
+                    admissible = %what.join("; "),
+                    "applied a revision that un-revokes certificates: these serials are admissible again"
+                );
+            }
+        }
+    }
+    let pending = all.iter().map(|s| s.current().trust.crls.pending()).sum();
+    crate::metrics::crl_pending(pending);
+}
+
+/// One issuer's un-revoked serials, for the WARN line.
+fn describe_dropped(d: &Dropped) -> String {
+    let serials: Vec<String> = d.serials.iter().map(|s| hex(s)).collect();
+    let how = if d.removed {
+        "CRL removed"
+    } else {
+        "CRL lists fewer serials without a higher CRL number"
+    };
+    format!("{} ({how}): serials [{}]", d.issuer, serials.join(", "))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
 /// Sets the reload gauges from every store: the revisions in force, and
 /// whether each store's newest judged revision is the one in force. Each
 /// store's poller calls it; one at a time, so a view read earlier never
@@ -163,9 +247,9 @@ pub fn publish_reload_state(stores: &[Arc<CredentialStore>]) {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let successful = stores.iter().all(|s| s.status().last_reload_successful);
-    let in_force: Vec<String> = stores
+    let in_force: Vec<(String, String)> = stores
         .iter()
-        .map(|s| s.current().revision.clone())
+        .map(|s| (s.source().to_string(), s.current().revision.clone()))
         .collect();
     crate::metrics::credential_reload_state(successful, &in_force);
 }

@@ -15,6 +15,10 @@ pub const KEY_FILE: &str = "tls.key";
 pub const CA_FILE: &str = "ca.crt";
 /// The optional certificate revocation list file in a credential directory.
 pub const CRL_FILE: &str = "ca.crl";
+/// The optional file of known intermediate CAs (PEM) in a credential
+/// directory: the issuers CRLs may be signed by besides the anchors. Never
+/// trust anchors themselves.
+pub const INTERMEDIATES_FILE: &str = "intermediates";
 /// The symlink the kubelet's atomic writer swaps to publish a revision.
 pub const DATA_LINK: &str = "..data";
 
@@ -24,12 +28,14 @@ pub enum CredentialSource {
     /// A directory holding `tls.crt`, `tls.key` and `ca.crt` (and optionally
     /// `ca.crl`); a Kubernetes Secret volume or a plain directory.
     Dir(PathBuf),
-    /// Three explicit files, and a CRL file when `--crl` is given.
+    /// Three explicit files, a CRL file when `--crl` is given, and an
+    /// intermediates file when `--intermediates` is.
     Files {
         cert: PathBuf,
         key: PathBuf,
         ca: PathBuf,
         crl: Option<PathBuf>,
+        intermediates: Option<PathBuf>,
     },
 }
 
@@ -37,12 +43,18 @@ impl std::fmt::Display for CredentialSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CredentialSource::Dir(d) => write!(f, "{}", d.display()),
-            CredentialSource::Files { cert, key, ca, crl } => {
+            CredentialSource::Files {
+                cert,
+                key,
+                ca,
+                crl,
+                intermediates,
+            } => {
                 write!(f, "{}, {}, {}", cert.display(), key.display(), ca.display())?;
-                match crl {
-                    Some(crl) => write!(f, ", {}", crl.display()),
-                    None => Ok(()),
+                for extra in [crl, intermediates].into_iter().flatten() {
+                    write!(f, ", {}", extra.display())?;
                 }
+                Ok(())
             }
         }
     }
@@ -63,6 +75,8 @@ pub struct RawRevision {
     pub ca: RawFile,
     /// `ca.crl` (or `--crl`), when there is one.
     pub crl: Option<RawFile>,
+    /// `intermediates` (or `--intermediates`), when there is one.
+    pub intermediates: Option<RawFile>,
     /// Hex SHA-256 over the contents: the revision's identity.
     pub hash: String,
 }
@@ -85,8 +99,27 @@ impl RawRevision {
             key,
             ca,
             crl,
+            intermediates: None,
             hash,
         }
+    }
+
+    /// The same revision with an `intermediates` file, hashed with it
+    /// (without one, the hash stays what it was before the file existed).
+    pub fn with_intermediates(mut self, file: Option<RawFile>) -> RawRevision {
+        if let Some(f) = &file {
+            let crl: &[u8] = self.crl.as_ref().map_or(&[], |c| &c.bytes);
+            self.hash = content_hash(&[
+                &self.cert.bytes,
+                &self.key.bytes,
+                &self.ca.bytes,
+                crl,
+                INTERMEDIATES_FILE.as_bytes(),
+                &f.bytes,
+            ]);
+        }
+        self.intermediates = file;
+        self
     }
 }
 
@@ -98,12 +131,22 @@ impl CredentialSource {
     /// Reads one consistent revision.
     pub fn read(&self) -> Result<RawRevision, CredError> {
         match self {
-            CredentialSource::Files { cert, key, ca, crl } => {
+            CredentialSource::Files {
+                cert,
+                key,
+                ca,
+                crl,
+                intermediates,
+            } => {
                 let crl = match crl {
                     Some(path) => Some(read_file(path)?),
                     None => None,
                 };
-                read_revision(cert, key, ca, crl)
+                let intermediates = match intermediates {
+                    Some(path) => Some(read_file(path)?),
+                    None => None,
+                };
+                Ok(read_revision(cert, key, ca, crl)?.with_intermediates(intermediates))
             }
             CredentialSource::Dir(dir) => {
                 let link = dir.join(DATA_LINK);
@@ -135,6 +178,9 @@ impl CredentialSource {
                         if let Some(crl) = &mut r.crl {
                             crl.path = dir.join(CRL_FILE);
                         }
+                        if let Some(i) = &mut r.intermediates {
+                            i.path = dir.join(INTERMEDIATES_FILE);
+                        }
                     }
                     return rev.map_err(|e| e.within(&rev_dir));
                 }
@@ -150,12 +196,24 @@ impl CredentialSource {
     pub fn watch_dirs(&self) -> Vec<PathBuf> {
         match self {
             CredentialSource::Dir(d) => vec![d.clone()],
-            CredentialSource::Files { cert, key, ca, crl } => {
-                let mut v: Vec<PathBuf> = [Some(cert), Some(key), Some(ca), crl.as_ref()]
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|p| p.parent().map(Path::to_path_buf))
-                    .collect();
+            CredentialSource::Files {
+                cert,
+                key,
+                ca,
+                crl,
+                intermediates,
+            } => {
+                let mut v: Vec<PathBuf> = [
+                    Some(cert),
+                    Some(key),
+                    Some(ca),
+                    crl.as_ref(),
+                    intermediates.as_ref(),
+                ]
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p.parent().map(Path::to_path_buf))
+                .collect();
                 v.sort();
                 v.dedup();
                 v
@@ -205,20 +263,26 @@ fn read_revision(
     Ok(RawRevision::with_crl(cert, key, ca, crl))
 }
 
-/// Reads a directory's files: the three required ones, and `ca.crl` when it
-/// exists (its absence is no error: a CRL is optional).
+/// Reads a directory's files: the three required ones, and `ca.crl` and
+/// `intermediates` when they exist (both are optional).
 fn read_dir_files(dir: &Path) -> Result<RawRevision, CredError> {
-    let crl_path = dir.join(CRL_FILE);
-    let crl = match fs::symlink_metadata(&crl_path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        _ => Some(read_file(&crl_path)?),
-    };
-    read_revision(
+    let crl = read_optional(&dir.join(CRL_FILE))?;
+    let intermediates = read_optional(&dir.join(INTERMEDIATES_FILE))?;
+    Ok(read_revision(
         &dir.join(CERT_FILE),
         &dir.join(KEY_FILE),
         &dir.join(CA_FILE),
         crl,
-    )
+    )?
+    .with_intermediates(intermediates))
+}
+
+/// An optional file: `None` when it does not exist, else read as any other.
+fn read_optional(path: &Path) -> Result<Option<RawFile>, CredError> {
+    match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        _ => read_file(path).map(Some),
+    }
 }
 
 /// Hex SHA-256 over length-prefixed parts, so moving bytes between files

@@ -1,20 +1,25 @@
 //! The set of trust anchors in force, including anchors removed from
-//! `ca.crt` that are still inside their `--trust-grace`, the CRLs in force,
-//! and the verifiers built from them (rustls's for client certificates,
-//! webpki's for server certificates).
+//! `ca.crt` that are still inside their `--trust-grace`, the known
+//! intermediates and recently retired anchors (which CRLs are judged
+//! against), the CRLs in force, and the one peer judgement built on them
+//! ([`Trust::verify_peer`]): webpki builds the path, then the revocation
+//! judgement ([`super::revocation`]) looks at that path.
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use rustls::crypto::CryptoProvider;
-use rustls::server::danger::ClientCertVerifier;
-use rustls::server::WebPkiClientVerifier;
 use rustls::{CertificateError, RootCertStore};
 use rustls_pki_types::{CertificateDer, UnixTime};
-use webpki::{RevocationCheckDepth, RevocationOptionsBuilder, UnknownStatusPolicy};
 
+use super::revocation::{self, Known, SigMemo, SignerKind, Usage};
 use super::{CredError, CrlScope, CrlSet};
 use crate::identity::CertInfo;
+
+/// How many retired anchors a trust remembers, so that a CRL only they
+/// verify is recognised (and ignored) rather than taken for an unknown
+/// issuer's.
+pub const MAX_RETIRED: usize = 16;
 
 /// One trusted CA certificate.
 #[derive(Debug, Clone)]
@@ -45,19 +50,23 @@ impl Anchor {
 pub struct Trust {
     pub anchors: Vec<Anchor>,
     pub roots: Arc<RootCertStore>,
-    /// rustls's own client verifier over `roots` and `crls`; route
-    /// verifiers wrap it.
-    pub client_verifier: Arc<dyn ClientCertVerifier>,
     /// The CRLs in force (part of the trust: a changed CRL is a new trust).
     pub crls: Arc<CrlSet>,
     /// Which certificates of a chain the CRLs judge.
     pub scope: CrlScope,
+    /// The known intermediate CAs (the `intermediates` file and our own
+    /// `tls.crt` chain): CRL signers, never anchors.
+    pub intermediates: Arc<[CertificateDer<'static>]>,
+    /// Anchors no longer trusted at all, newest last, at most
+    /// `MAX_RETIRED`.
+    pub retired: Arc<[CertificateDer<'static>]>,
+    provider: Arc<CryptoProvider>,
+    memo: SigMemo,
 }
 
 impl Trust {
-    /// Builds the verifiers over these anchors and CRLs. A certificate whose
-    /// issuer has no CRL is not judged revoked (unknown status is allowed),
-    /// and a CRL past its nextUpdate is still enforced.
+    /// The trust over these anchors and CRLs (no known intermediate, no
+    /// retired anchor: see [`Trust::with_issuers`]).
     pub fn build(
         anchors: Vec<Anchor>,
         crls: Arc<CrlSet>,
@@ -66,27 +75,27 @@ impl Trust {
     ) -> Result<Trust, CredError> {
         let ders: Vec<_> = anchors.iter().map(|a| a.der.clone()).collect();
         let roots = Arc::new(super::root_store(std::path::Path::new("ca.crt"), &ders)?);
-        let mut builder =
-            WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone());
-        if !crls.is_empty() {
-            builder = builder
-                .with_crls(crls.ders().iter().cloned())
-                .allow_unknown_revocation_status();
-            if scope == CrlScope::Leaf {
-                builder = builder.only_check_end_entity_revocation();
-            }
-        }
-        let client_verifier = builder.build().map_err(|e| CredError::Parse {
-            path: "ca.crt".into(),
-            detail: format!("cannot build a verifier: {e}"),
-        })?;
         Ok(Trust {
             anchors,
             roots,
-            client_verifier,
             crls,
             scope,
+            intermediates: Arc::from(Vec::new()),
+            retired: Arc::from(Vec::new()),
+            provider: provider.clone(),
+            memo: SigMemo::default(),
         })
+    }
+
+    /// The same trust knowing these intermediates and retired anchors.
+    pub fn with_issuers(
+        mut self,
+        intermediates: Arc<[CertificateDer<'static>]>,
+        retired: Arc<[CertificateDer<'static>]>,
+    ) -> Trust {
+        self.intermediates = intermediates;
+        self.retired = retired;
+        self
     }
 
     /// The same anchors and CRLs judged with another scope.
@@ -95,37 +104,76 @@ impl Trust {
         scope: CrlScope,
         provider: &Arc<CryptoProvider>,
     ) -> Result<Trust, CredError> {
-        Trust::build(self.anchors.clone(), self.crls.clone(), scope, provider)
+        Ok(
+            Trust::build(self.anchors.clone(), self.crls.clone(), scope, provider)?
+                .with_issuers(self.intermediates.clone(), self.retired.clone()),
+        )
     }
 
-    /// Verifies a server's chain for serverAuth against the anchors and the
-    /// CRLs (the client side's counterpart of `client_verifier`; the name
-    /// is checked by the caller's SAN policy).
-    pub fn verify_server_chain(
+    /// The same trust with other CRLs.
+    pub fn with_crls(&self, crls: Arc<CrlSet>) -> Result<Trust, CredError> {
+        Ok(
+            Trust::build(self.anchors.clone(), crls, self.scope, &self.provider)?
+                .with_issuers(self.intermediates.clone(), self.retired.clone()),
+        )
+    }
+
+    /// Every key a CRL may be signed by, with how trusted it is.
+    pub(crate) fn known(&self) -> Known {
+        let mut known = Known::default();
+        let (graced, in_force): (Vec<&Anchor>, Vec<&Anchor>) =
+            self.anchors.iter().partition(|a| a.retire_at.is_some());
+        let ders = |v: Vec<&Anchor>| v.into_iter().map(|a| a.der.clone()).collect::<Vec<_>>();
+        known.add(&ders(in_force), SignerKind::Anchor);
+        known.add(&ders(graced), SignerKind::Graced);
+        known.add(&self.intermediates, SignerKind::Intermediate);
+        known.add(&self.retired, SignerKind::Retired);
+        known
+    }
+
+    /// The retired-anchor history once `next` replaces the anchors: every
+    /// anchor not in `next` joins it, the oldest leave past
+    /// `MAX_RETIRED`.
+    pub fn retired_after(&self, next: &[Anchor]) -> Arc<[CertificateDer<'static>]> {
+        let mut retired: Vec<_> = self
+            .retired
+            .iter()
+            .filter(|r| !next.iter().any(|a| &a.der == *r))
+            .cloned()
+            .collect();
+        for a in &self.anchors {
+            if !next.iter().any(|n| n.der == a.der) && !retired.contains(&a.der) {
+                retired.push(a.der.clone());
+            }
+        }
+        let excess = retired.len().saturating_sub(MAX_RETIRED);
+        Arc::from(retired.split_off(excess))
+    }
+
+    /// THE peer judgement: `end_entity` (with the `intermediates` the peer
+    /// sent) chains to an anchor for `usage` at `now`, and the revocation
+    /// judgement passes on the path built. The handshake in both
+    /// directions, live re-verification, `check`, `/status` and `publish`
+    /// all come here. The name is checked by the caller's SAN policy.
+    pub fn verify_peer(
         &self,
         end_entity: &CertificateDer<'_>,
         intermediates: &[CertificateDer<'_>],
         now: UnixTime,
-        provider: &CryptoProvider,
+        usage: Usage,
     ) -> Result<(), rustls::Error> {
         let ee = webpki::EndEntityCert::try_from(end_entity).map_err(pki_error)?;
-        let lists: Vec<&webpki::CertRevocationList<'_>> = self.crls.lists.iter().collect();
-        let revocation = RevocationOptionsBuilder::new(&lists).ok().map(|b| {
-            b.with_depth(match self.scope {
-                CrlScope::Leaf => RevocationCheckDepth::EndEntity,
-                CrlScope::Chain => RevocationCheckDepth::Chain,
-            })
-            .with_status_policy(UnknownStatusPolicy::Allow)
-            .build()
-        });
+        let judge = |path: &webpki::VerifiedPath<'_>| {
+            revocation::judge_path(&self.crls, self.scope, path, &self.memo, &self.provider)
+        };
         ee.verify_for_usage(
-            provider.signature_verification_algorithms.all,
+            self.provider.signature_verification_algorithms.all,
             &self.roots.roots,
             intermediates,
             now,
-            webpki::KeyUsage::server_auth(),
-            revocation,
+            usage.key_usage(),
             None,
+            Some(&judge),
         )
         .map(|_| ())
         .map_err(pki_error)
@@ -181,6 +229,28 @@ impl Trust {
     /// The earliest pending retirement, so a poller can wake for it.
     pub fn next_retirement(&self) -> Option<SystemTime> {
         self.anchors.iter().filter_map(|a| a.retire_at).min()
+    }
+
+    /// Our own certificate chain (leaf first) judged as a peer holding
+    /// this trust would judge it (for serverAuth when the leaf allows it,
+    /// else clientAuth), for `check` and `/status`.
+    pub fn judge_own(
+        &self,
+        chain: &[CertificateDer<'static>],
+        now: SystemTime,
+    ) -> Result<(), rustls::Error> {
+        let (ee, rest) = chain
+            .split_first()
+            .ok_or(rustls::Error::NoCertificatesPresented)?;
+        let usage = match CertInfo::parse(ee) {
+            Ok(info) if !info.server_auth => Usage::ClientAuth,
+            _ => Usage::ServerAuth,
+        };
+        let now = UnixTime::since_unix_epoch(
+            now.duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default(),
+        );
+        self.verify_peer(ee, rest, now, usage)
     }
 
     /// True when `other` holds different CRLs.

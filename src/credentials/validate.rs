@@ -14,8 +14,9 @@ use rustls::RootCertStore;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 
+use super::revocation::{classify, parse_file, Crl};
 use super::source::{RawFile, RawRevision};
-use super::{CredError, CrlSet};
+use super::{Anchor, CredError, CrlSet, Trust};
 use crate::identity::{time_to_epoch, CertInfo};
 
 /// A revision that passed validation: ready to be swapped in.
@@ -26,8 +27,16 @@ pub struct ValidRevision {
     pub leaf: CertInfo,
     /// The CA bundle's certificates with their parsed facts, in file order.
     pub anchors: Vec<(CertificateDer<'static>, CertInfo)>,
-    /// The revision's CRLs (empty without a CRL file).
+    /// The revision's CRLs, classified against its own anchors and
+    /// intermediates alone (empty without a CRL file). The store
+    /// classifies [`crl_list`](Self::crl_list) again against the trust in
+    /// force.
     pub crls: Arc<CrlSet>,
+    /// The revision's CRLs as parsed.
+    pub crl_list: Arc<[Arc<Crl>]>,
+    /// The known intermediate CAs: the `intermediates` file and the chain
+    /// of `tls.crt` (never an anchor).
+    pub intermediates: Arc<[CertificateDer<'static>]>,
     /// The CRL file, when there is one.
     pub crl_path: Option<PathBuf>,
 }
@@ -90,7 +99,8 @@ pub struct ParsedRevision {
     pub identity: Arc<CertifiedKey>,
     pub leaf: CertInfo,
     pub anchors: Vec<(CertificateDer<'static>, CertInfo)>,
-    pub crls: Arc<CrlSet>,
+    pub crl_list: Arc<[Arc<Crl>]>,
+    pub intermediates: Arc<[CertificateDer<'static>]>,
     crl_path: Option<PathBuf>,
     chain: Vec<CertificateDer<'static>>,
     roots: RootCertStore,
@@ -119,16 +129,18 @@ pub fn parse(raw: &RawRevision, provider: &CryptoProvider) -> Result<ParsedRevis
         },
     })?;
     let roots = root_store(&raw.ca.path, &ca)?;
-    let crls = match &raw.crl {
-        Some(file) => CrlSet::parse(file, &anchors, provider)?,
-        None => CrlSet::empty(),
+    let crl_list = match &raw.crl {
+        Some(file) => parse_file(file)?,
+        None => Vec::new(),
     };
+    let intermediates = known_intermediates(raw.intermediates.as_ref(), &chain, &ca)?;
     Ok(ParsedRevision {
         hash: raw.hash.clone(),
         identity: Arc::new(identity),
         leaf,
         anchors,
-        crls: Arc::new(crls),
+        crl_list: Arc::from(crl_list),
+        intermediates,
         crl_path: raw.crl.as_ref().map(|f| f.path.clone()),
         chain,
         roots,
@@ -137,14 +149,67 @@ pub fn parse(raw: &RawRevision, provider: &CryptoProvider) -> Result<ParsedRevis
     })
 }
 
+/// The intermediates file's certificates and our own chain's (past the
+/// leaf), without any that is also an anchor, without duplicates.
+fn known_intermediates(
+    file: Option<&RawFile>,
+    chain: &[CertificateDer<'static>],
+    anchors: &[CertificateDer<'static>],
+) -> Result<Arc<[CertificateDer<'static>]>, CredError> {
+    let listed = match file {
+        Some(f) => {
+            let certs = parse_certs(f)?;
+            for der in &certs {
+                parse_info(f, der)?;
+            }
+            certs
+        }
+        None => Vec::new(),
+    };
+    let mut out: Vec<CertificateDer<'static>> = Vec::new();
+    for der in listed.into_iter().chain(chain.iter().skip(1).cloned()) {
+        if !anchors.contains(&der) && !out.contains(&der) {
+            out.push(der);
+        }
+    }
+    Ok(Arc::from(out))
+}
+
 impl ParsedRevision {
+    /// The revision's CRLs classified against its own anchors and
+    /// intermediates at `now` (no earlier revision).
+    pub fn own_crls(
+        &self,
+        provider: &Arc<CryptoProvider>,
+        now: SystemTime,
+    ) -> Result<CrlSet, CredError> {
+        if self.crl_list.is_empty() {
+            return Ok(CrlSet::empty());
+        }
+        let trust = Trust::build(
+            Anchor::bundle(&self.anchors),
+            Arc::new(CrlSet::empty()),
+            super::CrlScope::Leaf,
+            provider,
+        )?
+        .with_issuers(self.intermediates.clone(), Arc::from(Vec::new()));
+        Ok(classify(
+            &self.crl_list,
+            &trust.known(),
+            now,
+            &CrlSet::empty(),
+            provider,
+        )?
+        .set)
+    }
+
     /// Judges the revision at `now`: the leaf's validity window, then the
     /// chain to the bundle (which also judges any intermediate's window).
     /// Costs one chain verification (a signature check or two); nothing is
     /// parsed again.
     pub fn judge(
         &self,
-        provider: &CryptoProvider,
+        provider: &Arc<CryptoProvider>,
         now: SystemTime,
     ) -> Result<ValidRevision, CredError> {
         let now_secs = time_to_epoch(now);
@@ -175,12 +240,15 @@ impl ParsedRevision {
                 detail: describe(other),
             },
         })?;
+        let crls = self.own_crls(provider, now)?;
         Ok(ValidRevision {
             hash: self.hash.clone(),
             identity: self.identity.clone(),
             leaf: self.leaf.clone(),
             anchors: self.anchors.clone(),
-            crls: self.crls.clone(),
+            crls: Arc::new(crls),
+            crl_list: self.crl_list.clone(),
+            intermediates: self.intermediates.clone(),
             crl_path: self.crl_path.clone(),
         })
     }
@@ -193,7 +261,7 @@ fn secs(t: UnixTime) -> i64 {
 /// Validates a whole revision against `now`.
 pub fn validate(
     raw: &RawRevision,
-    provider: &CryptoProvider,
+    provider: &Arc<CryptoProvider>,
     now: SystemTime,
 ) -> Result<ValidRevision, CredError> {
     parse(raw, provider)?.judge(provider, now)

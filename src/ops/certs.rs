@@ -3,6 +3,9 @@
 //! (`ca.crt`, `ca.key`); `certs issue` signs a role identity with it into a
 //! directory laid out like a `kubernetes.io/tls` Secret (`tls.crt`,
 //! `tls.key`, `ca.crt`) that `--tls-dir` and `check` read directly.
+//! `--ca DIR` also reads a cert-manager CA Secret's layout (`tls.crt`,
+//! `tls.key`): [`ca_files`]. `certs revoke` with no serial re-signs the CRL
+//! already at `--out` (what a CronJob does before nextUpdate).
 //!
 //! Keys are never silently replaced: an existing key is refused unless
 //! `--force`, because overwriting a CA key orphans every identity it signed.
@@ -26,6 +29,34 @@ use crate::ops::pki::{CrlSpec, DevCa, LeafSpec};
 
 /// The CA's private key file written by `certs ca` and read by `certs issue`.
 pub const CA_KEY_FILE: &str = "ca.key";
+
+/// Where a CA's certificate and key are in a `--ca` directory: `ca.crt` and
+/// `ca.key` as `certs ca` writes them, or `tls.crt` and `tls.key` as
+/// cert-manager writes a CA `Certificate`'s Secret (its `ca.crt` there is the
+/// issuer of the CA, not the CA). Told apart by which key file exists; both
+/// at once is refused rather than guessed.
+pub fn ca_files(dir: &Path) -> Result<(PathBuf, PathBuf), CertsError> {
+    let classic = dir.join(CA_KEY_FILE);
+    let cert_manager = dir.join(KEY_FILE);
+    match (classic.exists(), cert_manager.exists()) {
+        (true, false) => Ok((dir.join(CA_FILE), classic)),
+        (false, true) => Ok((dir.join(CERT_FILE), cert_manager)),
+        (true, true) => Err(CertsError::BadCa {
+            path: dir.to_path_buf(),
+            why: format!(
+                "holds both {CA_KEY_FILE} (a `certs ca` directory) and {KEY_FILE} (a cert-manager CA Secret); \
+                 cannot tell which is the CA's key: give a directory with one of them"
+            ),
+        }),
+        (false, false) => Err(CertsError::BadCa {
+            path: classic,
+            why: format!(
+                "not found, nor {KEY_FILE} (create a CA with `certs ca --out DIR`, or point --ca at a \
+                 cert-manager CA Secret's files: {CERT_FILE}, {KEY_FILE})"
+            ),
+        }),
+    }
+}
 
 /// Why a certs command failed; [`CertsError::exit_code`] maps it to the
 /// documented exit status.
@@ -126,8 +157,7 @@ pub fn make_ca(args: &CertsCaArgs) -> Result<Vec<String>, CertsError> {
 pub fn issue(args: &CertsIssueArgs) -> Result<Vec<String>, CertsError> {
     check_days(args.days)?;
     let names = sans(args)?;
-    let ca_cert_path = args.ca.join(CA_FILE);
-    let ca_key_path = args.ca.join(CA_KEY_FILE);
+    let (ca_cert_path, ca_key_path) = ca_files(&args.ca)?;
     let ca_pem = read_ca_file(&ca_cert_path)?;
     let ca_key = read_ca_file(&ca_key_path)?;
     let ca_info = info_of(&ca_cert_path, &ca_pem)?;
@@ -214,14 +244,7 @@ pub fn revoke(args: &CertsRevokeArgs) -> Result<Vec<String>, CertsError> {
             })?,
         );
     }
-    if serials.is_empty() {
-        return Err(CertsError::Usage {
-            flag: "--serial",
-            why: "give at least one --serial HEX or --cert FILE".into(),
-        });
-    }
-    let ca_cert_path = args.ca.join(CA_FILE);
-    let ca_key_path = args.ca.join(CA_KEY_FILE);
+    let (ca_cert_path, ca_key_path) = ca_files(&args.ca)?;
     let ca_pem = read_ca_file(&ca_cert_path)?;
     let ca_key = read_ca_file(&ca_key_path)?;
     let ca = DevCa::from_pem(&ca_pem, &ca_key).map_err(|e| CertsError::BadCa {
@@ -232,14 +255,17 @@ pub fn revoke(args: &CertsRevokeArgs) -> Result<Vec<String>, CertsError> {
     let mut spec = CrlSpec::new(1, Vec::new(), args.days);
     spec.this_update = now;
     spec.next_update = now + Duration::from_secs(u64::from(args.days) * 86_400);
-    if let Some(existing) = existing_crl(&args.out, &ca_pem, &ca_cert_path)? {
-        let number = existing.infos.first().and_then(|i| i.number_bytes());
-        spec.number = increment(&number.unwrap_or_default());
-        spec.kept = existing
-            .revoked_entries()
-            .into_iter()
-            .map(|(s, at)| (s, crate::identity::epoch_to_time(at)))
-            .collect();
+    match existing_crl(&args.out, &ca_pem, &ca_cert_path)? {
+        Some(existing) => {
+            let number = existing.infos().next().and_then(|i| i.number_bytes());
+            spec.number = increment(&number.unwrap_or_default());
+            spec.kept = existing
+                .revoked_entries()
+                .into_iter()
+                .map(|(s, at)| (s, crate::identity::epoch_to_time(at)))
+                .collect();
+        }
+        None => refuse_empty_first_crl(&serials, &args.out)?,
     }
     serials.sort();
     serials.dedup();
@@ -255,6 +281,22 @@ pub fn revoke(args: &CertsRevokeArgs) -> Result<Vec<String>, CertsError> {
         x509_parser::num_bigint::BigUint::from_bytes_be(&spec.number),
         fmt_time(crate::identity::time_to_epoch(spec.next_update))
     )])
+}
+
+/// A first CRL needs something on it: with nothing at `--out` to re-sign,
+/// no serial is a usage error (a typo in `--out` must not mint an empty CRL
+/// that replaces the real one when published).
+fn refuse_empty_first_crl(serials: &[Vec<u8>], out: &Path) -> Result<(), CertsError> {
+    if serials.is_empty() {
+        return Err(CertsError::Usage {
+            flag: "--serial",
+            why: format!(
+                "give at least one --serial HEX or --cert FILE ({} holds no CRL to re-sign)",
+                out.display()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Parses `0a:1b:...` or `0a1b...` into serial bytes (1 to 20 of them).
@@ -312,13 +354,23 @@ fn existing_crl(
         flag: "--out",
         why: format!("cannot extend it: {e}"),
     })?;
-    if set.infos.len() != 1 {
+    if set.infos().count() != 1 {
         return Err(CertsError::Usage {
             flag: "--out",
             why: format!(
                 "{}: holds {} CRLs; extend one at a time",
                 path.display(),
-                set.infos.len()
+                set.infos().count()
+            ),
+        });
+    }
+    if set.entries().iter().any(|e| e.state.signer().is_none()) {
+        return Err(CertsError::Usage {
+            flag: "--out",
+            why: format!(
+                "{}: cannot extend it: the CRL is not signed by {}",
+                path.display(),
+                ca_path.display()
             ),
         });
     }

@@ -164,6 +164,16 @@ impl DevCa {
 
     /// Issues a leaf with a fresh ECDSA P-256 key.
     pub fn issue(&self, spec: &LeafSpec) -> Result<Issued, rcgen::Error> {
+        self.issue_with_crl_urls(spec, &[])
+    }
+
+    /// Issues a leaf whose CRL Distribution Points extension names
+    /// `crl_urls` (none: no extension).
+    pub fn issue_with_crl_urls(
+        &self,
+        spec: &LeafSpec,
+        crl_urls: &[&str],
+    ) -> Result<Issued, rcgen::Error> {
         let mut params = CertificateParams::default();
         let mut dn = DistinguishedName::new();
         dn.push(DnType::CommonName, spec.common_name.as_str());
@@ -188,6 +198,11 @@ impl DevCa {
                 ExtendedKeyUsagePurpose::ClientAuth,
             ],
         };
+        if !crl_urls.is_empty() {
+            params.crl_distribution_points = vec![rcgen::CrlDistributionPoint {
+                uris: crl_urls.iter().map(|u| u.to_string()).collect(),
+            }];
+        }
         params.use_authority_key_identifier_extension = true;
         params.not_before = offset(spec.not_before);
         params.not_after = offset(spec.not_after);
@@ -215,6 +230,17 @@ pub struct CrlSpec {
     pub kept: Vec<(Vec<u8>, SystemTime)>,
     pub this_update: SystemTime,
     pub next_update: SystemTime,
+    /// An Issuing Distribution Point (scope), when set.
+    pub idp: Option<CrlIdp>,
+}
+
+/// A CRL's Issuing Distribution Point: its full-name URIs and whether it
+/// covers only end entities or only CAs.
+#[derive(Debug, Clone, Default)]
+pub struct CrlIdp {
+    pub urls: Vec<String>,
+    pub only_user: bool,
+    pub only_ca: bool,
 }
 
 impl CrlSpec {
@@ -228,6 +254,7 @@ impl CrlSpec {
             kept: Vec::new(),
             this_update: now - Duration::from_secs(60),
             next_update: now + Duration::from_secs(u64::from(days) * 86_400),
+            idp: None,
         }
     }
 }
@@ -266,7 +293,18 @@ impl DevCa {
             this_update: offset(spec.this_update),
             next_update: offset(spec.next_update),
             crl_number: SerialNumber::from_slice(&spec.number),
-            issuing_distribution_point: None,
+            issuing_distribution_point: spec.idp.as_ref().map(|idp| {
+                rcgen::CrlIssuingDistributionPoint {
+                    distribution_point: rcgen::CrlDistributionPoint {
+                        uris: idp.urls.clone(),
+                    },
+                    scope: match (idp.only_user, idp.only_ca) {
+                        (true, _) => Some(rcgen::CrlScope::UserCertsOnly),
+                        (_, true) => Some(rcgen::CrlScope::CaCertsOnly),
+                        _ => None,
+                    },
+                }
+            }),
             revoked_certs,
             key_identifier_method: KeyIdMethod::Sha256,
         };

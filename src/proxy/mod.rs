@@ -8,6 +8,7 @@
 
 pub mod addr;
 pub mod conn;
+pub mod exposure;
 pub mod forward;
 pub mod mark;
 pub mod pending;

@@ -1,8 +1,9 @@
-//! Least privilege with Landlock (`--sandbox best-effort|require|off`).
+//! Least privilege with Landlock and seccomp (`--sandbox
+//! best-effort|require|off`).
 //!
 //! A TLS terminator parses hostile input all day. Should a parser bug ever
 //! be exploited, the process should be unable to read anything but its
-//! credentials, write anything, or connect anywhere but its targets. Once
+//! credentials, write anything, or reach anything but its targets. Once
 //! every listener is bound and every file known ([`crate::app::prepare`]),
 //! [`apply`] restricts the process to:
 //!
@@ -16,24 +17,39 @@
 //!   created before); executing nothing;
 //! * where the kernel's Landlock ABI has network rules (≥ 4): binding only
 //!   its listen ports and connecting only to its target ports (plus TCP 53
-//!   when a target is a host name).
+//!   when a target is a host name);
+//! * where it has scopes (≥ 6): connecting to no abstract unix socket and
+//!   signalling no process created outside the sandbox;
+//! * a seccomp filter on `socket(2)` (`seccomp.rs`): no raw IP socket, and
+//!   no UDP socket unless a target is a host name.
+//!
+//! What stays open, and `/status` lists as `unrestricted`: connecting to a
+//! unix socket by its path (Landlock's `ResolveUnix` needs ABI 9; the
+//! sidecar needs it for `NOTIFY_SOCKET`, which `sd_notify` opens on every
+//! watchdog ping, and unix-socket targets), and UDP to anywhere when a
+//! target is a host name (DNS; Landlock's UDP rules need ABI 10, and a
+//! seccomp filter sees no destination address).
 //!
 //! Landlock restricts the calling thread and the threads it creates later
-//! (there is no way to reach sibling threads before ABI 8), so the binary
-//! applies it on the main thread before it builds the runtime; [`apply`]
-//! refuses to pretend when other threads already exist.
+//! (there is no way to reach sibling threads before ABI 8), and so does the
+//! seccomp filter; the binary applies both on the main thread before it
+//! builds the runtime; [`apply`] refuses to pretend when other threads
+//! already exist.
 //!
-//! The rule set handles the filesystem rights of ABI 5 and TCP bind/connect
-//! (ABI 4), nothing newer: rights a later kernel adds (say, UDP or unix
-//! socket connects) would deny what the sidecar needs (DNS over UDP, the
-//! `NOTIFY_SOCKET`) without a rule written for them.
+//! The rule set handles the filesystem rights of ABI 5, TCP bind/connect
+//! (ABI 4) and the scopes of ABI 6, nothing newer: this kernel has ABI 7,
+//! so rights a later kernel adds (pathname unix socket connects at 9, UDP
+//! at 10) could not be tested here, and without rules written for them
+//! they would deny what the sidecar needs (the `NOTIFY_SOCKET`, DNS).
+//! `require` demands the filesystem and TCP halves; the scopes and the
+//! seccomp filter are applied where the kernel has them in either mode.
 //!
 //! One job a file: `mode.rs` (the `--sandbox` flag), `plan.rs` (the
 //! allow-list, [`Plan`]), `scope.rs` (which directories are too broad to
 //! grant whole), `restrict.rs` (the Landlock rule set built from a plan
-//! and applied), `status.rs` (what is in force, for the log line and
-//! `/status`). This file holds the entry points: [`warm_up_resolver`],
-//! [`apply`] and [`current`].
+//! and applied), `seccomp.rs` (the socket filter), `status.rs` (what is in
+//! force, for the log line and `/status`). This file holds the entry
+//! points: [`warm_up_resolver`], [`apply`] and [`current`].
 
 use std::io;
 use std::net::ToSocketAddrs;
@@ -46,6 +62,7 @@ mod mode;
 mod plan;
 mod restrict;
 mod scope;
+mod seccomp;
 mod status;
 
 pub use mode::SandboxMode;

@@ -24,7 +24,7 @@ pub const RESOLVER_FILES: &[&str] = &[
 
 /// The files a credential directory may hold (their symlink targets'
 /// directories are readable too).
-const CREDENTIAL_NAMES: &[&str] = &["tls.crt", "tls.key", "ca.crt", "ca.crl"];
+const CREDENTIAL_NAMES: &[&str] = &["tls.crt", "tls.key", "ca.crt", "ca.crl", "intermediates"];
 
 /// What the sandbox allows: the process's whole allow-list.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -123,9 +123,17 @@ impl Plan {
                     }
                 }
             }
-            CredentialSource::Files { cert, key, ca, crl } => {
-                // A `--crl` file is read on every poll, like the others.
-                for f in [cert, key, ca].into_iter().chain(crl.as_ref()) {
+            CredentialSource::Files {
+                cert,
+                key,
+                ca,
+                crl,
+                intermediates,
+            } => {
+                // `--crl` and `--intermediates` files are read on every
+                // poll, like the others.
+                let extra = crl.iter().chain(intermediates.iter());
+                for f in [cert, key, ca].into_iter().chain(extra) {
                     let f = scope.absolute(f);
                     self.allow_beside(&f, scope);
                     if let Ok(target) = std::fs::canonicalize(&f) {
@@ -221,6 +229,7 @@ mod tests {
             key: key.to_path_buf(),
             ca: ca.to_path_buf(),
             crl: None,
+            intermediates: None,
         }
     }
 

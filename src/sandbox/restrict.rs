@@ -1,22 +1,79 @@
-//! The Landlock rule set: a [`Plan`] turned into filesystem and TCP rules,
-//! applied to the calling thread, and what the kernel actually enforced.
+//! The Landlock rule set: a [`Plan`] turned into filesystem and TCP rules
+//! plus the two scopes of ABI 6, applied to the calling thread, and what
+//! the kernel actually enforced.
 
 use std::io;
 
 use landlock::{
     Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus, NetPort,
-    PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, ABI,
+    PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
+    Scope as LandlockScope, ABI,
 };
 use tracing::warn;
 
 use super::mode::SandboxMode;
 use super::plan::Plan;
+use super::seccomp;
 use super::status::{Enforcement, SandboxStatus};
 use super::SandboxError;
 
 /// The filesystem rights the rule set handles (denies unless a rule grants
 /// them): every right up to ABI 5.
 const FS_ABI: ABI = ABI::V5;
+
+/// The scopes the rule set asks for: those of ABI 6, connecting to an
+/// abstract unix socket and signalling a process, each refused when the
+/// other end is outside the sandbox. The sidecar needs neither (sd-notify
+/// reaches `NOTIFY_SOCKET` by path; nothing signals another process).
+const SCOPE_ABI: ABI = ABI::V6;
+
+/// What Landlock never restricts here, as `/status` names it. The crate
+/// has the rights for both, but the kernel here (Landlock ABI 7) has
+/// neither, so rules for them could not be tested: UDP (`BindUdp`,
+/// `ConnectSendUdp`: ABI 10; the seccomp filter refuses datagram sockets
+/// instead, where no target is a host name) and connecting to a pathname
+/// unix socket (`ResolveUnix`: ABI 9), which would have to stay open for
+/// `NOTIFY_SOCKET` and unix-socket targets anyway.
+const UDP: &str = "udp";
+const PATHNAME_UNIX_SOCKET: &str = "pathname_unix_socket";
+const SCOPES: [&str; 2] = ["abstract_unix_socket", "signal"];
+
+/// The scopes in force, as `/status` names them: both where the rule set
+/// is in force on a kernel with ABI 6 or later, none otherwise.
+fn scopes_in_force(in_force: bool, level: i32) -> Vec<&'static str> {
+    if in_force && level >= SCOPE_ABI as i32 {
+        SCOPES.to_vec()
+    } else {
+        Vec::new()
+    }
+}
+
+/// What stays open: UDP unless the filter refuses it, pathname unix
+/// sockets, and each scope not in force.
+fn unrestricted(scopes: &[&'static str], udp_refused: bool) -> Vec<&'static str> {
+    let mut open = Vec::new();
+    if !udp_refused {
+        open.push(UDP);
+    }
+    open.push(PATHNAME_UNIX_SOCKET);
+    open.extend(SCOPES.iter().filter(|s| !scopes.contains(s)));
+    open
+}
+
+/// Installs the socket filter ([`seccomp`]); datagram sockets stay open
+/// when a target is a host name (DNS). Returns whether it is in force, and
+/// whether it refuses UDP.
+fn filter_sockets(plan: &Plan) -> (Enforcement, bool) {
+    let dns = !plan.hostname_targets.is_empty();
+    match seccomp::install(dns) {
+        Ok(true) => (Enforcement::Enforced, !dns),
+        Ok(false) => (Enforcement::NotEnforced, false),
+        Err(e) => {
+            warn!(target: "mtls_sidecar::sandbox", error = %e, "sandbox: cannot install the seccomp socket filter; UDP stays open");
+            (Enforcement::NotEnforced, false)
+        }
+    }
+}
 
 /// Threads of this process other than the caller, from `/proc/self/task`
 /// (0 when it cannot be read).
@@ -52,6 +109,12 @@ pub(super) fn restrict(plan: &Plan, mode: SandboxMode) -> Result<SandboxStatus, 
         .set_compatibility(compat)
         .handle_access(AccessFs::from_all(FS_ABI))
         .and_then(|r| r.handle_access(net))
+        // Best effort even under `require`, which asks for the filesystem
+        // and TCP halves only: a kernel before ABI 6 simply has no scopes,
+        // and `/status` says so.
+        .map(|r| r.set_compatibility(CompatLevel::BestEffort))
+        .and_then(|r| r.scope(LandlockScope::from_all(SCOPE_ABI)))
+        .map(|r| r.set_compatibility(compat))
         .and_then(|r| r.create())
         .map_err(wrap)?;
     let read_dir = AccessFs::ReadFile | AccessFs::ReadDir;
@@ -114,6 +177,8 @@ pub(super) fn restrict(plan: &Plan, mode: SandboxMode) -> Result<SandboxStatus, 
     } else {
         Enforcement::NotEnforced
     };
+    let scopes = scopes_in_force(in_force, level);
+    let (seccomp, udp_refused) = filter_sockets(plan);
     let note = (threads > 0).then(|| {
         format!("{threads} threads started before the sandbox and are not restricted by it")
     });
@@ -122,6 +187,9 @@ pub(super) fn restrict(plan: &Plan, mode: SandboxMode) -> Result<SandboxStatus, 
         landlock_abi: abi,
         filesystem,
         network,
+        seccomp,
+        unrestricted: unrestricted(&scopes, udp_refused),
+        scopes,
         read_only,
         unix_socket_dirs: plan
             .socket_dirs
@@ -142,4 +210,33 @@ pub(super) fn restrict(plan: &Plan, mode: SandboxMode) -> Result<SandboxStatus, 
         )));
     }
     Ok(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_need_the_rule_set_in_force_on_abi_6() {
+        assert_eq!(scopes_in_force(true, 7), ["abstract_unix_socket", "signal"]);
+        assert_eq!(scopes_in_force(true, 6), ["abstract_unix_socket", "signal"]);
+        assert!(scopes_in_force(true, 5).is_empty());
+        assert!(scopes_in_force(false, 7).is_empty());
+    }
+
+    #[test]
+    fn what_is_not_in_force_is_listed_as_unrestricted() {
+        let all = scopes_in_force(true, 6);
+        assert_eq!(unrestricted(&all, true), ["pathname_unix_socket"]);
+        assert_eq!(unrestricted(&all, false), ["udp", "pathname_unix_socket"]);
+        assert_eq!(
+            unrestricted(&[], false),
+            [
+                "udp",
+                "pathname_unix_socket",
+                "abstract_unix_socket",
+                "signal"
+            ]
+        );
+    }
 }

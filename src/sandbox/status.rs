@@ -41,6 +41,18 @@ pub struct SandboxStatus {
     pub landlock_abi: Option<i32>,
     pub filesystem: Enforcement,
     pub network: Enforcement,
+    /// The Landlock scopes in force (ABI 6): `abstract_unix_socket`
+    /// (connecting to one created outside the sandbox) and `signal`
+    /// (signalling a process outside it).
+    pub scopes: Vec<&'static str>,
+    /// The seccomp filter on `socket(2)`: no raw IP sockets, and no UDP
+    /// ones unless a target is a host name.
+    pub seccomp: Enforcement,
+    /// What this sandbox does not restrict: `udp` (unless the seccomp
+    /// filter refuses it), `pathname_unix_socket` (connecting to a unix
+    /// socket by its path), and each scope not in force. Empty when no
+    /// sandbox was applied.
+    pub unrestricted: Vec<&'static str>,
     /// Readable paths (directories: everything beneath).
     pub read_only: Vec<String>,
     /// Directories where unix sockets may be created.
@@ -62,6 +74,9 @@ impl SandboxStatus {
             landlock_abi: None,
             filesystem: Enforcement::Off,
             network: Enforcement::Off,
+            scopes: Vec::new(),
+            seccomp: Enforcement::Off,
+            unrestricted: Vec::new(),
             read_only: Vec::new(),
             unix_socket_dirs: Vec::new(),
             bind_ports: Vec::new(),
@@ -90,6 +105,9 @@ pub(super) fn log(s: &SandboxStatus) {
         landlock_abi = %abi,
         filesystem = s.filesystem.as_str(),
         network = s.network.as_str(),
+        scopes = ?s.scopes,
+        seccomp = s.seccomp.as_str(),
+        unrestricted = ?s.unrestricted,
         read_only = ?s.read_only,
         unix_socket_dirs = ?s.unix_socket_dirs,
         bind_ports = ?s.bind_ports,

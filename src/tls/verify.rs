@@ -1,5 +1,7 @@
-//! Peer verification: rustls's WebPKI chain checks, wrapped with the role
-//! SAN check, both reading the trust in force at the moment of the handshake.
+//! Peer verification: the trust's one peer judgement
+//! ([`Trust::verify_peer`]: webpki's chain checks, then revocation on the
+//! path built), wrapped with the role SAN check, both reading the trust in
+//! force at the moment of the handshake.
 //! Failing inside the handshake makes the peer get a TLS alert rather than a
 //! silent close.
 
@@ -12,7 +14,7 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
-use crate::credentials::{CredentialStore, Trust};
+use crate::credentials::{CredentialStore, Trust, Usage};
 use crate::identity::{CertInfo, SanPolicy};
 
 /// What a verifier learned about the peer during one handshake, for the
@@ -240,9 +242,7 @@ impl ClientCertPolicy {
     ) -> Result<(), Error> {
         let trust = self.store.current().trust.clone();
         if !self.last.covers(ee, intermediates, &trust, now) {
-            trust
-                .client_verifier
-                .verify_client_cert(ee, intermediates, now)?;
+            trust.verify_peer(ee, intermediates, now, Usage::ClientAuth)?;
             self.last.record(ee, intermediates, &trust, info);
         }
         check_san(&self.allowed, info)?;
@@ -324,7 +324,7 @@ impl ServerCertPolicy {
     ) -> Result<(), Error> {
         let trust = self.store.current().trust.clone();
         if !self.last.covers(ee, intermediates, &trust, now) {
-            trust.verify_server_chain(ee, intermediates, now, &self.provider)?;
+            trust.verify_peer(ee, intermediates, now, Usage::ServerAuth)?;
             self.last.record(ee, intermediates, &trust, info);
         }
         check_san(&self.expected, info)?;

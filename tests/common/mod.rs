@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mtls_sidecar::ops::pki::{write_secret_dir, DevCa, Issued, LeafSpec, Role};
+use mtls_sidecar::ops::pki::{
+    serial_of, write_secret_dir, CrlSpec, DevCa, Issued, IssuedCrl, LeafSpec, Role,
+};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -23,6 +25,9 @@ pub mod foreign;
 /// An independent HTTP/1.1 client for the admin endpoint.
 #[path = "../admin/http.rs"]
 pub mod http;
+pub mod tap;
+pub mod tools;
+pub mod waits;
 
 pub const CONTROLLER: &str = "controller.env-1.svc";
 pub const REPLICA: &str = "replica-0.env-1.svc";
@@ -53,12 +58,37 @@ impl Pki {
     pub fn issue(&self, spec: &LeafSpec) -> Issued {
         self.ca.issue(spec).expect("issue leaf")
     }
+    /// This CA's CRL number `number` revoking `revoked`, next update in a
+    /// week.
+    pub fn crl(&self, number: u64, revoked: &[&Issued]) -> IssuedCrl {
+        let serials = revoked
+            .iter()
+            .map(|l| serial_of(&l.cert_der).expect("serial"))
+            .collect();
+        self.ca
+            .crl(&CrlSpec::new(number, serials, 7))
+            .expect("sign CRL")
+    }
     /// A Secret-style directory holding `leaf` and this CA.
     pub fn dir(&self, root: &Path, sub: &str, leaf: &Issued) -> PathBuf {
         let d = root.join(sub);
         write_secret_dir(&d, leaf, &self.ca.cert_pem).expect("write secret dir");
         d
     }
+}
+
+/// Publishes `leaf` and `ca` as one kubelet-style revision of `dir`.
+pub fn publish_identity(
+    dir: &mtls_sidecar::ops::atomic_writer::AtomicDir,
+    leaf: &Issued,
+    ca: &str,
+) {
+    dir.publish(&[
+        ("tls.crt", leaf.cert_pem.as_bytes()),
+        ("tls.key", leaf.key_pem.as_bytes()),
+        ("ca.crt", ca.as_bytes()),
+    ])
+    .expect("publish a revision");
 }
 
 /// The real binary, its stderr captured.
@@ -922,4 +952,32 @@ pub async fn status(admin: &str) -> serde_json::Value {
     assert_eq!(a.code, 200, "{}", a.body);
     assert_eq!(a.header("content-type"), Some("application/json"));
     serde_json::from_str(&a.body).unwrap_or_else(|e| panic!("{e}\n{}", a.body))
+}
+
+/// A client config presenting `leaf` with its intermediate, trusting `ca_pem`.
+pub fn chain_client(
+    leaf: &Issued,
+    intermediate_pem: &str,
+    ca_pem: &str,
+) -> std::sync::Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let chain = vec![
+        leaf.cert_der.clone(),
+        CertificateDer::from_pem_slice(intermediate_pem.as_bytes()).unwrap(),
+    ];
+    let cfg = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(
+            chain,
+            PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap(),
+        )
+        .unwrap();
+    std::sync::Arc::new(cfg)
 }

@@ -5,6 +5,7 @@
 //! revision on (settle, parse once, judge in time, apply or reject);
 //! [`outcome`] is what a poll reports and `/status` shows.
 
+mod notices;
 mod outcome;
 mod poll;
 
@@ -16,10 +17,12 @@ use rustls::crypto::CryptoProvider;
 use rustls::sign::CertifiedKey;
 use tokio::sync::watch;
 
+use super::revocation::classify;
 use super::trust::{Anchor, Trust};
-use super::{CredError, CredentialSource, CrlInfo, CrlScope};
+use super::{CredError, CredentialSource, CrlInfo, CrlScope, CrlSet};
 use crate::identity::CertInfo;
 
+pub use notices::CrlNotice;
 pub use outcome::{Applied, PendingRevision, ReloadStatus};
 use poll::PollState;
 pub use poll::SETTLE_WINDOW;
@@ -56,12 +59,22 @@ impl CredentialStore {
         let now = SystemTime::now();
         let raw = source.read()?;
         let rev = super::validate(&raw, &provider, now)?;
-        let trust = Arc::new(Trust::build(
+        let bare = Trust::build(
             Anchor::bundle(&rev.anchors),
-            rev.crls.clone(),
+            Arc::new(CrlSet::empty()),
             CrlScope::default(),
             &provider,
-        )?);
+        )?
+        .with_issuers(rev.intermediates.clone(), Arc::from(Vec::new()));
+        let crls = classify(
+            &rev.crl_list,
+            &bare.known(),
+            now,
+            &CrlSet::empty(),
+            &provider,
+        )?;
+        let trust = Arc::new(bare.with_crls(Arc::new(crls.set))?);
+        let notices = notices::between(&CrlSet::empty(), &trust.crls, Vec::new());
         let creds = Credentials {
             revision: rev.hash,
             identity: rev.identity,
@@ -69,6 +82,7 @@ impl CredentialStore {
             trust,
         };
         let mut state = PollState::default();
+        state.notices = notices;
         state.status.last_poll = Some(now);
         state.status.last_applied = Some(now);
         Ok(Arc::new(CredentialStore {
@@ -125,8 +139,8 @@ impl CredentialStore {
         let now = crate::identity::time_to_epoch(now);
         let current = self.current();
         let mut state = self.lock();
-        let in_force = &current.trust.crls.infos;
-        state.stale_reported.retain(|c| in_force.contains(c));
+        let in_force: Vec<&CrlInfo> = current.trust.crls.infos().collect();
+        state.stale_reported.retain(|c| in_force.contains(&c));
         let mut fresh = Vec::new();
         for crl in current.trust.crls.stale(now) {
             if !state.stale_reported.contains(crl) {
@@ -135,6 +149,12 @@ impl CredentialStore {
             }
         }
         fresh
+    }
+
+    /// What happened to the CRLs since the last call (each reported once):
+    /// the reloader WARNs and counts them.
+    pub fn take_crl_notices(&self) -> Vec<CrlNotice> {
+        std::mem::take(&mut self.lock().notices)
     }
 
     /// How many revisions were parsed in full since start-up. A revision

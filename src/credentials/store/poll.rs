@@ -7,9 +7,13 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::super::trust::Trust;
+use rustls_pki_types::CertificateDer;
+
+use super::super::revocation::{classify, Crl, Dropped};
+use super::super::trust::{Anchor, Trust};
 use super::super::validate::{parse, ParsedRevision};
-use super::super::{CredError, CrlInfo};
+use super::super::{CredError, CrlInfo, CrlSet};
+use super::notices::{self, CrlNotice};
 use super::{Applied, CredentialStore, Credentials, PendingRevision, ReloadStatus};
 
 /// How long a plain directory's (or explicit files') content must stay the
@@ -64,6 +68,8 @@ pub(super) struct PollState {
     pub(super) parses: u64,
     /// The stale CRLs already reported (each is reported once).
     pub(super) stale_reported: Vec<CrlInfo>,
+    /// CRL events not yet taken by the reloader.
+    pub(super) notices: Vec<CrlNotice>,
 }
 
 impl Default for PollState {
@@ -78,6 +84,7 @@ impl Default for PollState {
             roles: (false, false),
             parses: 0,
             stale_reported: Vec::new(),
+            notices: Vec::new(),
         }
     }
 }
@@ -101,7 +108,7 @@ impl CredentialStore {
         let mut state = self.lock();
         state.status.last_poll = Some(now);
         let current = self.current();
-        let retired = self.retire_due(&current, now);
+        let retired = self.refresh_trust(&mut state, &current, now);
         let current = self.current();
         let outcome = self.poll_source(&mut state, &current, now, force);
         match outcome {
@@ -111,12 +118,14 @@ impl CredentialStore {
     }
 
     /// The next moment a poll could change something without the files
-    /// changing: a graced anchor retiring, a settle window ending, a pending
-    /// revision becoming valid. Only moments after the last poll count (that
+    /// changing: a graced anchor retiring, a pending CRL coming due, a
+    /// settle window ending, a pending revision becoming valid. Only moments after the last poll count (that
     /// poll handled the earlier ones), so a poller that wakes for it never
     /// spins.
     pub fn next_due(&self) -> Option<SystemTime> {
-        let retirement = self.current().trust.next_retirement();
+        let trust = self.current().trust.clone();
+        let retirement = trust.next_retirement();
+        let crl = trust.crls.next_pending();
         let state = self.lock();
         let candidate = state.candidate.as_ref().and_then(|c| match &c.stage {
             Stage::Unjudged if self.settles() => {
@@ -126,35 +135,73 @@ impl CredentialStore {
         });
         let pending = state.status.pending.as_ref().map(|p| p.valid_from);
         let floor = state.status.last_poll;
-        [retirement, candidate, pending]
+        [retirement, crl, candidate, pending]
             .into_iter()
             .flatten()
             .filter(|t| floor.is_none_or(|polled| *t > polled))
             .min()
     }
 
-    fn retire_due(&self, current: &Credentials, now: SystemTime) -> bool {
-        let Some(anchors) = current.trust.expire(now) else {
+    /// Re-judges the trust in force at `now` without new files: graced
+    /// anchors whose grace ended retire (their CRLs are then ignored), and
+    /// pending CRLs that came due are enforced. True when the trust changed.
+    fn refresh_trust(&self, state: &mut PollState, current: &Credentials, now: SystemTime) -> bool {
+        let expired = current.trust.expire(now);
+        let crl_due = current.trust.crls.next_pending().is_some_and(|t| t <= now);
+        if expired.is_none() && !crl_due {
             return false;
+        }
+        let retiring = expired.is_some();
+        let anchors = expired.unwrap_or_else(|| current.trust.anchors.clone());
+        let supplied = current.trust.crls.supplied();
+        let inters = current.trust.intermediates.clone();
+        let (trust, dropped) = match self.trust_for(current, anchors, inters, &supplied, now) {
+            Ok(t) => t,
+            // A CRL that came due is older than the one in force: keep the
+            // trust as it is (it is judged again on the next poll).
+            Err(_) => return false,
         };
-        match Trust::build(
+        let crls_changed = current.trust.crls_differ(&trust);
+        state
+            .notices
+            .extend(notices::between(&current.trust.crls, &trust.crls, dropped));
+        self.swap(Credentials {
+            revision: current.revision.clone(),
+            identity: current.identity.clone(),
+            leaf: current.leaf.clone(),
+            trust: Arc::new(trust),
+        });
+        if retiring || crls_changed {
+            self.trust_shrunk.send_modify(|g| *g += 1);
+        }
+        true
+    }
+
+    /// The trust over `anchors` and `intermediates` with `crls` classified
+    /// against it and the CRLs in force; the anchors `current` had and
+    /// these lack join the retired history.
+    fn trust_for(
+        &self,
+        current: &Credentials,
+        anchors: Vec<Anchor>,
+        intermediates: Arc<[CertificateDer<'static>]>,
+        crls: &[Arc<Crl>],
+        now: SystemTime,
+    ) -> Result<(Trust, Vec<Dropped>), CredError> {
+        let retired = current.trust.retired_after(&anchors);
+        let bare = Trust::build(
             anchors,
-            current.trust.crls.clone(),
+            Arc::new(CrlSet::empty()),
             current.trust.scope,
             &self.provider,
-        ) {
-            Ok(trust) => {
-                self.swap(Credentials {
-                    revision: current.revision.clone(),
-                    identity: current.identity.clone(),
-                    leaf: current.leaf.clone(),
-                    trust: Arc::new(trust),
-                });
-                self.trust_shrunk.send_modify(|g| *g += 1);
-                true
-            }
-            Err(_) => false,
-        }
+        )?
+        .with_issuers(intermediates, retired);
+        let in_force = &current.trust.crls;
+        let classified = classify(crls, &bare.known(), now, in_force, &self.provider)?;
+        Ok((
+            bare.with_crls(Arc::new(classified.set))?,
+            classified.dropped,
+        ))
     }
 
     fn poll_source(
@@ -289,19 +336,19 @@ impl CredentialStore {
             candidate.stage = Stage::Rejected;
             return self.reject(state, key, error, now);
         }
-        let crl_path = valid.crl_path.clone().unwrap_or_else(|| self.cert_path());
-        if let Err(error) = valid.crls.check_not_older(&current.trust.crls, &crl_path) {
-            candidate.stage = Stage::Rejected;
-            return self.reject(state, key, error, now);
-        }
         let (anchors, trust_shrank) = current.trust.merge(&valid.anchors, self.trust_grace, now);
-        let trust = match Trust::build(anchors, valid.crls, current.trust.scope, &self.provider) {
+        let inters = valid.intermediates.clone();
+        let (trust, dropped) = match self.trust_for(current, anchors, inters, &valid.crl_list, now)
+        {
             Ok(t) => t,
             Err(error) => {
                 candidate.stage = Stage::Rejected;
                 return self.reject(state, key, error, now);
             }
         };
+        state
+            .notices
+            .extend(notices::between(&current.trust.crls, &trust.crls, dropped));
         let crls_changed = current.trust.crls_differ(&trust);
         self.swap(Credentials {
             revision: valid.hash.clone(),

@@ -15,9 +15,11 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use super::report::Report;
 use super::steps::{present, show, step, Files};
 use super::{Input, Request};
+use crate::credentials::revocation::describe_state;
 use crate::credentials::{
-    fmt_time, parse_certs, parse_key, read_file, root_store, validate, verify_chain, CredError,
-    CredentialSource, RawFile, RawRevision, CA_FILE, CERT_FILE, CRL_FILE, KEY_FILE,
+    fmt_time, parse_certs, parse_key, read_file, root_store, validate, verify_chain, Anchor,
+    CredError, CredentialSource, CrlScope, RawFile, RawRevision, Trust, CA_FILE, CERT_FILE,
+    CRL_FILE, KEY_FILE,
 };
 use crate::identity::{time_to_epoch, CertInfo};
 
@@ -255,7 +257,7 @@ fn chains_to(
 fn load(
     r: &mut Report,
     req: &Request,
-    provider: &CryptoProvider,
+    provider: &Arc<CryptoProvider>,
     now: SystemTime,
     files: [Option<RawFile>; 3],
 ) {
@@ -275,37 +277,62 @@ fn load(
     if let Some(rev) = valid.filter(|v| !v.crls.is_empty()) {
         let input = Some(rev);
         step(r, "crl", Some(CRL_FILE), input, "", |rev| {
-            crl_verdict(&rev, time_to_epoch(now))
+            crl_verdict(&rev, provider, now)
         });
     }
 }
 
-/// The CRLs are fresh and do not revoke the identity itself.
-fn crl_verdict(rev: &crate::credentials::ValidRevision, now: i64) -> Result<((), String), String> {
-    let leaf = rev.identity.cert.first().ok_or("no certificate")?;
-    if let Some(crl) = rev.crls.revoking(leaf) {
+/// The CRLs are fresh and do not refuse the identity itself: our own
+/// chain judged by the handshake's judgement ([`Trust::verify_peer`]) with
+/// the revision's trust, as a peer with `--crl-scope chain` would.
+fn crl_verdict(
+    rev: &crate::credentials::ValidRevision,
+    provider: &Arc<CryptoProvider>,
+    now: SystemTime,
+) -> Result<((), String), String> {
+    let trust = Trust::build(
+        Anchor::bundle(&rev.anchors),
+        rev.crls.clone(),
+        CrlScope::Chain,
+        provider,
+    )
+    .map_err(|e| e.to_string())?
+    .with_issuers(rev.intermediates.clone(), Arc::from(Vec::new()));
+    if let Err(e) = trust.judge_own(&rev.identity.cert, now) {
+        let reason = crate::reason::FailureReason::from_tls(&e);
+        let what = match reason {
+            crate::reason::FailureReason::Revoked => "is revoked by the CRLs in".to_string(),
+            other => format!("is refused ({}) with the CRLs in", other.as_str()),
+        };
         return Err(format!(
-            "{CERT_FILE} (serial {}) is revoked by the CRL from {}: peers with this CRL refuse it",
-            rev.leaf.serial, crl.issuer
+            "{CERT_FILE} (serial {}) {what} {CRL_FILE} ({e}): peers with them refuse it",
+            rev.leaf.serial
         ));
     }
-    if let Some(crl) = rev.crls.stale(now).next() {
+    let now_secs = time_to_epoch(now);
+    if let Some(crl) = rev.crls.stale(now_secs).next() {
         return Err(format!(
             "the CRL from {} is past its nextUpdate ({}): publish a newer one",
             crl.issuer,
             crl.next_update.map(fmt_time).unwrap_or_default()
         ));
     }
-    let n = rev.crls.infos.len();
+    let states: Vec<String> = rev
+        .crls
+        .entries()
+        .iter()
+        .map(|e| format!("{}: {}", e.crl.info.issuer, describe_state(&e.state)))
+        .collect();
     Ok((
         (),
         format!(
-            "{}, signed by ca.crt, fresh until {}; {CERT_FILE} is not revoked",
-            plural(n, "CRL"),
+            "{} ({}), fresh until {}; {CERT_FILE} is not revoked",
+            plural(states.len(), "CRL"),
+            states.join("; "),
             rev.crls
                 .earliest_next_update()
                 .map(fmt_time)
-                .unwrap_or_default()
+                .unwrap_or_else(|| "-".to_string())
         ),
     ))
 }

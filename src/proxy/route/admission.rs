@@ -23,6 +23,39 @@ use crate::tls::verify::{with_report, PeerReport};
 /// incumbent may itself be mid-connect).
 const DISPLACE_GRACE: Duration = Duration::from_secs(1);
 
+/// Why a connection stopped while it waited for a `--max-connections`
+/// slot is closed: its ticket was taken to admit a newer handshake
+/// (`overload`), or the drain ran out (`drain`).
+fn slot_wait_close(stopped: FailureReason) -> CloseReason {
+    match stopped {
+        FailureReason::Overload => CloseReason::Overload,
+        _ => CloseReason::Drain,
+    }
+}
+
+/// A handshake stopped before it finished: the reason it is counted under
+/// and the error its WARN line gives.
+fn handshake_stopped(stopped: FailureReason) -> (FailureReason, String) {
+    let error = match stopped {
+        FailureReason::Overload => "closed to admit a newer handshake (--max-handshakes reached)",
+        _ => "closed: the drain timeout ran out before the handshake finished",
+    };
+    (stopped, error.to_string())
+}
+
+/// A handshake that finished or ran out of `--handshake-timeout`: the
+/// stream, or the reason it is counted under and the error its WARN line
+/// gives.
+fn handshake_ended<S>(
+    ended: Result<std::io::Result<S>, tokio::time::error::Elapsed>,
+) -> Result<S, (FailureReason, String)> {
+    match ended {
+        Ok(Ok(stream)) => Ok(stream),
+        Ok(Err(e)) => Err((FailureReason::from_io(&e), e.to_string())),
+        Err(_) => Err((FailureReason::Timeout, "handshake timed out".to_string())),
+    }
+}
+
 impl Route {
     /// Waits for one of the `--max-connections` slots, unless the
     /// connection is told to close first.
@@ -42,11 +75,7 @@ impl Route {
                 None
             }
             reason = ticket.stopped() => {
-                let close = match reason {
-                    FailureReason::Overload => CloseReason::Overload,
-                    _ => CloseReason::Drain,
-                };
-                self.closed_early(reg, close);
+                self.closed_early(reg, slot_wait_close(reason));
                 None
             }
             p = self.slots.clone().acquire_owned() => p.ok(),
@@ -92,15 +121,8 @@ impl Route {
                 // handshake finishing in the same poll: nothing registers
                 // after the drain closed everything.
                 biased;
-                reason = ticket.stopped() => Err((reason, match reason {
-                    FailureReason::Overload => "closed to admit a newer handshake (--max-handshakes reached)",
-                    _ => "closed: the drain timeout ran out before the handshake finished",
-                }.to_string())),
-                r = tokio::time::timeout(self.cfg.handshake_timeout, handshake) => match r {
-                    Ok(Ok(stream)) => Ok(stream),
-                    Ok(Err(e)) => Err((FailureReason::from_io(&e), e.to_string())),
-                    Err(_) => Err((FailureReason::Timeout, "handshake timed out".to_string())),
-                },
+                reason = ticket.stopped() => Err(handshake_stopped(reason)),
+                r = tokio::time::timeout(self.cfg.handshake_timeout, handshake) => handshake_ended(r),
             }
         };
         let (result, report) = with_report(bounded).await;

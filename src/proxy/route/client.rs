@@ -16,7 +16,7 @@ use super::{Dial, Local, Route, RouteTls};
 use crate::proxy::addr::Stream;
 use crate::proxy::pending::Ticket;
 use crate::proxy::preauth::Capped;
-use crate::reason::CloseReason;
+use crate::reason::{CloseReason, FailureReason};
 use crate::tls::verify::PeerReport;
 
 impl Route {
@@ -102,20 +102,14 @@ impl Route {
         // the handshake ticket and its bounds.
         let slot = tokio::select! {
             s = self.slots.clone().acquire_owned() => s.ok(),
-            reason = ticket.stopped() => {
-                self.refused(&local_addr, reason, &"closed while waiting for a connection slot", &PeerReport::default(), Instant::now());
-                return;
-            }
+            reason = ticket.stopped() => return self.stopped_before_handshake(&local_addr, reason, "closed while waiting for a connection slot"),
         };
         let Some(_slot) = slot else { return };
         // Nothing is read from the local application before the remote
         // sidecar is verified: bytes wait in the socket until supervise.
         let remote = tokio::select! {
             r = connect => r,
-            reason = ticket.stopped() => {
-                self.refused(&local_addr, reason, &"closed while connecting to the target", &PeerReport::default(), Instant::now());
-                return;
-            }
+            reason = ticket.stopped() => return self.stopped_before_handshake(&local_addr, reason, "closed while connecting to the target"),
         };
         let (remote, _keep) = match remote {
             Ok(r) => r,
@@ -131,5 +125,18 @@ impl Route {
             let mut server = ServerVerdict::new(tls, &self.metrics.handshakes);
             self.supervise(reg, local, &mut server).await;
         }
+    }
+
+    /// A client connection whose ticket was stopped (`--max-handshakes`
+    /// reached, or the drain ran out) before its handshake began, `when`
+    /// saying where it was: counted and logged as a refused handshake.
+    fn stopped_before_handshake(&self, local_addr: &str, reason: FailureReason, when: &str) {
+        self.refused(
+            local_addr,
+            reason,
+            &when,
+            &PeerReport::default(),
+            Instant::now(),
+        );
     }
 }

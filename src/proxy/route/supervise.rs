@@ -107,9 +107,13 @@ impl Route {
     pub async fn watch_trust(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let mut shrunk = self.store.trust_shrunk();
         loop {
-            tokio::select! {
-                r = shrunk.changed() => if r.is_err() { return },
+            let shrank = tokio::select! {
+                r = shrunk.changed() => r,
                 _ = stop.wait_for(|s| *s) => return,
+            };
+            if shrank.is_err() {
+                // The store is gone: nothing will shrink the trust again.
+                return;
             }
             self.revoke_untrusted(SystemTime::now());
         }

@@ -1,7 +1,7 @@
-//! `mtls-sidecar publish --into DIR FILE...`: write files as one new
-//! revision of DIR, laid out the way the kubelet lays out a Secret volume.
+//! Writing one revision of a directory the way the kubelet's atomic writer
+//! does, and reading back the revision in force.
 //!
-//! Why: a sidecar on a VM reads its credential directory while a renewal
+//! Why this layout: a sidecar reads its credential directory while a renewal
 //! job replaces it, and the only way to change several files at once on a
 //! POSIX file system is a symlink swap. Renaming a new directory over the
 //! old one fails (`rename(2)` refuses a non-empty target), and writing the
@@ -16,173 +16,92 @@
 //!    once (names the new revision no longer has are removed);
 //! 4. the previous revision directory is removed after the swap.
 //!
-//! Publishers take an exclusive `flock` on DIR, so two renewal hooks never
-//! interleave. When the revision holds `tls.crt`, `tls.key` and `ca.crt`,
-//! it is first validated with the sidecar's own loader, and a revision the
-//! sidecar would reject is not published at all (`--no-check` skips that).
+//! Publishers take an exclusive `flock` on DIR ([`locked`]), so two renewal
+//! hooks never interleave, and what one reads as the revision in force
+//! ([`current`]) is still in force when it swaps.
 
 use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{symlink, DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::credentials::{validate, RawFile, RawRevision, CA_FILE, CERT_FILE, DATA_LINK, KEY_FILE};
+use super::{check_name, io_err, Entry, PublishError, Published, MAX_FILE, MAX_FILES};
+use crate::credentials::DATA_LINK;
 
 /// The temporary link renamed over `..data`.
 pub const DATA_TMP: &str = "..data_tmp";
-/// The most bytes one published file may hold.
-pub const MAX_FILE: u64 = 16 << 20;
-/// The most files one revision may hold.
-pub const MAX_FILES: usize = 64;
 
-/// Why a revision was not published. Nothing visible changed in DIR.
-#[derive(Debug, thiserror::Error)]
-pub enum PublishError {
-    #[error("{0}")]
-    Usage(String),
-    #[error("{path}: {source}", path = .path.display())]
-    Io { path: PathBuf, source: io::Error },
-    #[error("{path}: {detail}", path = .path.display())]
-    Layout { path: PathBuf, detail: String },
-    #[error("not published, the sidecar would reject this revision: {0} (--no-check publishes it anyway)")]
-    Invalid(String),
+/// Runs `f` holding the exclusive lock on `dir` (created if missing).
+pub fn locked<T>(
+    dir: &Path,
+    f: impl FnOnce() -> Result<T, PublishError>,
+) -> Result<T, PublishError> {
+    fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let lock = fs::File::open(dir).map_err(io_err(dir))?;
+    lock.lock().map_err(io_err(dir))?;
+    let result = f();
+    let _ = lock.unlock();
+    result
 }
 
-impl PublishError {
-    /// 2 for a command line that cannot work, 1 otherwise.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            PublishError::Usage(_) => 2,
-            _ => 1,
+/// The files of the revision `..data` points at (none when DIR has no
+/// `..data` yet), by their user-visible names. Call it holding [`locked`].
+/// Bounded like the command line: at most [`MAX_FILES`] files of at most
+/// [`MAX_FILE`] bytes; only regular files with publishable names count.
+pub fn current(dir: &Path) -> Result<Vec<Entry>, PublishError> {
+    let data = dir.join(DATA_LINK);
+    let Some(target) = data_target(&data)? else {
+        return Ok(Vec::new());
+    };
+    let rev = dir.join(target);
+    let mut out = Vec::new();
+    for entry in fs::read_dir(&rev).map_err(io_err(&rev))? {
+        let entry = entry.map_err(io_err(&rev))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let is_file = entry.file_type().map(|t| t.is_file()).unwrap_or(false);
+        if !is_file || check_name(&name).is_err() {
+            continue;
         }
-    }
-}
-
-fn io_err(path: &Path) -> impl FnOnce(io::Error) -> PublishError + '_ {
-    move |source| PublishError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-/// One file of a revision: the name it gets in DIR and its bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    pub name: String,
-    pub bytes: Vec<u8>,
-}
-
-/// What a publish did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Published {
-    /// The new revision directory (its name, e.g. `..2026_11_30_10_00_00.123`).
-    pub revision: String,
-    /// The revision it replaced, if any.
-    pub replaced: Option<String>,
-    /// User-visible names removed because the new revision lacks them.
-    pub dropped: Vec<String>,
-}
-
-/// Checks a user-visible file name: one plain path component that does not
-/// start with `..` (the layout's own names).
-pub fn check_name(name: &str) -> Result<(), PublishError> {
-    let bad = |why: &str| Err(PublishError::Usage(format!("file name {name:?}: {why}")));
-    if name.is_empty() {
-        return bad("empty");
-    }
-    if name.contains('/') || name.contains('\0') {
-        return bad("must be a plain name without '/'");
-    }
-    if name == "." || name.starts_with("..") {
-        return bad("names starting with '..' belong to the revision layout");
-    }
-    if name.len() > 255 {
-        return bad("longer than 255 bytes");
-    }
-    Ok(())
-}
-
-/// Reads the files named on the command line: `PATH` (published under its
-/// base name) or `NAME=PATH`.
-pub fn read_args(files: &[String]) -> Result<Vec<Entry>, PublishError> {
-    if files.is_empty() {
-        return Err(PublishError::Usage("give at least one FILE".into()));
-    }
-    if files.len() > MAX_FILES {
-        return Err(PublishError::Usage(format!(
-            "{} files; a revision holds at most {MAX_FILES}",
-            files.len()
-        )));
-    }
-    let mut out: Vec<Entry> = Vec::with_capacity(files.len());
-    for arg in files {
-        let (name, path) = name_and_path(arg);
-        check_name(&name)?;
-        if out.iter().any(|e| e.name == name) {
-            return Err(PublishError::Usage(format!("{name} is given twice")));
+        if out.len() >= MAX_FILES {
+            return Err(PublishError::Layout {
+                path: rev,
+                detail: format!("holds more than {MAX_FILES} files"),
+            });
         }
+        let path = entry.path();
         let mut bytes = Vec::new();
         fs::File::open(&path)
             .and_then(|f| f.take(MAX_FILE + 1).read_to_end(&mut bytes))
             .map_err(io_err(&path))?;
         if bytes.len() as u64 > MAX_FILE {
-            return Err(PublishError::Usage(format!(
-                "{}: larger than {MAX_FILE} bytes",
-                path.display()
-            )));
+            return Err(PublishError::Layout {
+                path,
+                detail: format!("larger than {MAX_FILE} bytes"),
+            });
         }
         out.push(Entry { name, bytes });
     }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
 }
 
-/// Splits one `FILE` argument: `NAME=PATH` when the part before the first
-/// `=` holds no `/`, else a `PATH` published under its base name (empty
-/// when it has none, which [`check_name`] refuses).
-pub fn name_and_path(arg: &str) -> (String, PathBuf) {
-    match arg.split_once('=') {
-        Some((n, p)) if !n.contains('/') => (n.to_string(), PathBuf::from(p)),
-        _ => {
-            let p = PathBuf::from(arg);
-            let base = p
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            (base, p)
-        }
+/// Where `..data` points, or `None` when it does not exist.
+fn data_target(data: &Path) -> Result<Option<PathBuf>, PublishError> {
+    match fs::symlink_metadata(data) {
+        Ok(m) if m.file_type().is_symlink() => Ok(Some(fs::read_link(data).map_err(io_err(data))?)),
+        Ok(_) => Err(PublishError::Layout {
+            path: data.to_path_buf(),
+            detail: "exists but is not a symlink".into(),
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err(data)(e)),
     }
 }
 
-/// Refuses a credential revision the sidecar would reject: when the
-/// revision has any of `tls.crt`, `tls.key`, `ca.crt` it must have all
-/// three, and they must validate now.
-pub fn check_credentials(dir: &Path, entries: &[Entry]) -> Result<(), PublishError> {
-    let get = |n: &str| entries.iter().find(|e| e.name == n);
-    let (cert, key, ca) = match (get(CERT_FILE), get(KEY_FILE), get(CA_FILE)) {
-        (None, None, None) => return Ok(()),
-        (Some(c), Some(k), Some(a)) => (c, k, a),
-        _ => {
-            return Err(PublishError::Invalid(format!(
-                "a credential revision needs {CERT_FILE}, {KEY_FILE} and {CA_FILE} together"
-            )))
-        }
-    };
-    let file = |e: &Entry| RawFile {
-        path: dir.join(&e.name),
-        bytes: e.bytes.clone(),
-    };
-    let raw = RawRevision::new(file(cert), file(key), file(ca));
-    validate(
-        &raw,
-        &crate::crypto_provider(),
-        std::time::SystemTime::now(),
-    )
-    .map(|_| ())
-    .map_err(|e| PublishError::Invalid(e.to_string()))
-}
-
-/// Publishes `entries` as the new revision of `dir` (created if missing),
-/// files written with permission bits `mode`.
+/// Publishes exactly `entries` as the new revision of `dir` (created if
+/// missing), files written with permission bits `mode`: names the new
+/// revision lacks are removed. No validation: [`super::publish_request`]
+/// keeps files and validates first.
 pub fn publish(dir: &Path, entries: &[Entry], mode: u32) -> Result<Published, PublishError> {
     if entries.is_empty() {
         return Err(PublishError::Usage("nothing to publish".into()));
@@ -190,27 +109,20 @@ pub fn publish(dir: &Path, entries: &[Entry], mode: u32) -> Result<Published, Pu
     for e in entries {
         check_name(&e.name)?;
     }
-    fs::create_dir_all(dir).map_err(io_err(dir))?;
-    let lock = fs::File::open(dir).map_err(io_err(dir))?;
-    lock.lock().map_err(io_err(dir))?;
-    let result = publish_locked(dir, entries, mode);
-    let _ = lock.unlock();
-    result
+    locked(dir, || write_locked(dir, entries, mode, |_| Ok(()))).map(|(p, ())| p)
 }
 
-fn publish_locked(dir: &Path, entries: &[Entry], mode: u32) -> Result<Published, PublishError> {
+/// [`publish`] for a caller already holding [`locked`], with a last word:
+/// `judge` sees the written (not yet swapped in) revision directory, and an
+/// error from it removes that directory and leaves DIR as it was.
+pub fn write_locked<T>(
+    dir: &Path,
+    entries: &[Entry],
+    mode: u32,
+    judge: impl FnOnce(&Path) -> Result<T, PublishError>,
+) -> Result<(Published, T), PublishError> {
     let data = dir.join(DATA_LINK);
-    let old = match fs::symlink_metadata(&data) {
-        Ok(m) if m.file_type().is_symlink() => Some(fs::read_link(&data).map_err(io_err(&data))?),
-        Ok(_) => {
-            return Err(PublishError::Layout {
-                path: data,
-                detail: "exists but is not a symlink".into(),
-            })
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => return Err(io_err(&data)(e)),
-    };
+    let old = data_target(&data)?;
     // Every user-visible name must be ours to manage: a link into ..data,
     // or absent. A plain file there means DIR is not in this layout, and
     // replacing it would not be atomic.
@@ -229,11 +141,14 @@ fn publish_locked(dir: &Path, entries: &[Entry], mode: u32) -> Result<Published,
     }
 
     let (rev_name, rev) = make_revision_dir(dir)?;
-    let written = write_revision(&rev, entries, mode);
-    if let Err(e) = written {
-        let _ = fs::remove_dir_all(&rev);
-        return Err(e);
-    }
+    let judged = write_revision(&rev, entries, mode).and_then(|()| judge(&rev));
+    let verdict = match judged {
+        Ok(v) => v,
+        Err(e) => {
+            let _ = fs::remove_dir_all(&rev);
+            return Err(e);
+        }
+    };
 
     // The swap: one rename.
     let tmp = dir.join(DATA_TMP);
@@ -283,11 +198,12 @@ fn publish_locked(dir: &Path, entries: &[Entry], mode: u32) -> Result<Published,
             let _ = fs::remove_dir_all(entry.path());
         }
     }
-    Ok(Published {
+    let published = Published {
         revision: rev_name,
         replaced: old.map(|o| o.to_string_lossy().into_owned()),
         dropped,
-    })
+    };
+    Ok((published, verdict))
 }
 
 fn make_revision_dir(dir: &Path) -> Result<(String, PathBuf), PublishError> {
@@ -365,59 +281,6 @@ pub fn is_revision_name(name: &str) -> bool {
         && suffix.bytes().all(|b| b.is_ascii_digit())
 }
 
-/// Parses `--mode` (octal permission bits, at most 0777, never writable by
-/// others).
-pub fn parse_mode(s: &str) -> Result<u32, PublishError> {
-    let bad = |why: &str| PublishError::Usage(format!("--mode {s:?}: {why}"));
-    let digits = s.strip_prefix("0o").unwrap_or(s);
-    // from_str_radix alone would also take a sign ("+640").
-    if !digits.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
-        return Err(bad("not an octal number such as 0640"));
-    }
-    let m = u32::from_str_radix(digits, 8).map_err(|_| bad("not an octal number such as 0640"))?;
-    if m > 0o777 {
-        return Err(bad("more than 0777"));
-    }
-    if m & 0o002 != 0 {
-        return Err(bad("credential files must not be writable by others"));
-    }
-    Ok(m)
-}
-
-/// The `publish` subcommand; returns the exit status.
-pub fn run(args: &crate::cli::PublishArgs) -> u8 {
-    let result = parse_mode(&args.mode).and_then(|mode| {
-        let entries = read_args(&args.files)?;
-        if !args.no_check {
-            check_credentials(&args.into, &entries)?;
-        }
-        publish(&args.into, &entries, mode).map(|p| (p, entries))
-    });
-    match result {
-        Ok((p, entries)) => {
-            // The names published, as read_args gave them.
-            let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
-            println!(
-                "published {} into {} ({}){}",
-                p.revision,
-                args.into.display(),
-                names.join(", "),
-                p.replaced
-                    .map(|o| format!("; removed the previous revision {o}"))
-                    .unwrap_or_default()
-            );
-            if !p.dropped.is_empty() {
-                println!("no longer published: {}", p.dropped.join(", "));
-            }
-            0
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            e.exit_code()
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,16 +303,6 @@ mod tests {
             "..2026_11_30_10_00_00.",
         ] {
             assert!(!is_revision_name(not), "{not}");
-        }
-    }
-
-    #[test]
-    fn modes() {
-        assert_eq!(parse_mode("0640").unwrap(), 0o640);
-        assert_eq!(parse_mode("600").unwrap(), 0o600);
-        // "+640": found by fuzz/fuzz_targets/publish_args.rs.
-        for bad in ["0666", "1777", "rw", "", "0o1000", "+640", "0o+640", "-0"] {
-            assert!(parse_mode(bad).is_err(), "{bad}");
         }
     }
 

@@ -1,0 +1,315 @@
+//! The one revocation judgement, in process through its public entry point
+//! (`credentials::judge_chain`, the code a handshake runs): CRLs matched to
+//! their issuer by name AND key (two CAs of one name), an intermediate's
+//! CRL (known from the `intermediates` file, or verified at handshake
+//! against the intermediate the peer sends), `--crl-scope chain` judging
+//! the intermediate against the root's CRL, Issuing Distribution Point
+//! scope (`revoked_status_unknown`), a stale CRL still enforced, and how
+//! `classify_crl_file` labels each CRL.
+
+mod common;
+
+use std::time::{Duration, SystemTime};
+
+use common::*;
+use mtls_sidecar::credentials::{
+    classify_crl_file, judge_chain, CrlScope, TrustInputs, Usage, Verdict,
+};
+use mtls_sidecar::ops::pki::{serial_of, CrlIdp, CrlSpec, DevCa, Issued, LeafSpec, Role};
+
+fn ca(name: &str) -> DevCa {
+    DevCa::new(name, 30).expect("CA")
+}
+
+fn leaf(ca: &DevCa) -> Issued {
+    ca.issue(&LeafSpec::dns(REPLICA, Role::Both, 1))
+        .expect("leaf")
+}
+
+fn serial(cert: &Issued) -> Vec<u8> {
+    serial_of(&cert.cert_der).expect("serial")
+}
+
+fn ca_serial(ca: &DevCa) -> Vec<u8> {
+    use rustls_pki_types::pem::PemObject;
+    let der = rustls_pki_types::CertificateDer::from_pem_slice(ca.cert_pem.as_bytes()).unwrap();
+    serial_of(&der).expect("serial")
+}
+
+fn crl(ca: &DevCa, number: u64, serials: Vec<Vec<u8>>) -> String {
+    ca.crl(&CrlSpec::new(number, serials, 7)).expect("CRL").pem
+}
+
+fn crl_with_idp(ca: &DevCa, serials: Vec<Vec<u8>>, idp: CrlIdp) -> String {
+    let mut spec = CrlSpec::new(1, serials, 7);
+    spec.idp = Some(idp);
+    ca.crl(&spec).expect("CRL").pem
+}
+
+/// The verdict's label for `chain` (PEM, leaf first) with these inputs.
+fn judge(inputs: &TrustInputs<'_>, chain: &str, scope: CrlScope) -> &'static str {
+    let now = SystemTime::now();
+    let verdicts: Vec<Verdict> = [Usage::ClientAuth, Usage::ServerAuth]
+        .into_iter()
+        .map(|usage| judge_chain(inputs, chain.as_bytes(), scope, usage, now).expect("inputs"))
+        .collect();
+    assert_eq!(verdicts[0], verdicts[1], "both directions judge alike");
+    verdicts[0].label()
+}
+
+fn inputs<'a>(ca: &'a str, crl: Option<&'a str>) -> TrustInputs<'a> {
+    TrustInputs {
+        ca: ca.as_bytes(),
+        crl: crl.map(str::as_bytes),
+        ..Default::default()
+    }
+}
+
+/// Two CAs named alike: each CRL judges only what its own key signed. With
+/// webpki's own revocation options (first CRL of the name wins, then its
+/// signature fails), a leaf of A' against A's CRL was refused as
+/// `unknown_ca` (bad signature): seen failing with `signed_by` matching
+/// CRLs by name only.
+#[test]
+fn same_name_cas_each_have_their_own_crl() {
+    let a = ca("mtls CA");
+    let a2 = ca("mtls CA");
+    let (l1, good_a) = (leaf(&a), leaf(&a));
+    let (l2, good_a2) = (leaf(&a2), leaf(&a2));
+    let bundle = format!("{}{}", a.cert_pem, a2.cert_pem);
+    // A's CRL lists L1 and, as the same serial number, L2 (a leaf of A').
+    let crl_a = crl(&a, 1, vec![serial(&l1), serial(&l2)]);
+    let with_a = inputs(&bundle, Some(&crl_a));
+    assert_eq!(judge(&with_a, &l1.cert_pem, CrlScope::Leaf), "revoked");
+    assert_eq!(judge(&with_a, &l2.cert_pem, CrlScope::Leaf), "ok");
+    assert_eq!(judge(&with_a, &good_a2.cert_pem, CrlScope::Leaf), "ok");
+    // A' CRL listing L1's serial does not close A's peers.
+    let crl_a2 = crl(&a2, 1, vec![serial(&l1)]);
+    let with_a2 = inputs(&bundle, Some(&crl_a2));
+    assert_eq!(judge(&with_a2, &l1.cert_pem, CrlScope::Leaf), "ok");
+    // Both at once: one CRL per key, both enforced.
+    let both_crls = format!(
+        "{}{}",
+        crl(&a, 2, vec![serial(&l1)]),
+        crl(&a2, 2, vec![serial(&l2)])
+    );
+    let both = inputs(&bundle, Some(&both_crls));
+    assert_eq!(judge(&both, &l1.cert_pem, CrlScope::Leaf), "revoked");
+    assert_eq!(judge(&both, &l2.cert_pem, CrlScope::Leaf), "revoked");
+    assert_eq!(judge(&both, &good_a.cert_pem, CrlScope::Leaf), "ok");
+    assert_eq!(judge(&both, &good_a2.cert_pem, CrlScope::Leaf), "ok");
+    // Two CRLs of the very same key are still an error naming the issuer.
+    let twice = format!("{}{}", crl(&a, 1, vec![]), crl(&a, 2, vec![]));
+    let e = judge_chain(
+        &inputs(&bundle, Some(&twice)),
+        l1.cert_pem.as_bytes(),
+        CrlScope::Leaf,
+        Usage::ClientAuth,
+        SystemTime::now(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("CN=mtls CA") && e.contains("one CRL per issuer key"),
+        "{e}"
+    );
+}
+
+/// An intermediate's CRL revokes its leaves, whether the intermediate is
+/// known from the `intermediates` file (verified at load) or only from the
+/// peer's chain (verified at handshake); the root's CRL revokes the
+/// intermediate under `--crl-scope chain` only. Seen failing with
+/// `judge_node` skipping unverified CRLs.
+#[test]
+fn an_intermediates_crl_revokes_its_leaves() {
+    let root = ca("root CA");
+    let inter = root.intermediate("issuing CA", 30).expect("intermediate");
+    let other = root
+        .intermediate("issuing CA", 30)
+        .expect("second intermediate");
+    let (bad, good) = (leaf(&inter), leaf(&inter));
+    let stranger = leaf(&other);
+    let chain = |l: &Issued, i: &DevCa| format!("{}{}", l.cert_pem, i.cert_pem);
+    let crl_i = crl(&inter, 1, vec![serial(&bad), serial(&stranger)]);
+    for known in [Some(inter.cert_pem.as_str()), None] {
+        let inp = TrustInputs {
+            ca: root.cert_pem.as_bytes(),
+            intermediates: known.map(str::as_bytes),
+            crl: Some(crl_i.as_bytes()),
+            retired_ca: None,
+        };
+        assert_eq!(judge(&inp, &chain(&bad, &inter), CrlScope::Leaf), "revoked");
+        assert_eq!(judge(&inp, &chain(&good, &inter), CrlScope::Leaf), "ok");
+        // Another intermediate of the same name: its own key, no CRL.
+        assert_eq!(judge(&inp, &chain(&stranger, &other), CrlScope::Leaf), "ok");
+        let state = classify_crl_file(&inp, SystemTime::now()).unwrap()[0].state;
+        assert_eq!(
+            state,
+            if known.is_some() {
+                "verified"
+            } else {
+                "unverified"
+            }
+        );
+    }
+    let crl_root = crl(&root, 1, vec![ca_serial(&inter)]);
+    let inp = inputs(&root.cert_pem, Some(&crl_root));
+    assert_eq!(judge(&inp, &chain(&good, &inter), CrlScope::Leaf), "ok");
+    assert_eq!(
+        judge(&inp, &chain(&good, &inter), CrlScope::Chain),
+        "revoked"
+    );
+    assert_eq!(
+        judge(&inp, &chain(&stranger, &other), CrlScope::Chain),
+        "ok"
+    );
+    // Both levels at once.
+    let both = format!("{crl_root}{crl_i}");
+    let inp = inputs(&root.cert_pem, Some(&both));
+    assert_eq!(judge(&inp, &chain(&bad, &inter), CrlScope::Leaf), "revoked");
+    assert_eq!(judge(&inp, &chain(&good, &inter), CrlScope::Leaf), "ok");
+}
+
+/// A CRL whose Issuing Distribution Point does not cover the certificate
+/// (URI differing only by letter case; onlyContainsCACerts for a leaf):
+/// refused as `revoked_status_unknown`, never admitted. Seen failing
+/// (`ok`) with `unknown_status` returning `Ok`.
+#[test]
+fn a_crl_that_does_not_cover_the_certificate_refuses_it_as_unknown() {
+    let a = ca("scoped CA");
+    let url = "http://crl.example/a.crl";
+    let issue = |urls: &[&str]| {
+        a.issue_with_crl_urls(&LeafSpec::dns(REPLICA, Role::Both, 1), urls)
+            .expect("leaf")
+    };
+    let (listed_match, listed_case, listed_none, clean_match) = (
+        issue(&[url]),
+        issue(&["http://crl.example/A.crl"]),
+        issue(&[]),
+        issue(&[url]),
+    );
+    let idp = CrlIdp {
+        urls: vec![url.to_string()],
+        ..Default::default()
+    };
+    let serials = vec![
+        serial(&listed_match),
+        serial(&listed_case),
+        serial(&listed_none),
+    ];
+    let c = crl_with_idp(&a, serials.clone(), idp);
+    let inp = inputs(&a.cert_pem, Some(&c));
+    assert_eq!(
+        judge(&inp, &listed_match.cert_pem, CrlScope::Leaf),
+        "revoked"
+    );
+    // No CRL Distribution Point: a CRL that names one does not cover it
+    // (OpenSSL: error 44), listed or not.
+    assert_eq!(
+        judge(&inp, &listed_none.cert_pem, CrlScope::Leaf),
+        "revoked_status_unknown"
+    );
+    assert_eq!(judge(&inp, &clean_match.cert_pem, CrlScope::Leaf), "ok");
+    assert_eq!(
+        judge(&inp, &listed_case.cert_pem, CrlScope::Leaf),
+        "revoked_status_unknown"
+    );
+    let only_ca = crl_with_idp(
+        &a,
+        serials,
+        CrlIdp {
+            urls: vec![url.to_string()],
+            only_ca: true,
+            ..Default::default()
+        },
+    );
+    let inp = inputs(&a.cert_pem, Some(&only_ca));
+    assert_eq!(
+        judge(&inp, &clean_match.cert_pem, CrlScope::Leaf),
+        "revoked_status_unknown"
+    );
+    // An issuer without any CRL: admitted (the deliberate divergence).
+    let b = ca("other CA");
+    let bundle = format!("{}{}", a.cert_pem, b.cert_pem);
+    let inp = inputs(&bundle, Some(&only_ca));
+    assert_eq!(judge(&inp, &leaf(&b).cert_pem, CrlScope::Leaf), "ok");
+}
+
+/// A CRL past its nextUpdate is still enforced; the other refusals keep
+/// their own reasons.
+#[test]
+fn a_stale_crl_is_enforced_and_other_refusals_keep_their_reasons() {
+    let a = ca("stale CA");
+    let bad = leaf(&a);
+    let now = SystemTime::now();
+    let mut spec = CrlSpec::new(1, vec![serial(&bad)], 1);
+    spec.this_update = now - Duration::from_secs(7200);
+    spec.next_update = now - Duration::from_secs(3600);
+    let stale = a.crl(&spec).expect("CRL").pem;
+    let inp = inputs(&a.cert_pem, Some(&stale));
+    assert_eq!(judge(&inp, &bad.cert_pem, CrlScope::Leaf), "revoked");
+    assert_eq!(
+        judge(&inp, &leaf(&ca("stranger")).cert_pem, CrlScope::Leaf),
+        "unknown_ca"
+    );
+    let expired = a
+        .issue(&LeafSpec::dns(REPLICA, Role::Both, 1).valid(
+            now - Duration::from_secs(7200),
+            now - Duration::from_secs(3600),
+        ))
+        .expect("leaf");
+    assert_eq!(judge(&inp, &expired.cert_pem, CrlScope::Leaf), "expired");
+    let server_only = a
+        .issue(&LeafSpec::dns(REPLICA, Role::Server, 1))
+        .expect("leaf");
+    let v = judge_chain(
+        &inp,
+        server_only.cert_pem.as_bytes(),
+        CrlScope::Leaf,
+        Usage::ClientAuth,
+        now,
+    )
+    .unwrap();
+    assert_eq!(v.label(), "bad_san");
+}
+
+/// Each CRL of a file is classified: verified by an anchor, unverified
+/// (no known key), ignored (only a retired anchor verifies it), pending
+/// (dated beyond the clock-skew tolerance).
+#[test]
+fn classify_names_each_crls_state() {
+    let a = ca("A");
+    let b = ca("B");
+    let retired = ca("R");
+    let now = SystemTime::now();
+    let mut future = CrlSpec::new(3, vec![], 7);
+    future.this_update = now + Duration::from_secs(3600);
+    future.next_update = now + Duration::from_secs(7200);
+    let file = format!(
+        "{}{}{}{}",
+        crl(&a, 1, vec![]),
+        crl(&b, 1, vec![]),
+        crl(&retired, 1, vec![]),
+        ca("C").crl(&future).expect("CRL").pem
+    );
+    let inp = TrustInputs {
+        ca: a.cert_pem.as_bytes(),
+        crl: Some(file.as_bytes()),
+        retired_ca: Some(retired.cert_pem.as_bytes()),
+        ..Default::default()
+    };
+    let states: Vec<(String, &str)> = classify_crl_file(&inp, now)
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.info.issuer, r.state))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("CN=A".to_string(), "verified"),
+            ("CN=B".to_string(), "unverified"),
+            ("CN=R".to_string(), "ignored"),
+            ("CN=C".to_string(), "pending"),
+        ]
+    );
+}
