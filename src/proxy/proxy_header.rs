@@ -353,17 +353,28 @@ mod tests {
     }
 
     /// Found by the proxy_header fuzz target: a 129-byte id of three-byte
-    /// characters was cut inside one, and the TLV was not UTF-8.
+    /// characters was cut inside one, and the TLV was not UTF-8. The header
+    /// carries addresses: for a `LOCAL` header (no addresses) `ppp` reads
+    /// the whole payload as the unspecified address block and yields no
+    /// TLV, so a default `Handoff` would show nothing to check.
     #[test]
     fn the_unique_id_is_cut_at_a_character_boundary() {
         let h = Handoff {
+            addresses: Some((
+                "10.0.0.7:51144".parse().unwrap(),
+                "10.0.0.2:6877".parse().unwrap(),
+            )),
             unique_id: "\u{FFFD}".repeat(43),
             ..Default::default()
         };
         let bytes = encode(&h).unwrap();
         let parsed = Header::try_from(bytes.as_slice()).unwrap();
         let t = tlvs(&parsed);
-        let id = &t.iter().find(|(k, _)| *k == TYPE_UNIQUE_ID).unwrap().1;
+        let id = &t
+            .iter()
+            .find(|(k, _)| *k == TYPE_UNIQUE_ID)
+            .expect("the unique-id TLV")
+            .1;
         assert_eq!(id.len(), 126);
         assert_eq!(std::str::from_utf8(id).unwrap(), "\u{FFFD}".repeat(42));
         assert_eq!(unique_id(&"x".repeat(200)).len(), 128);
