@@ -6,7 +6,8 @@ when a target's input format changes. The credential seeds are minted with
 the sidecar's own development PKI (`certs ca|issue|revoke`, the binary given
 as MTLS_SIDECAR_BIN or target/debug/mtls-sidecar) and openssl (RSA and
 Ed25519 keys); the framing is that of src/frames.rs: [tag][u16 len][bytes],
-the tag's low bits the file (0 cert, 1 key, 2 CA, 3 CRL), 0x80 raw, else a
+the tag's low bits the file (0 cert, 1 key, 2 CA, 3 CRL; 0x40 the
+intermediates file, numbered 4 here), 0x80 raw, else a
 PEM block labelled by bits 2-4 (0 CERTIFICATE, 1 PRIVATE KEY, 2 EC PRIVATE
 KEY, 3 RSA PRIVATE KEY, 4 X509 CRL).
 """
@@ -47,7 +48,7 @@ LABELS = {"CERTIFICATE": 0, "PRIVATE KEY": 1, "EC PRIVATE KEY": 2, "RSA PRIVATE 
 
 
 def record(file, data, label=None):
-    tag = file | (0x80 if label is None else LABELS[label] << 2)
+    tag = (0x40 if file == 4 else file) | (0x80 if label is None else LABELS[label] << 2)
     return bytes([tag]) + struct.pack("!H", len(data)) + data
 
 
@@ -98,6 +99,37 @@ def credentials():
         return der_blocks(cert)[0][1], der_blocks(read("rsa.crt"))[0][1]
 
 
+def intermediate():
+    """A peer's chain through an intermediate CA (as docs/recipes/
+    intermediate.sh builds it), the intermediates file, and a CRL the
+    intermediate signed."""
+    with tempfile.TemporaryDirectory() as t:
+        t = pathlib.Path(t)
+        run(BIN, "certs", "ca", "--out", str(t / "root"))
+        (t / "inter").mkdir()
+        run("openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+            "-nodes", "-keyout", str(t / "inter/ca.key"), "-subj", "/CN=Fuzz Intermediate CA",
+            "-out", str(t / "inter/csr.pem"))
+        (t / "inter/ext.cnf").write_text("basicConstraints=critical,CA:TRUE,pathlen:0\n"
+                                         "keyUsage=critical,keyCertSign,cRLSign\n"
+                                         "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n")
+        run("openssl", "x509", "-req", "-in", str(t / "inter/csr.pem"), "-CA", str(t / "root/ca.crt"),
+            "-CAkey", str(t / "root/ca.key"), "-set_serial", "0x1234", "-days", "3650",
+            "-extfile", str(t / "inter/ext.cnf"), "-out", str(t / "inter/ca.crt"))
+        run(BIN, "certs", "issue", "--ca", str(t / "inter"), "--out", str(t / "leaf"),
+            "--dns", "controller.env-1.svc", "--role", "both")
+        run(BIN, "certs", "revoke", "--ca", str(t / "inter"), "--cert", str(t / "leaf/tls.crt"),
+            "--out", str(t / "inter.crl"))
+        read = lambda p: (t / p).read_bytes()
+        leaf, key, root, inter, crl = (read("leaf/tls.crt"), read("leaf/tls.key"), read("root/ca.crt"),
+                                       read("inter/ca.crt"), read("inter.crl"))
+        write("credentials", "intermediate",
+              wrapped(0, leaf + inter) + wrapped(1, key) + wrapped(2, root) + wrapped(4, inter)
+              + wrapped(3, crl))
+        write("credentials", "intermediate-file-only",
+              wrapped(0, leaf) + wrapped(1, key) + wrapped(2, root) + wrapped(4, inter))
+
+
 def config():
     for p in ["deploy/sidecar.toml", "deploy/kubernetes/controller-sidecar.toml",
               "deploy/kubernetes/transparent/controller-sidecar.toml"]:
@@ -113,6 +145,11 @@ def config():
           'max_handshakes = 1\nmax_connection_lifetime = "365days"\ntls_min_version = "1.2"\n'
           'alpn = ["h2", "postgresql"]\nallow_spki_sha256 = ["' + "A" * 43 + '="]\n'
           'proxy_protocol = "v2"\nexclusive = true\n')
+
+
+    write("config", "intermediates", 'cert = "/c"\nkey = "/k"\nca = "/a"\ncrl = "/l"\n'
+          'intermediates = "/i"\n[[route]]\nmode = "client"\nlisten = "127.0.0.1:1"\n'
+          'target = "replica-0.env-1.svc:2"\nallow_san = ["replica-0.env-1.svc"]\n')
 
 
 def san():
@@ -165,6 +202,7 @@ def publish_args():
 
 
 def main():
+    intermediate()
     cert_der, rsa_der = credentials()
     config()
     san()

@@ -27,6 +27,7 @@ fn shared() -> Arc<Shared> {
             stores: vec![],
             draining: AtomicBool::new(false),
             metrics: PrometheusBuilder::new().build_recorder().handle(),
+            exposure: Arc::default(),
         })
     })
     .clone()

@@ -69,9 +69,15 @@ pub const LABELS: [&str; 6] = [
 
 /// Raw record flag: the bytes go into the file as they are.
 pub const RAW: u8 = 0x80;
+/// Intermediates flag: the record goes into the `intermediates` file
+/// (file 4), whatever the low two bits say.
+pub const INTERMEDIATES: u8 = 0x40;
+/// How many files a credentials input describes.
+pub const FILES: usize = 5;
 
 /// One record of the credentials input: `[tag][len: u16 BE][bytes]`. The
-/// tag's low two bits pick the file (cert, key, CA, CRL); with [`RAW`] set
+/// tag's low two bits pick the file (cert, key, CA, CRL), [`INTERMEDIATES`]
+/// overrides them (the intermediates file); with [`RAW`] set
 /// the bytes are appended as they are, otherwise as a PEM block labelled
 /// `LABELS[(tag >> 2) & 7]` (modulo the table).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,7 +96,10 @@ pub fn records(data: &[u8]) -> Vec<Record<'_>> {
         let tag = r.u8();
         let bytes = r.long();
         out.push(Record {
-            file: usize::from(tag & 3),
+            file: match tag & INTERMEDIATES {
+                0 => usize::from(tag & 3),
+                _ => 4,
+            },
             raw: tag & RAW != 0,
             label: LABELS[usize::from((tag >> 2) & 7) % LABELS.len()],
             bytes,
@@ -101,7 +110,11 @@ pub fn records(data: &[u8]) -> Vec<Record<'_>> {
 
 /// Encodes one record (for building seeds).
 pub fn record(file: usize, raw: bool, label: usize, bytes: &[u8]) -> Vec<u8> {
-    let tag = (file as u8 & 3) | ((label as u8 & 7) << 2) | if raw { RAW } else { 0 };
+    let tag = match file {
+        4 => INTERMEDIATES,
+        f => f as u8 & 3,
+    } | ((label as u8 & 7) << 2)
+        | if raw { RAW } else { 0 };
     let len = u16::try_from(bytes.len()).expect("a record holds at most 65535 bytes");
     let mut out = vec![tag];
     out.extend_from_slice(&len.to_be_bytes());
@@ -166,8 +179,10 @@ mod tests {
     fn records_round_trip() {
         let mut data = record(2, false, 0, b"abc");
         data.extend(record(3, true, 4, b""));
+        data.extend(record(4, false, 0, b"i"));
         let r = records(&data);
-        assert_eq!(r.len(), 2);
+        assert_eq!(r.len(), 3);
+        assert_eq!((r[2].file, r[2].raw), (4, false));
         assert_eq!(
             (r[0].file, r[0].raw, r[0].label, r[0].bytes),
             (2, false, "CERTIFICATE", &b"abc"[..])

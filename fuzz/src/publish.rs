@@ -1,7 +1,9 @@
 //! The publish target's checks: `publish`'s `FILE` arguments (`NAME=PATH`
 //! or `PATH`) and `--mode`, and what publishing the names they yield does
 //! to a scratch directory: every file lands inside it under its name,
-//! nothing outside it changes, and a later revision drops the rest.
+//! nothing outside it changes, a later revision of the layout drops the
+//! rest, and a later `publish` request keeps what it is not given until
+//! `--drop` removes it.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -9,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use mtls_sidecar::ops::publish::{
-    check_name, is_revision_name, name_and_path, parse_mode, publish, Entry,
+    check_name, is_revision_name, name_and_path, parse_mode, publish, publish_request, Entry,
+    PublishError, Request,
 };
 
 /// `--mode` as documented: octal digits, `0o` allowed in front, at most
@@ -125,7 +128,58 @@ pub fn check(text: &str) {
     .collect();
     assert_eq!(got, want);
     assert_eq!(listing(&root), ["tls"]);
+    check_requests(&dir, &entries);
+    assert_eq!(listing(&root), ["tls"]);
     fs::remove_dir_all(&root).expect("scratch removed");
+}
+
+/// With `dir` holding `entries[0]` alone: giving the others keeps it;
+/// then dropping it (and a name never published) leaves the others, or
+/// is refused when nothing would be left.
+fn check_requests(dir: &Path, entries: &[Entry]) {
+    let request = |given: &[Entry], drop: Vec<String>| Request {
+        given: given.to_vec(),
+        drop,
+        check: false,
+        mode: 0o600,
+    };
+    let first = entries[0].name.clone();
+    if entries.len() > 1 {
+        let o = publish_request(dir, &request(&entries[1..], vec![]))
+            .unwrap_or_else(|e| panic!("{entries:?}: {e}"));
+        assert_eq!(o.kept, [first.clone()]);
+        assert!(o.published.dropped.is_empty(), "{:?}", o.published.dropped);
+        assert_holds(dir, entries);
+    }
+    // A publishable name no entry has (at most 8 entries: one of 9 is free).
+    let absent = (0..9)
+        .map(|i| format!("absent-{i}"))
+        .find(|n| entries.iter().all(|e| &e.name != n))
+        .expect("a free name");
+    let drop = vec![first.clone(), absent.clone()];
+    match publish_request(dir, &request(&[], drop)) {
+        Ok(o) => {
+            assert!(entries.len() > 1);
+            assert_eq!(o.published.dropped, [first]);
+            assert_eq!(o.drop_absent, [absent]);
+            assert_holds(dir, &entries[1..]);
+        }
+        Err(PublishError::Usage(_)) if entries.len() == 1 => assert_holds(dir, entries),
+        Err(e) => panic!("{entries:?}: {e}"),
+    }
+}
+
+/// `dir` publishes exactly `entries`, each with its bytes.
+fn assert_holds(dir: &Path, entries: &[Entry]) {
+    let visible: BTreeSet<String> = listing(dir)
+        .into_iter()
+        .filter(|n| !n.starts_with(".."))
+        .collect();
+    let want: BTreeSet<String> = entries.iter().map(|e| e.name.clone()).collect();
+    assert_eq!(visible, want);
+    for e in entries {
+        assert_eq!(fs::read(dir.join(&e.name)).ok().as_ref(), Some(&e.bytes));
+    }
 }
 
 fn listing(dir: &Path) -> Vec<String> {
