@@ -87,7 +87,10 @@ fn check_revision(revision: &RawRevision) {
     // Known intermediates: never an anchor, never twice.
     for (i, der) in parsed.intermediates.iter().enumerate() {
         assert!(!anchors.contains(der), "an anchor among the intermediates");
-        assert!(!parsed.intermediates[..i].contains(der), "an intermediate twice");
+        assert!(
+            !parsed.intermediates[..i].contains(der),
+            "an intermediate twice"
+        );
     }
     // Judged inside the leaf's window (deterministic, unlike "now") and
     // just after it, where only an expiry error is right.
