@@ -275,3 +275,47 @@ async fn a_running_sidecar_applies_each_published_revision_and_never_a_torn_one(
     );
     assert!(server.log_count("applied credential revision") >= 1);
 }
+
+/// A `PATH` whose directory part holds a `=` is a path, published under
+/// its base name (`a=b`), not a `NAME=PATH` split at the first `=`. (The
+/// summary line once named it `…/sub/a`; found while writing the
+/// `publish_args` fuzz target's oracle, which checks `name_and_path`.)
+#[test]
+fn a_path_with_an_equals_sign_is_published_under_its_base_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sub = tmp.path().join("sub");
+    fs::create_dir_all(&sub).unwrap();
+    fs::write(sub.join("a=b"), "1").unwrap();
+    fs::write(sub.join("plain"), "2").unwrap();
+    let dir = tmp.path().join("out");
+    let files = [
+        sub.join("a=b").to_str().unwrap().to_string(),
+        format!("note={}", sub.join("plain").display()),
+    ];
+    let (code, out) = publish(&dir, &files);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(fs::read_to_string(dir.join("a=b")).unwrap(), "1");
+    assert_eq!(fs::read_to_string(dir.join("note")).unwrap(), "2");
+    assert!(!out.contains("sub/a"), "{out}");
+}
+
+/// `--mode` takes octal digits only: `+640` used to be read as 0640.
+/// Found by the `publish_args` fuzz target (its reference parser).
+#[test]
+fn a_signed_mode_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = tmp.path().join("f");
+    fs::write(&f, "x").unwrap();
+    let dir = tmp.path().join("out");
+    let (code, out) = run_bin(&[
+        "publish",
+        "--into",
+        dir.to_str().unwrap(),
+        "--mode",
+        "+640",
+        f.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("not an octal number"), "{out}");
+    assert!(!dir.exists());
+}

@@ -79,13 +79,7 @@ pub async fn serve(listener: Listener, shared: Arc<Shared>, mut stop: watch::Rec
     let upkeep = tokio::spawn(upkeep(shared.metrics.clone()));
     let admission = Arc::new(Admission::new(MAX_CONNECTIONS));
     let tasks = Arc::new(Semaphore::new(MAX_TASKS));
-    let mut http = http1::Builder::new();
-    http.timer(TokioTimer::new())
-        // The watchdog enforces header, idle and write deadlines itself;
-        // hyper's header timer would also cut idle keep-alive connections.
-        .header_read_timeout(None)
-        .max_buf_size(MAX_BUF);
-    let http = Arc::new(http);
+    let http = Arc::new(http_builder());
     let mut report = EvictionReport::default();
     let mut tick = tokio::time::interval(EVICTION_REPORT);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -165,6 +159,18 @@ pub async fn serve(listener: Listener, shared: Arc<Shared>, mut stop: watch::Rec
     }
     report.flush(Instant::now());
     upkeep.abort();
+}
+
+/// How every admin connection speaks HTTP/1.1 (the fuzz target `admin_http`
+/// serves its input with the same settings).
+pub fn http_builder() -> http1::Builder {
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        // The watchdog enforces header, idle and write deadlines itself;
+        // hyper's header timer would also cut idle keep-alive connections.
+        .header_read_timeout(None)
+        .max_buf_size(MAX_BUF);
+    http
 }
 
 /// Applies [`SEND_BUFFER`] to a TCP admin connection, through a duplicate

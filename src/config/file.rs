@@ -131,7 +131,13 @@ impl FileSpec {
             path: path.to_path_buf(),
             source,
         })?;
-        let spec: FileSpec = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        FileSpec::parse(&text, path)
+    }
+
+    /// Parses and validates the text of a config file read from `path`
+    /// (named in errors only): what [`FileSpec::load`] does after reading.
+    pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
+        let spec: FileSpec = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
             source: Box::new(e),
         })?;
@@ -146,20 +152,33 @@ impl FileSpec {
     }
 }
 
-/// Rewrites `--allow-san` as `allow_san` wherever a flag is named.
+/// Rewrites `--allow-san` as `allow_san` wherever a flag is named, outside
+/// the double-quoted (`{:?}`) values the message quotes from the file: those
+/// are shown as written (`"xn--bcher-kva.example"` stays as it is).
 fn flags_to_keys(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
+    let mut quoted = false;
+    let mut escaped = false;
     let mut rest = text;
-    while let Some(i) = rest.find("--") {
-        out.push_str(&rest[..i]);
-        let flag = &rest[i + 2..];
-        let end = flag
-            .find(|c: char| !(c.is_ascii_lowercase() || c == '-'))
-            .unwrap_or(flag.len());
-        out.push_str(&flag[..end].replace('-', "_"));
-        rest = &flag[end..];
+    while let Some(c) = rest.chars().next() {
+        if !quoted && rest.starts_with("--") {
+            let flag = &rest[2..];
+            let end = flag
+                .find(|c: char| !(c.is_ascii_lowercase() || c == '-'))
+                .unwrap_or(flag.len());
+            out.push_str(&flag[..end].replace('-', "_"));
+            rest = &flag[end..];
+            continue;
+        }
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            _ => {}
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
     }
-    out.push_str(rest);
     out
 }
 
@@ -172,6 +191,23 @@ mod tests {
         assert_eq!(
             flags_to_keys("route \"r\": --allow-san/--allow-any-san: conflicts with --allow-san"),
             "route \"r\": allow_san/allow_any_san: conflicts with allow_san"
+        );
+        // Quoted values are the file's own text. Found by the config fuzz
+        // target: a target "…`run --config`)7" was shown as "…`run config`)7".
+        assert_eq!(
+            flags_to_keys(r#"route "a--b": --target: invalid "x--y\"--z" --mark"#),
+            r#"route "a--b": target: invalid "x--y\"--z" mark"#
+        );
+        let e = FileSpec::parse(
+            "[[route]]\nname = \"replica-2\"\nmode = \"client\"\nlisten = \"127.0.0.1:1\"\n\
+             target = \"replica-2.replica.env-1.svc.cl`run --config`)7\"\n",
+            Path::new("f.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("\"replica-2.replica.env-1.svc.cl`run --config`)7\""),
+            "{e}"
         );
         let dir = std::env::temp_dir().join(format!("mtls-cfg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

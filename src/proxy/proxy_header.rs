@@ -90,8 +90,7 @@ pub fn encode(h: &Handoff) -> io::Result<Vec<u8>> {
     if let Some(sni) = &h.sni {
         b = b.write_tlv(TYPE_AUTHORITY, sni.as_bytes())?;
     }
-    let id = &h.unique_id.as_bytes()[..h.unique_id.len().min(128)];
-    b = b.write_tlv(TYPE_UNIQUE_ID, id)?;
+    b = b.write_tlv(TYPE_UNIQUE_ID, unique_id(&h.unique_id).as_bytes())?;
     b = b.write_tlv(TYPE_SSL, &ssl_value(h))?;
     if let Some(m) = &h.matched {
         b = b.write_tlv(TYPE_MATCHED, m.as_bytes())?;
@@ -106,6 +105,16 @@ pub fn encode(h: &Handoff) -> io::Result<Vec<u8>> {
         .collect();
     b = b.write_tlv(TYPE_SANS, sans.join("\n").as_bytes())?;
     b.build()
+}
+
+/// The spec's `PP2_TYPE_UNIQUE_ID` holds at most 128 bytes: the id cut
+/// there, back to a character boundary so the value stays UTF-8.
+fn unique_id(id: &str) -> &str {
+    let mut cut = id.len().min(128);
+    while !id.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &id[..cut]
 }
 
 fn local() -> Builder {
@@ -341,6 +350,35 @@ mod tests {
         if let Ok(bytes) = encode(&h) {
             assert!(Header::try_from(bytes.as_slice()).is_ok());
         }
+    }
+
+    /// Found by the proxy_header fuzz target: a 129-byte id of three-byte
+    /// characters was cut inside one, and the TLV was not UTF-8. The header
+    /// carries addresses: for a `LOCAL` header (no addresses) `ppp` reads
+    /// the whole payload as the unspecified address block and yields no
+    /// TLV, so a default `Handoff` would show nothing to check.
+    #[test]
+    fn the_unique_id_is_cut_at_a_character_boundary() {
+        let h = Handoff {
+            addresses: Some((
+                "10.0.0.7:51144".parse().unwrap(),
+                "10.0.0.2:6877".parse().unwrap(),
+            )),
+            unique_id: "\u{FFFD}".repeat(43),
+            ..Default::default()
+        };
+        let bytes = encode(&h).unwrap();
+        let parsed = Header::try_from(bytes.as_slice()).unwrap();
+        let t = tlvs(&parsed);
+        let id = &t
+            .iter()
+            .find(|(k, _)| *k == TYPE_UNIQUE_ID)
+            .expect("the unique-id TLV")
+            .1;
+        assert_eq!(id.len(), 126);
+        assert_eq!(std::str::from_utf8(id).unwrap(), "\u{FFFD}".repeat(42));
+        assert_eq!(unique_id(&"x".repeat(200)).len(), 128);
+        assert_eq!(unique_id("42"), "42");
     }
 
     /// The sub-TLVs of an SSL value, by type.

@@ -233,17 +233,7 @@ pub fn read_args(files: &[String]) -> Result<Vec<Entry>, PublishError> {
     }
     let mut out: Vec<Entry> = Vec::with_capacity(files.len());
     for arg in files {
-        let (name, path) = match arg.split_once('=') {
-            Some((n, p)) if !n.contains('/') => (n.to_string(), PathBuf::from(p)),
-            _ => {
-                let p = PathBuf::from(arg);
-                let base = p
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                (base, p)
-            }
-        };
+        let (name, path) = name_and_path(arg);
         check_name(&name)?;
         if out.iter().any(|e| e.name == name) {
             return Err(PublishError::Usage(format!("{name} is given twice")));
@@ -263,11 +253,32 @@ pub fn read_args(files: &[String]) -> Result<Vec<Entry>, PublishError> {
     Ok(out)
 }
 
+/// Splits one `FILE` argument: `NAME=PATH` when the part before the first
+/// `=` holds no `/`, else a `PATH` published under its base name (empty
+/// when it has none, which [`check_name`] refuses).
+pub fn name_and_path(arg: &str) -> (String, PathBuf) {
+    match arg.split_once('=') {
+        Some((n, p)) if !n.contains('/') => (n.to_string(), PathBuf::from(p)),
+        _ => {
+            let p = PathBuf::from(arg);
+            let base = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (base, p)
+        }
+    }
+}
+
 /// Parses `--mode` (octal permission bits, at most 0777, never writable by
 /// others).
 pub fn parse_mode(s: &str) -> Result<u32, PublishError> {
     let bad = |why: &str| PublishError::Usage(format!("--mode {s:?}: {why}"));
     let digits = s.strip_prefix("0o").unwrap_or(s);
+    // from_str_radix alone would also take a sign ("+640").
+    if !digits.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+        return Err(bad("not an octal number such as 0640"));
+    }
     let m = u32::from_str_radix(digits, 8).map_err(|_| bad("not an octal number such as 0640"))?;
     if m > 0o777 {
         return Err(bad("more than 0777"));
@@ -358,7 +369,8 @@ mod tests {
     fn modes() {
         assert_eq!(parse_mode("0640").unwrap(), 0o640);
         assert_eq!(parse_mode("600").unwrap(), 0o600);
-        for bad in ["0666", "1777", "rw", "", "0o1000"] {
+        // "+640": found by fuzz/fuzz_targets/publish_args.rs.
+        for bad in ["0666", "1777", "rw", "", "0o1000", "+640", "0o+640", "-0"] {
             assert!(parse_mode(bad).is_err(), "{bad}");
         }
     }

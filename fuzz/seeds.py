@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Writes the seed inputs of every fuzz target into corpus/TARGET/seed-*.
+
+The seeds are committed with the corpora, so this only needs running again
+when a target's input format changes. The credential seeds are minted with
+the sidecar's own development PKI (`certs ca|issue|revoke`, the binary given
+as MTLS_SIDECAR_BIN or target/debug/mtls-sidecar) and openssl (RSA and
+Ed25519 keys); the framing is that of src/frames.rs: [tag][u16 len][bytes],
+the tag's low bits the file (0 cert, 1 key, 2 CA, 3 CRL; 0x40 the
+intermediates file, numbered 4 here), 0x80 raw, else a
+PEM block labelled by bits 2-4 (0 CERTIFICATE, 1 PRIVATE KEY, 2 EC PRIVATE
+KEY, 3 RSA PRIVATE KEY, 4 X509 CRL).
+"""
+
+import base64
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = pathlib.Path(__file__).resolve().parent
+BIN = os.environ.get("MTLS_SIDECAR_BIN", str(HERE.parent / "target/debug/mtls-sidecar"))
+
+
+def write(target, name, data):
+    d = HERE / "corpus" / target
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"seed-{name}").write_bytes(data if isinstance(data, bytes) else data.encode())
+
+
+def der_blocks(pem):
+    """The DER of every PEM block in a file, with its label."""
+    out, label, lines = [], None, []
+    for line in pem.decode().splitlines():
+        if line.startswith("-----BEGIN "):
+            label, lines = line[11:-5], []
+        elif line.startswith("-----END "):
+            out.append((label, base64.b64decode("".join(lines))))
+            label = None
+        elif label is not None:
+            lines.append(line)
+    return out
+
+
+LABELS = {"CERTIFICATE": 0, "PRIVATE KEY": 1, "EC PRIVATE KEY": 2, "RSA PRIVATE KEY": 3, "X509 CRL": 4}
+
+
+def record(file, data, label=None):
+    tag = (0x40 if file == 4 else file) | (0x80 if label is None else LABELS[label] << 2)
+    return bytes([tag]) + struct.pack("!H", len(data)) + data
+
+
+def wrapped(file, pem):
+    return b"".join(record(file, der, label) for label, der in der_blocks(pem))
+
+
+def run(*args):
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+
+
+def credentials():
+    with tempfile.TemporaryDirectory() as t:
+        t = pathlib.Path(t)
+        run(BIN, "certs", "ca", "--out", str(t / "ca"))
+        run(BIN, "certs", "issue", "--ca", str(t / "ca"), "--out", str(t / "leaf"),
+            "--dns", "replica-0.env-1.svc", "--uri", "spiffe://td/ns/a/sa/b", "--role", "both")
+        run(BIN, "certs", "revoke", "--ca", str(t / "ca"), "--cert", str(t / "leaf/tls.crt"),
+            "--out", str(t / "ca.crl"))
+        read = lambda p: (t / p).read_bytes()
+        cert, key, ca, crl = read("leaf/tls.crt"), read("leaf/tls.key"), read("leaf/ca.crt"), read("ca.crl")
+        write("credentials", "dev-pki", wrapped(0, cert) + wrapped(1, key) + wrapped(2, ca))
+        write("credentials", "dev-pki-crl",
+              wrapped(0, cert) + wrapped(1, key) + wrapped(2, ca) + wrapped(3, crl))
+        write("credentials", "raw-pem",
+              record(0, cert) + record(1, key) + record(2, ca) + record(3, crl))
+        crl_der = der_blocks(crl)[0][1]
+        write("credentials", "crl-der", wrapped(0, cert) + wrapped(1, key) + wrapped(2, ca)
+              + record(3, crl_der))
+        for kind, args in [
+            ("rsa", ["-newkey", "rsa:2048", "-traditional"]),
+            ("ed25519", ["-newkey", "ed25519"]),
+            ("p384", ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-384"]),
+        ]:
+            args = [a for a in args if a != "-traditional"]
+            run("openssl", "req", "-x509", *args, "-nodes", "-subj", "/CN=self.svc",
+                "-addext", "subjectAltName=DNS:self.svc", "-days", "30",
+                "-keyout", str(t / f"{kind}.key"), "-out", str(t / f"{kind}.crt"))
+            k, c = read(f"{kind}.key"), read(f"{kind}.crt")
+            if kind == "rsa":
+                run("openssl", "rsa", "-in", str(t / "rsa.key"), "-traditional",
+                    "-out", str(t / "rsa1.key"))
+                k = read("rsa1.key")
+            write("credentials", f"self-signed-{kind}", wrapped(0, c) + wrapped(1, k) + wrapped(2, c))
+        write("credentials", "key-mismatch",
+              wrapped(0, cert) + wrapped(1, read("p384.key")) + wrapped(2, ca))
+        write("credentials", "empty", b"")
+        return der_blocks(cert)[0][1], der_blocks(read("rsa.crt"))[0][1]
+
+
+def intermediate():
+    """A peer's chain through an intermediate CA (as docs/recipes/
+    intermediate.sh builds it), the intermediates file, and a CRL the
+    intermediate signed."""
+    with tempfile.TemporaryDirectory() as t:
+        t = pathlib.Path(t)
+        run(BIN, "certs", "ca", "--out", str(t / "root"))
+        (t / "inter").mkdir()
+        run("openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+            "-nodes", "-keyout", str(t / "inter/ca.key"), "-subj", "/CN=Fuzz Intermediate CA",
+            "-out", str(t / "inter/csr.pem"))
+        (t / "inter/ext.cnf").write_text("basicConstraints=critical,CA:TRUE,pathlen:0\n"
+                                         "keyUsage=critical,keyCertSign,cRLSign\n"
+                                         "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n")
+        run("openssl", "x509", "-req", "-in", str(t / "inter/csr.pem"), "-CA", str(t / "root/ca.crt"),
+            "-CAkey", str(t / "root/ca.key"), "-set_serial", "0x1234", "-days", "3650",
+            "-extfile", str(t / "inter/ext.cnf"), "-out", str(t / "inter/ca.crt"))
+        run(BIN, "certs", "issue", "--ca", str(t / "inter"), "--out", str(t / "leaf"),
+            "--dns", "controller.env-1.svc", "--role", "both")
+        run(BIN, "certs", "revoke", "--ca", str(t / "inter"), "--cert", str(t / "leaf/tls.crt"),
+            "--out", str(t / "inter.crl"))
+        read = lambda p: (t / p).read_bytes()
+        leaf, key, root, inter, crl = (read("leaf/tls.crt"), read("leaf/tls.key"), read("root/ca.crt"),
+                                       read("inter/ca.crt"), read("inter.crl"))
+        write("credentials", "intermediate",
+              wrapped(0, leaf + inter) + wrapped(1, key) + wrapped(2, root) + wrapped(4, inter)
+              + wrapped(3, crl))
+        write("credentials", "intermediate-file-only",
+              wrapped(0, leaf) + wrapped(1, key) + wrapped(2, root) + wrapped(4, inter))
+
+
+def config():
+    for p in ["deploy/sidecar.toml", "deploy/kubernetes/controller-sidecar.toml",
+              "deploy/kubernetes/transparent/controller-sidecar.toml"]:
+        write("config", p.replace("/", "-"), (HERE.parent / p).read_text())
+    write("config", "minimal", 'tls_dir = "/x"\n[[route]]\nmode = "server"\n'
+          'listen = "127.0.0.1:1"\ntarget = "127.0.0.1:2"\nallow_any_san = true\n')
+    write("config", "limits", 'cert = "/c"\nkey = "/k"\nca = "/a"\ncrl = "/l"\n'
+          'trust_grace = "24h"\nreload_interval = "1h"\ndrain_timeout = "0s"\n'
+          'worker_threads = 1024\nmark = 4294967295\ncrl_scope = "chain"\nsandbox = "off"\n'
+          '[[route]]\nname = "in"\nmode = "server"\nlisten = "unix:/run/x.sock"\n'
+          'target = "127.0.0.1:2"\nallow_san = ["*.env-1.svc", "spiffe://td/ns/*/sa/**"]\n'
+          'handshake_timeout = "1h"\nconnect_timeout = "1ms"\nmax_connections = 1000000\n'
+          'max_handshakes = 1\nmax_connection_lifetime = "365days"\ntls_min_version = "1.2"\n'
+          'alpn = ["h2", "postgresql"]\nallow_spki_sha256 = ["' + "A" * 43 + '="]\n'
+          'proxy_protocol = "v2"\nexclusive = true\n')
+
+
+    write("config", "intermediates", 'cert = "/c"\nkey = "/k"\nca = "/a"\ncrl = "/l"\n'
+          'intermediates = "/i"\n[[route]]\nmode = "client"\nlisten = "127.0.0.1:1"\n'
+          'target = "replica-0.env-1.svc:2"\nallow_san = ["replica-0.env-1.svc"]\n')
+
+
+def san():
+    for name, text in [
+        ("dns", "Controller.env-1.svc\ndcontroller.ENV-1.svc\ndother.svc"),
+        ("wildcard", "*.env-1.svc\ndreplica-0.env-1.svc\n=x\n=a.b\ndenv-1.svc"),
+        ("spiffe", "spiffe://td/ns/*/sa/**\nspiffe://TD/ns/a/sa/b/c\n=x\n=%2F\nspiffe://td/ns/a/sa"),
+        ("uri", "https://Host.example:8443/a%2Fb/*\nhttps://host.example:8443/a%2Fb/c\n=%41\n=.."),
+        ("ip-literal", "tcp://[::1]:80/x\ntcp://[::1]:80/x\ntcp://[::1]/x"),
+        ("refused", "spiffe://td:80/a\n=x"),
+    ]:
+        write("san_patterns", name, text)
+
+
+def proxy_header(cert_der, rsa_der):
+    s = lambda b: bytes([len(b)]) + b
+    l = lambda b: struct.pack("!H", len(b)) + b
+    v4 = bytes([1]) + bytes([10, 0, 0, 7]) + struct.pack("!H", 51144) + bytes([10, 0, 0, 2]) + struct.pack("!H", 6877)
+    full = (v4 + bytes([1]) + bytes([1, 0]) + bytes([1]) + s(b"postgresql") + bytes([1]) + l(b"replica-0.env-1.svc")
+            + s(b"42") + bytes([1]) + l(cert_der) + bytes([1]) + l(rsa_der) + bytes([1]) + l(b"controller.env-1.svc")
+            + bytes([2]) + l(b"controller.env-1.svc") + l(b"spiffe://td/c"))
+    write("proxy_header", "full", full)
+    v6 = bytes([2]) + bytes([1] + [0] * 15) + b"\x00\x01" + bytes([0] * 15 + [1]) + b"\x00\x02"
+    write("proxy_header", "mapped-v6", v6 + bytes([2, 1, 3]) + b"\x13\x02")
+    write("proxy_header", "local", bytes([0, 0, 0, 0, 0]) + s(b"1") + bytes([0, 0, 0, 3]) + l(b"a\nb") + l(b"") + l(b"c"))
+    write("proxy_header", "mixed", bytes([3]) + bytes(30))
+
+
+def admin_http():
+    for name, text in [
+        ("metrics", "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
+        ("pipelined", "GET /livez HTTP/1.1\r\n\r\nHEAD /readyz HTTP/1.1\r\n\r\nGET /status?x=1 HTTP/1.1\r\n\r\n"),
+        ("not-found", "GET /nope/%2e%2e HTTP/1.1\r\nHost: x\r\n\r\n"),
+        ("method", "DELETE /metrics HTTP/1.1\r\n\r\nPOST /livez HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"),
+        ("chunked", "PUT /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"),
+        ("http10", "GET /livez HTTP/1.0\r\n\r\n"),
+        ("absolute", "GET http://h/livez HTTP/1.1\r\n\r\n"),
+        ("garbage", "\x00\x01GET\r\n\r\n"),
+    ]:
+        write("admin_http", name, text)
+
+
+def publish_args():
+    for name, text in [
+        ("names", "0640\ntls.crt=/etc/x/tls.crt\nca.crt\n/dir/tls.key\nextra=a=b"),
+        ("paths", "0o600\ndir/x=y\ndir/\n..data=x\n.hidden=/h\nx=\n=y"),
+        ("modes", "+640\n.\n..\n./.\nname=../../x"),
+    ]:
+        write("publish_args", name, text)
+
+
+def main():
+    intermediate()
+    cert_der, rsa_der = credentials()
+    config()
+    san()
+    proxy_header(cert_der, rsa_der)
+    admin_http()
+    publish_args()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

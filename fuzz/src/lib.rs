@@ -1,0 +1,13 @@
+//! What the fuzz targets check beyond "no panic": the invariants of each
+//! parser's output and the small, independent reference implementations
+//! they are compared with. Kept out of the targets so the reference code
+//! has unit tests of its own (`cargo test` in `fuzz/`).
+
+pub mod admin;
+pub mod config;
+pub mod credentials;
+pub mod frames;
+pub mod proxy_check;
+pub mod proxy_v2;
+pub mod publish;
+pub mod san;
