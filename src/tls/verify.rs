@@ -158,8 +158,47 @@ fn check_san(policy: &SanPolicy, info: Option<&CertInfo>) -> Result<(), Error> {
     }
 }
 
-/// The signature checks are the same for both directions: rustls's own,
-/// with the provider's algorithms.
+/// A peer's handshake signature (CertificateVerify, or the TLS 1.2 key
+/// exchange's), checked by rustls's own code with the provider's algorithms.
+fn tls12_signature(
+    provider: &CryptoProvider,
+    message: &[u8],
+    cert: &CertificateDer<'_>,
+    dss: &DigitallySignedStruct,
+) -> Result<HandshakeSignatureValid, Error> {
+    rustls::crypto::verify_tls12_signature(
+        message,
+        cert,
+        dss,
+        &provider.signature_verification_algorithms,
+    )
+}
+
+/// The TLS 1.3 CertificateVerify signature, checked the same way.
+fn tls13_signature(
+    provider: &CryptoProvider,
+    message: &[u8],
+    cert: &CertificateDer<'_>,
+    dss: &DigitallySignedStruct,
+) -> Result<HandshakeSignatureValid, Error> {
+    rustls::crypto::verify_tls13_signature(
+        message,
+        cert,
+        dss,
+        &provider.signature_verification_algorithms,
+    )
+}
+
+/// The signature schemes a peer may sign its handshake with.
+fn verify_schemes(provider: &CryptoProvider) -> Vec<SignatureScheme> {
+    provider
+        .signature_verification_algorithms
+        .supported_schemes()
+}
+
+/// The signature checks are the same for both directions. The macro only
+/// forwards to the named functions above: cargo-mutants does not mutate
+/// inside a macro's expansion, so no decision lives here.
 macro_rules! signature_methods {
     () => {
         fn verify_tls12_signature(
@@ -168,12 +207,7 @@ macro_rules! signature_methods {
             cert: &CertificateDer<'_>,
             dss: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, Error> {
-            rustls::crypto::verify_tls12_signature(
-                message,
-                cert,
-                dss,
-                &self.provider.signature_verification_algorithms,
-            )
+            tls12_signature(&self.provider, message, cert, dss)
         }
 
         fn verify_tls13_signature(
@@ -182,18 +216,11 @@ macro_rules! signature_methods {
             cert: &CertificateDer<'_>,
             dss: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, Error> {
-            rustls::crypto::verify_tls13_signature(
-                message,
-                cert,
-                dss,
-                &self.provider.signature_verification_algorithms,
-            )
+            tls13_signature(&self.provider, message, cert, dss)
         }
 
         fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-            self.provider
-                .signature_verification_algorithms
-                .supported_schemes()
+            verify_schemes(&self.provider)
         }
     };
 }
