@@ -101,6 +101,30 @@ impl LastVerified {
         })
     }
 
+    /// The chain check of a handshake or a re-verification: trust's full
+    /// judgement, skipped when this very chain passed against this very
+    /// trust last time. Each call logs at DEBUG which of the two it was
+    /// (`chain=verified` or `chain=remembered`): the shortcut's saving is
+    /// observable, and tests count it.
+    fn check(
+        &self,
+        trust: &Arc<Trust>,
+        ee: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+        info: Option<&CertInfo>,
+        usage: Usage,
+    ) -> Result<(), Error> {
+        if self.covers(ee, intermediates, trust, now) {
+            tracing::debug!(chain = "remembered", "peer chain judged");
+            return Ok(());
+        }
+        trust.verify_peer(ee, intermediates, now, usage)?;
+        self.record(ee, intermediates, trust, info);
+        tracing::debug!(chain = "verified", "peer chain judged");
+        Ok(())
+    }
+
     fn record(
         &self,
         ee: &CertificateDer<'_>,
@@ -268,10 +292,8 @@ impl ClientCertPolicy {
         info: Option<&CertInfo>,
     ) -> Result<(), Error> {
         let trust = self.store.current().trust.clone();
-        if !self.last.covers(ee, intermediates, &trust, now) {
-            trust.verify_peer(ee, intermediates, now, Usage::ClientAuth)?;
-            self.last.record(ee, intermediates, &trust, info);
-        }
+        self.last
+            .check(&trust, ee, intermediates, now, info, Usage::ClientAuth)?;
         check_san(&self.allowed, info)?;
         crate::identity::pin::check(&self.pins, ee.as_ref())?;
         note_verified(trust);
@@ -350,10 +372,8 @@ impl ServerCertPolicy {
         info: Option<&CertInfo>,
     ) -> Result<(), Error> {
         let trust = self.store.current().trust.clone();
-        if !self.last.covers(ee, intermediates, &trust, now) {
-            trust.verify_peer(ee, intermediates, now, Usage::ServerAuth)?;
-            self.last.record(ee, intermediates, &trust, info);
-        }
+        self.last
+            .check(&trust, ee, intermediates, now, info, Usage::ServerAuth)?;
         check_san(&self.expected, info)?;
         crate::identity::pin::check(&self.pins, ee.as_ref())?;
         note_verified(trust);
