@@ -35,7 +35,7 @@ cd "$(dirname "$0")/.."
 # file below it. Keep the targets few: each mutant runs all of them. The
 # owner of an entry's section in docs/mutants.md keeps its line here right.
 declare -A TARGETS=(
-    [src/tls/verify.rs]="--test client_reverify --test ca_hints --test rotation --test refusals --test eku --test crl"
+    [src/tls/verify.rs]="--test client_reverify --test ca_hints --test rotation --test refusals --test eku --test crl --test identity_proof --test chain_memo"
     [src/identity/]="--lib --test patterns --test eku"
     [src/credentials/validate.rs]="--test revision_validation --test store --test check --test certs"
     [src/credentials/trust.rs]="--test trust_anchors --test store"
