@@ -3,7 +3,7 @@
 # cargo-mutants, each file with only the test targets that exercise it, so
 # one file takes minutes rather than the whole suite per mutant.
 #
-#   scripts/mutants.sh [--in-place] [--stale] [--record] [FILE|DIR...]
+#   scripts/mutants.sh [--in-place] [--stale] [--record] [--shard K/N] [FILE|DIR...]
 #
 # With no FILE: every admission file in the table below; with --stale, only
 # the entries whose stamp in docs/mutants.md's run table is "not run" or
@@ -16,6 +16,13 @@
 # --stale reads. An entry whose files differ from HEAD is not recorded (its
 # stamp would name a commit that is not what was mutated). Commit the table
 # with the tests that killed the survivors.
+#
+# --shard K/N (0 <= K < N) runs only the K-th of N slices of each entry's
+# mutants (cargo-mutants --shard), to split a big entry over several runs.
+# --record then writes the row as "COMMIT (shards K,... of N)" with the
+# figures summed over the shards recorded at that commit: such a row is no
+# stamp (--stale still runs the entry in full) until the last shard of the
+# same commit completes it and the row becomes a plain stamp.
 #
 # --in-place (or MUTANTS_IN_PLACE=1) mutates the working tree itself and
 # reuses target/: fast, but do not edit the files while it runs. The files
@@ -35,7 +42,7 @@ cd "$(dirname "$0")/.."
 # file below it. Keep the targets few: each mutant runs all of them. The
 # owner of an entry's section in docs/mutants.md keeps its line here right.
 declare -A TARGETS=(
-    [src/tls/verify.rs]="--test client_reverify --test ca_hints --test rotation --test refusals --test eku --test crl"
+    [src/tls/verify.rs]="--test client_reverify --test ca_hints --test rotation --test refusals --test eku --test crl --test identity_proof --test chain_memo"
     [src/identity/]="--lib --test patterns --test eku"
     [src/credentials/validate.rs]="--test revision_validation --test store --test check --test certs"
     [src/credentials/trust.rs]="--test trust_anchors --test store"
@@ -50,7 +57,7 @@ declare -A TARGETS=(
     [src/proxy/route/client.rs]="--test admin --test client_side --test limits --test process --test transparent"
     [src/proxy/route/verdict.rs]="--test client_side --test client_reverify --test refusals --test admin"
     [src/proxy/route/mod.rs]="--test admin --test limits --test process --test hostile"
-    [src/proxy/route/refusal.rs]="--test refusals --test hostile --test logs"
+    [src/proxy/route/refusal.rs]="--test refusals --test hostile --test logs --test addresses --test client_side"
     [src/proxy/pending.rs]="--lib --test limits --test hostile"
     [src/proxy/preauth.rs]="--lib --test hostile"
     [src/proxy/conn.rs]="--lib --test limits --test client_reverify --test rotation"
@@ -99,6 +106,11 @@ ORDER=(
 )
 DOC=docs/mutants.md
 
+# Whether $1 is a shard K/N with 0 <= K < N.
+shard_ok() {
+    [[ "$1" =~ ^([0-9]+)/([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" -lt "${BASH_REMATCH[2]}" ]
+}
+
 usage() {
     sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
     exit 2
@@ -107,9 +119,18 @@ usage() {
 in_place=${MUTANTS_IN_PLACE:-0}
 stale=0
 record=0
+shard=
 args=()
+want_shard=0
 for a in "$@"; do
+    if [ "$want_shard" = 1 ]; then
+        shard=$a
+        want_shard=0
+        continue
+    fi
     case "$a" in
+    --shard) want_shard=1 ;;
+    --shard=*) shard=${a#--shard=} ;;
     --in-place) in_place=1 ;;
     --stale) stale=1 ;;
     --record) record=1 ;;
@@ -121,6 +142,10 @@ for a in "$@"; do
     *) args+=("$a") ;;
     esac
 done
+if [ "$want_shard" = 1 ] || { [ -n "$shard" ] && ! shard_ok "$shard"; }; then
+    echo "mutants.sh: --shard takes K/N with 0 <= K < N, e.g. --shard 0/4" >&2
+    exit 2
+fi
 
 # The table entry a path belongs to (empty: none).
 entry_of() {
@@ -170,16 +195,34 @@ is_stale() {
 }
 
 # Writes an entry's row of the run table (added at the table's end when the
-# entry has none).
+# entry has none). With SHARD=K/N set, the figures are one shard's: they are
+# added to the row's when it holds other shards of the same commit and N.
 record_row() { # entry commit date mutants caught missed unviable timeout
     local row="| \`$1\` | $2 | $3 | $4 | $5 | $6 | $7 | $8 |"
-    ROW=$row ENTRY=$1 python3 - "$DOC" <<'PY'
-import os, sys
+    ROW=$row ENTRY=$1 SHARD=${SHARD:-} python3 - "$DOC" <<'PY'
+import os, re, sys
 path = sys.argv[1]
-row, entry = os.environ["ROW"], os.environ["ENTRY"]
+row, entry, shard = os.environ["ROW"], os.environ["ENTRY"], os.environ["SHARD"]
 lines = open(path).read().split("\n")
 key = "| `%s` |" % entry
 at = [i for i, l in enumerate(lines) if l.startswith(key)]
+if shard:
+    k, n = (int(x) for x in shard.split("/"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    commit, figures = cells[1], [int(c) for c in cells[3:]]
+    done = {k}
+    if at:
+        old = [c.strip() for c in lines[at[0]].strip().strip("|").split("|")]
+        m = re.fullmatch(r"([0-9a-f]+) \(shards ([0-9,]+) of ([0-9]+)\)", old[1])
+        if m and m.group(1) == commit and int(m.group(3)) == n and k not in {
+            int(x) for x in m.group(2).split(",")
+        }:
+            done |= {int(x) for x in m.group(2).split(",")}
+            figures = [a + int(b) for a, b in zip(figures, old[3:])]
+    stamp = commit
+    if len(done) < n:
+        stamp += " (shards %s of %d)" % (",".join(str(x) for x in sorted(done)), n)
+    row = "| %s | %s | %s | %s |" % (cells[0], stamp, cells[2], " | ".join(str(f) for f in figures))
 if at:
     lines[at[0]] = row
 else:
@@ -301,6 +344,7 @@ for e in "${entries[@]}"; do
     # of the crate (minutes a mutant) to run a few.
     cargo_args=()
     for t in "${tests[@]}"; do cargo_args+=(-C "$t"); done
+    [ -n "$shard" ] && cargo_args+=(--shard "$shard")
     out="$out_root/$(tr '/.' '__' <<<"${e%/}")"
     rm -rf "$out/mutants.out" "$out/mutants.out.old"
     mkdir -p "$out"
@@ -339,7 +383,7 @@ for e in "${entries[@]}"; do
     echo "== $line"
     if [ "$record" = 1 ]; then
         if git diff --quiet HEAD -- "${files[@]}"; then
-            record_row "$e" "$(git rev-parse --short HEAD)" "$(date -u +%F)" \
+            SHARD=$shard record_row "$e" "$(git rev-parse --short HEAD)" "$(date -u +%F)" \
                 $((caught + missed + unviable + timeout)) "$caught" "$missed" "$unviable" "$timeout"
         else
             echo "   not recorded: ${files[*]} differ from HEAD"

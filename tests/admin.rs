@@ -331,6 +331,12 @@ async fn bytes_and_handshakes_are_counted_on_both_sidecars() {
         assert_eq!(m.get(CONNECTIONS, &r), 1.0, "{route}");
         assert_eq!(m.get(ACTIVE, &r), 0.0, "{route}");
         assert!(failures(&m, route).values().all(|v| *v == 0.0), "{route}");
+        // docs/logging.md: a connection both sides simply ended is logged
+        // without a reason (kills `delete match arm CloseReason::Completed
+        // in Route::supervise`, which logged `reason="completed"`).
+        let route_field = format!("route={route}");
+        let line = sc.wait_log(&["connection closed", &route_field]).await;
+        assert!(!line.contains("reason="), "{line}");
     }
 }
 

@@ -515,14 +515,26 @@ fn debug_duration(text: &str) -> Duration {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_peer_certificate_expiring_mid_connection_closes_it() {
+    expiring_mid_connection(&[]).await;
+}
+
+/// The earlier of the two deadlines wins: a connection lifetime longer than
+/// what is left of the peer's certificate does not keep the connection open
+/// past it (kills `replace match guard l < e with true in
+/// Route::supervise`, which let the lifetime win whenever both were set).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_longer_connection_lifetime_does_not_outlive_the_peer_certificate() {
+    expiring_mid_connection(&["--max-connection-lifetime", "1h"]).await;
+}
+
+/// A connection whose peer certificate expires a few seconds after its
+/// handshake is closed `expired`, not before the certificate's last second.
+async fn expiring_mid_connection(extra: &[&str]) {
     let creds = Creds::new();
     let echo = echo_target().await;
-    let server = start_server(
-        &creds.server_dir,
-        &echo.addr.to_string(),
-        &["--admin", "127.0.0.1:0"],
-    )
-    .await;
+    let mut args = vec!["--admin", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let server = start_server(&creds.server_dir, &echo.addr.to_string(), &args).await;
     let addr = server.addr("server");
     // The peer's certificate must still be valid when its handshake is
     // judged; a machine too busy for that gets a longer-lived one.
@@ -553,6 +565,9 @@ async fn a_peer_certificate_expiring_mid_connection_closes_it() {
     let line = server
         .wait_field("connection closed", "reason", "expired")
         .await;
+    // docs/logging.md: a close the sidecar decides is logged at INFO (kills
+    // `delete match arm CloseReason::Expired | ... in Route::supervise`).
+    assert!(line.contains(" INFO "), "{line}");
     // Not before the certificate's last second.
     let last = not_after
         .duration_since(SystemTime::UNIX_EPOCH)

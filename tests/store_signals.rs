@@ -203,3 +203,65 @@ fn a_directory_that_becomes_a_kubelet_mount_stops_settling() {
         CertInfo::parse(&next.cert_der).unwrap().serial
     );
 }
+
+/// Kills `replace match guard error.is_time_dependent() with true in
+/// CredentialStore::judge`: a revision refused for a reason time cannot
+/// change (its leaf does not chain to its own CA bundle) is judged once and
+/// its verdict cached, while one refused for a reason time can change (it
+/// expired; a clock that was ahead may be corrected) is judged again on
+/// every poll. The mutant caches nothing: the same verdict, a chain
+/// verification a poll.
+#[test]
+fn a_revision_refused_for_good_is_judged_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (Pki::new("CA A"), Pki::new("CA B"));
+    let dir = AtomicDir::new(tmp.path()).unwrap();
+    publish(&dir, &a.leaf(REPLICA, Role::Server), &a.ca.cert_pem, None);
+    let store = load(tmp.path());
+    let now = SystemTime::now();
+    let polls = |from: u64| {
+        (0..3u64)
+            .map(|i| store.poll(now + Duration::from_secs(from + i)))
+            .collect::<Vec<_>>()
+    };
+
+    // Control: an expired revision is re-judged on each of three polls.
+    let expired = a.issue(&LeafSpec::dns(REPLICA, Role::Server, 1).valid(now - 2 * DAY, now - DAY));
+    publish(&dir, &expired, &a.ca.cert_pem, None);
+    let before = store.judgements();
+    let outcomes = polls(0);
+    assert!(
+        matches!(
+            outcomes[0],
+            Applied::Rejected {
+                error: CredError::Expired { .. },
+                ..
+            }
+        ),
+        "{outcomes:?}"
+    );
+    assert_eq!(store.judgements() - before, 3, "{outcomes:?}");
+
+    // A leaf of CA A with only CA B's certificate as its bundle: refused
+    // once, then never judged again.
+    publish(&dir, &a.leaf(REPLICA, Role::Server), &b.ca.cert_pem, None);
+    let before = store.judgements();
+    let outcomes = polls(10);
+    assert!(
+        matches!(
+            outcomes[0],
+            Applied::Rejected {
+                error: CredError::Chain { .. },
+                ..
+            }
+        ),
+        "{outcomes:?}"
+    );
+    assert!(
+        outcomes[1..]
+            .iter()
+            .all(|o| matches!(o, Applied::Unchanged)),
+        "{outcomes:?}"
+    );
+    assert_eq!(store.judgements() - before, 1, "{outcomes:?}");
+}

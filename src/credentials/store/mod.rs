@@ -174,6 +174,14 @@ impl CredentialStore {
         self.lock().parses
     }
 
+    /// How many times a parsed revision was judged (its chain verified at a
+    /// moment) since start-up. A revision refused for a reason time cannot
+    /// change is judged once; one refused for a time-dependent reason is
+    /// judged again on every poll; tests use this to prove it.
+    pub fn judgements(&self) -> u64 {
+        self.lock().judgements
+    }
+
     fn cert_path(&self) -> std::path::PathBuf {
         match &self.source {
             CredentialSource::Dir(d) => d.join(super::CERT_FILE),

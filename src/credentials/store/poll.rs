@@ -66,6 +66,8 @@ pub(super) struct PollState {
     pub(super) roles: (bool, bool),
     /// How many revisions were parsed in full (a diagnostic).
     pub(super) parses: u64,
+    /// How many times a parsed revision was judged in time (a diagnostic).
+    pub(super) judgements: u64,
     /// The stale CRLs already reported (each is reported once).
     pub(super) stale_reported: Vec<CrlInfo>,
     /// CRL events not yet taken by the reloader.
@@ -83,6 +85,7 @@ impl Default for PollState {
             settle_window: SETTLE_WINDOW,
             roles: (false, false),
             parses: 0,
+            judgements: 0,
             stale_reported: Vec::new(),
             notices: Vec::new(),
         }
@@ -290,6 +293,7 @@ impl CredentialStore {
         let Stage::Parsed { rev, reported } = &mut candidate.stage else {
             return Applied::Unchanged;
         };
+        state.judgements = state.judgements.saturating_add(1);
         let valid = match rev.judge(&self.provider, now) {
             Ok(valid) => valid,
             Err(error) if error.is_time_dependent() => {
