@@ -127,6 +127,41 @@ async fn a_crl_revoking_the_live_peer_closes_it_now() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deny_entry_naming_the_live_peer_closes_it_now() {
+    let mut r = Running::start().await;
+    // A deny file alone: the running trust with this list in force.
+    let file = r.dir("deny");
+    write(
+        &file,
+        &format!("# incident 42\nsan:{}\n", CONTROLLER.to_uppercase()),
+    );
+    let (code, out) = r.check(&["--deny-file", file.to_str().unwrap()]).await;
+    assert_eq!(code, 1, "{out}");
+    let cut = closes(&out);
+    assert_eq!(cut.len(), 1, "{out}");
+    assert!(cut[0].starts_with("  CLOSE denied now: conn "), "{out}");
+    // The same entry as a whole directory revision's `deny` file.
+    let dir = r
+        .creds
+        .pki
+        .dir(r.creds.tmp.path(), "with-deny", &r.creds.replica);
+    write(&dir.join("deny"), &format!("san:{CONTROLLER}\n"));
+    let (code, out) = r.check(&["--tls-dir", dir.to_str().unwrap()]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(closes(&out)[0].contains("CLOSE denied now"), "{out}");
+    r.still_forwards().await;
+    // An entry naming someone else cuts nothing; a malformed file is exit 2.
+    write(&file, "san:someone-else.svc\n");
+    let (code, out) = r.check(&["--deny-file", file.to_str().unwrap()]).await;
+    assert_eq!(code, 0, "{out}");
+    write(&file, "san:ok.svc\nserial:nonsense\n");
+    let (code, out) = r.check(&["--deny-file", file.to_str().unwrap()]).await;
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("line 2"), "{out}");
+    r.still_forwards().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_ca_makes_the_peer_untrusted_now_or_at_the_end_of_the_grace() {
     let mut r = Running::start().await;
     let other = Pki::new("replacement CA");

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use rustls_pki_types::{CertificateDer, UnixTime};
 
 use super::{classify, parse_file, CrlInfo, CrlScope, CrlSet, CrlState, SignerKind, Usage};
-use crate::credentials::{parse_certs, Anchor, CredError, RawFile, Trust};
+use crate::credentials::{parse_certs, Anchor, CredError, DenyList, RawFile, Trust};
 use crate::identity::CertInfo;
 use crate::reason::FailureReason;
 
@@ -105,7 +105,21 @@ pub fn judge_chain(
     usage: Usage,
     now: SystemTime,
 ) -> Result<Verdict, CredError> {
-    let trust = trust(inputs, scope, now)?;
+    judge_chain_denying(inputs, Arc::default(), chain_pem, scope, usage, now)
+}
+
+/// [`judge_chain`] with a deny-list in force (`check --against` previews a
+/// candidate `deny` file with it): a matching entry refuses the chain as
+/// `denied`, as it would at a handshake.
+pub fn judge_chain_denying(
+    inputs: &TrustInputs<'_>,
+    deny: Arc<DenyList>,
+    chain_pem: &[u8],
+    scope: CrlScope,
+    usage: Usage,
+    now: SystemTime,
+) -> Result<Verdict, CredError> {
+    let trust = trust(inputs, scope, now)?.with_deny(deny);
     let chain = parse_certs(&file("chain", chain_pem))?;
     let (ee, rest) = chain.split_first().ok_or(CredError::Empty {
         path: "chain".into(),

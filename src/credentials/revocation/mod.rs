@@ -40,7 +40,10 @@ use rustls::crypto::CryptoProvider;
 use serde::Serialize;
 
 pub use crl::{parse_file, Crl, CrlInfo, MAX_CRLS};
-pub use judge::{classify_crl_file, describe_state, judge_chain, CrlReport, TrustInputs, Verdict};
+pub use judge::{
+    classify_crl_file, describe_state, judge_chain, judge_chain_denying, CrlReport, TrustInputs,
+    Verdict,
+};
 pub(crate) use order::classify;
 pub use order::{Classified, Dropped};
 pub(crate) use path::{judge_path, SigMemo};

@@ -5,6 +5,7 @@
 //! fetched and each live connection re-judged ([`super::preview`]).
 //! Nothing is changed anywhere: the sidecar is only read.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::preview::{self, Candidate, Cut, When};
@@ -52,7 +53,8 @@ pub fn admin_addr(url: &str) -> Result<Addr, AgainstError> {
 }
 
 /// Loads and validates the candidate. A `--crl FILE` given alone is a CRL
-/// candidate; anything else is a whole revision.
+/// candidate, a `--deny-file FILE` alone a deny-list candidate; anything
+/// else is a whole revision (its `deny` file included).
 pub fn candidate(args: &CheckArgs, now: SystemTime) -> Result<(Candidate, String), AgainstError> {
     let c = &args.credentials;
     let bad = |e: &dyn std::fmt::Display| AgainstError::Candidate(e.to_string());
@@ -61,7 +63,15 @@ pub fn candidate(args: &CheckArgs, now: SystemTime) -> Result<(Candidate, String
         && c.key.is_none()
         && c.ca.is_none()
         && args.secret.is_none();
-    if let (Some(path), true) = (&c.crl, crl_alone) {
+    if let (Some(path), true, None) = (&c.deny_file, crl_alone, &c.crl) {
+        let raw = read_file(path).map_err(|e| bad(&e))?;
+        let deny = crate::credentials::parse_deny_file(&raw).map_err(|e| bad(&e))?;
+        return Ok((
+            Candidate::Deny(Arc::new(deny)),
+            format!("deny file {}", path.display()),
+        ));
+    }
+    if let (Some(path), true, None) = (&c.crl, crl_alone, &c.deny_file) {
         let raw = read_file(path).map_err(|e| bad(&e))?;
         crate::credentials::revocation::parse_file(&raw).map_err(|e| bad(&e))?;
         return Ok((
@@ -88,6 +98,7 @@ pub fn candidate(args: &CheckArgs, now: SystemTime) -> Result<(Candidate, String
             ca: crate::identity::pem::certificates(&anchors).into_bytes(),
             intermediates: crate::identity::pem::certificates(&rev.intermediates).into_bytes(),
             crl: raw.crl.map(|f| f.bytes),
+            deny: rev.deny.clone(),
         },
         format!("{shown} (revision {short})"),
     ))

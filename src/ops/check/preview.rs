@@ -17,15 +17,17 @@
 //!
 //! The route's SAN policy and SPKI pins are not part of a credential
 //! revision and do not change with it, so they are not re-judged: every
-//! live connection already passed them. A deny file (once the `deny`
-//! parser lands) is the next kind of candidate: its verdict for a chain
-//! joins [`judge`] as one more refusal, labelled `denied`, "now".
+//! live connection already passed them. A deny-list (a revision's `deny`
+//! file, or a deny file alone) joins the same judgement: a matching entry
+//! refuses the chain as `denied`, "now" (an entry takes effect within one
+//! reload interval; no grace applies to it).
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::admin::connections::{ConnView, RouteView};
-use crate::credentials::revocation::{judge_chain, TrustInputs, Verdict};
-use crate::credentials::{CredError, CrlScope, Usage};
+use crate::credentials::revocation::{judge_chain_denying, TrustInputs, Verdict};
+use crate::credentials::{CredError, CrlScope, DenyList, Usage};
 use crate::reason::FailureReason;
 
 /// What a candidate brings to the trust.
@@ -38,9 +40,13 @@ pub enum Candidate {
         ca: Vec<u8>,
         intermediates: Vec<u8>,
         crl: Option<Vec<u8>>,
+        /// Its deny-list (empty without a `deny` file).
+        deny: Arc<DenyList>,
     },
     /// A CRL file alone: the running trust with these CRLs in force.
     Crl(Vec<u8>),
+    /// A deny file alone: the running anchors with this deny-list in force.
+    Deny(Arc<DenyList>),
 }
 
 /// When a refused connection would be closed.
@@ -108,6 +114,7 @@ struct TrustFiles {
     crl: Option<Vec<u8>>,
     /// Anchors no longer trusted (CRLs only they sign are ignored).
     retired: Vec<u8>,
+    deny: Arc<DenyList>,
 }
 
 /// The trust files a route would judge with, now and once the grace ends
@@ -125,6 +132,17 @@ fn inputs(route: &RouteView, candidate: &Candidate, grace: Duration) -> Inputs {
                 intermediates: route.intermediates_pem.clone().into_bytes(),
                 crl: Some(crl.clone()),
                 retired: Vec::new(),
+                deny: Arc::default(),
+            },
+            after: None,
+        },
+        Candidate::Deny(deny) => Inputs {
+            now: TrustFiles {
+                ca: route.trust_anchors_pem.clone().into_bytes(),
+                intermediates: route.intermediates_pem.clone().into_bytes(),
+                crl: None,
+                retired: Vec::new(),
+                deny: deny.clone(),
             },
             after: None,
         },
@@ -132,6 +150,7 @@ fn inputs(route: &RouteView, candidate: &Candidate, grace: Duration) -> Inputs {
             ca,
             intermediates,
             crl,
+            deny,
         } => {
             let gone = dropped(&route.trust_anchors_pem, ca);
             let alone = TrustFiles {
@@ -139,6 +158,7 @@ fn inputs(route: &RouteView, candidate: &Candidate, grace: Duration) -> Inputs {
                 intermediates: intermediates.clone(),
                 crl: crl.clone(),
                 retired: gone.clone(),
+                deny: deny.clone(),
             };
             if grace.is_zero() || gone.is_empty() {
                 return Inputs {
@@ -172,8 +192,9 @@ fn judge_with(
         crl: files.crl.as_deref(),
         retired_ca: (!files.retired.is_empty()).then_some(files.retired.as_slice()),
     };
-    judge_chain(
+    judge_chain_denying(
         &inputs,
+        files.deny.clone(),
         conn.chain_pem.as_bytes(),
         scope(route),
         usage(route),
