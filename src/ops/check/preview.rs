@@ -4,7 +4,7 @@
 //! printing are in `against.rs`.
 //!
 //! Each connection is re-judged with the judgement every handshake runs
-//! ([`judge_chain`], which is [`crate::credentials::Trust::verify_peer`]
+//! ([`judge_chain`](crate::credentials::revocation::judge_chain), which is [`crate::credentials::Trust::verify_peer`]
 //! over file bytes), on the chain the peer presented, for its route's usage
 //! and `--crl-scope`, twice:
 //! - **now**, with the candidate's anchors plus the running anchors it

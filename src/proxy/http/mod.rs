@@ -15,7 +15,7 @@
 //! (the subject as RFC 4514), [`headers`] (what is removed before ours is
 //! added), [`smuggle`] (framing checks on the raw HTTP/1.1 bytes), [`tap`] (what
 //! sees those bytes: the framing reader and the byte counters),
-//! [`service`] (one request's way to the target) and [`serve`] (the
+//! [`service`] (one request's way to the target) and [`serve`](mod@serve) (the
 //! connection's drivers).
 
 use hyper::header::HeaderValue;

@@ -6,7 +6,7 @@
 //! Why everything stays in this one future: the route drops it to close
 //! the connection (revocation, expiry, drain), and that must close both
 //! sockets and every request in flight. So nothing is spawned where it
-//! could outlive it: hyper's h2 stream tasks go to a [`Scoped`] executor
+//! could outlive it: hyper's h2 stream tasks go to a `Scoped` executor
 //! whose tasks are aborted when the future is dropped, and a WebSocket the
 //! target accepts is joined to the client here, not in a task of its own.
 
