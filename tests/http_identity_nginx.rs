@@ -16,6 +16,7 @@ mod common;
 #[path = "http_identity/support.rs"]
 mod support;
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -55,7 +56,9 @@ http {{
     )
 }
 
-/// nginx, stopped (and waited for) when dropped.
+/// nginx, stopped (and waited for) when dropped: its master and worker
+/// run in a process group of their own, killed whole (killing the master
+/// alone would leave its worker running).
 struct Nginx {
     child: Child,
     addr: String,
@@ -93,7 +96,8 @@ impl Nginx {
             .arg(dir.path().join("error.log"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(Stdio::null())
+            .process_group(0);
         unprivileged(&mut cmd, dir.path());
         let child = cmd.spawn().expect("start nginx");
         let mut n = Nginx {
@@ -131,6 +135,10 @@ impl Nginx {
 
 impl Drop for Nginx {
     fn drop(&mut self) {
+        // The group's id is the master's pid (`process_group(0)`).
+        if let Ok(pgid) = libc::pid_t::try_from(self.child.id()) {
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -139,7 +147,6 @@ impl Drop for Nginx {
 /// Run as root (CI, containers), nginx is started as `nobody`, owning its
 /// temp dir: a test target needs no privilege.
 fn unprivileged(cmd: &mut Command, dir: &Path) {
-    use std::os::unix::process::CommandExt;
     if unsafe { libc::geteuid() } != 0 {
         return;
     }
