@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: the whole suite (unit, end-to-end, interop).
 #
-# Some tests run external tools (OpenSSL, Python, HAProxy, iproute2,
+# Some tests run external tools (OpenSSL, Python, HAProxy, nginx, iproute2,
 # nftables, iptables, systemd-socket-activate, systemd-analyze) or need
 # root (network namespaces, a packet tap on lo). Before building anything,
 # this checks that every one is
@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # name:package, in the order tests/common/tools.rs lists them.
-known="openssl:openssl python3:python3 haproxy:haproxy ip:iproute2 nft:nftables
+known="openssl:openssl python3:python3 haproxy:haproxy nginx:nginx ip:iproute2 nft:nftables
 iptables:iptables ip6tables:iptables systemd-socket-activate:systemd
 systemd-analyze:systemd root:"
 

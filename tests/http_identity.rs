@@ -45,25 +45,9 @@ async fn every_request_on_a_keep_alive_connection_carries_only_our_identity() {
     let (ids, _target, sc) = route(&[]).await;
     let want = ids.expected();
     let mut c = Raw::connect(&sc.addr("server"), ids.tls(&["http/1.1"])).await;
-    let forged: &[(&str, &str)] = &[
-        ("plain", ""),
-        ("exact", "x-forwarded-client-cert: By=evil;Hash=00\r\n"),
-        (
-            "case",
-            "X-FORWARDED-CLIENT-CERT: Hash=00\r\nX-Forwarded-Client-Cert: Hash=01\r\n",
-        ),
-        (
-            "underscore",
-            "X_Forwarded_Client_Cert: Hash=00\r\nx_forwarded-client_cert: Hash=01\r\n",
-        ),
-        (
-            "named in Connection",
-            "Connection: x-forwarded-client-cert\r\n",
-        ),
-    ];
     let mut wrong = Vec::new();
     let mut ports = Vec::new();
-    for (what, extra) in forged {
+    for (what, extra) in FORGED {
         c.send(
             format!(
                 "GET /{} HTTP/1.1\r\nHost: t\r\n{extra}\r\n",

@@ -18,6 +18,7 @@ pub const KNOWN: &[(&str, &str)] = &[
     ("openssl", "openssl"),
     ("python3", "python3"),
     ("haproxy", "haproxy"),
+    ("nginx", "nginx"),
     ("ip", "iproute2"),
     ("nft", "nftables"),
     ("iptables", "iptables"),

@@ -100,6 +100,25 @@ impl Drop for PyTarget {
     }
 }
 
+/// The forged x-forwarded-client-cert headers a client sends, one request
+/// each (name, extra header lines): every spelling the sidecar must drop.
+pub const FORGED: &[(&str, &str)] = &[
+    ("plain", ""),
+    ("exact", "x-forwarded-client-cert: By=evil;Hash=00\r\n"),
+    (
+        "case",
+        "X-FORWARDED-CLIENT-CERT: Hash=00\r\nX-Forwarded-Client-Cert: Hash=01\r\n",
+    ),
+    (
+        "underscore",
+        "X_Forwarded_Client_Cert: Hash=00\r\nx_forwarded-client_cert: Hash=01\r\n",
+    ),
+    (
+        "named in Connection",
+        "Connection: x-forwarded-client-cert\r\n",
+    ),
+];
+
 pub const SERVER_URI: &str = "spiffe://test.example/ns/a/sa/replica";
 pub const CLIENT_URI: &str = "spiffe://test.example/ns/b/sa/controller";
 
