@@ -2,6 +2,7 @@
 //! reference for what docs/deny.md says an accepted file means, written
 //! apart from `credentials::deny::parse`.
 
+use crate::frames::base64;
 use mtls_sidecar::credentials::deny::{parse_deny, DenyEntry, MAX_DENY_ENTRIES};
 
 /// The entry lines of a file as the doc describes them: each line
@@ -74,7 +75,7 @@ pub fn check(text: &str) {
             }
             (DenyEntry::Spki(k), None) => {
                 assert!(word.starts_with("spki-sha256:"), "{word}");
-                assert_eq!(line, format!("spki-sha256:{}", b64(k)));
+                assert_eq!(line, format!("spki-sha256:{}", base64(k)));
             }
             (e, want) => panic!("{word:?} read as {e:?}, reference {want:?}"),
         }
@@ -82,26 +83,6 @@ pub fn check(text: &str) {
     let canonical: String = entries.iter().map(|e| format!("{e}\n")).collect();
     let again = parse_deny(&canonical).expect("canonical lines parse");
     assert_eq!(again.entries(), entries, "canonical lines read back");
-}
-
-/// Standard padded base64, the reference's own encoder.
-pub fn b64(bytes: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for c in bytes.chunks(3) {
-        let n = c
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
-        for i in 0..4 {
-            if i <= c.len() {
-                out.push(char::from(A[(n >> (18 - 6 * i) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -112,7 +93,6 @@ mod tests {
     fn reference_pieces() {
         assert_eq!(normal_serial("00:0A:bc"), "abc");
         assert_eq!(normal_serial("00"), "0");
-        assert_eq!(b64(&[0xff, 0, 1, 2]), "/wABAg==");
         assert_eq!(entry_words("# x\n  san:a  # c\n\n"), ["san:a"]);
         check("spki-sha256:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=\nsan:A.b\n");
     }
