@@ -201,6 +201,37 @@ def publish_args():
         write("publish_args", name, text)
 
 
+PIN = "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU="
+
+
+def deny():
+    for name, text in [
+        ("doc", f"# INC-42\nspki-sha256:{PIN}\nserial:{PIN}:5D:4E:01:A3\n"
+                "san:Controller-7.ENV-1.svc   # the workload\nsan:spiffe://td/ns/prod/sa/c7\n"),
+        ("spellings", "spki-sha256:47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU\r\n"
+                      f"serial:{PIN}:00:00\n\tserial:{PIN}:{'f' * 40}\n"),
+        ("bad", f"serial:{PIN}:0x12\nsan:caf\u00e9.svc\nsan:a b\n"),
+    ]:
+        write("deny", name, text)
+
+
+def http_identity(cert_der):
+    write("http_identity", "names", b"\x00X_Forwarded-Client_CERT")
+    write("http_identity", "value", b"\x01bspiffe://td/ns/a\ns a,b+c\ns#x \ns\"q\\\\\n"
+          b"uspiffe://td/x;y=z\ndplain.example\ndbad\"\r name%\n")
+    write("http_identity", "cert", b"\x02" + cert_der)
+    for name, stream in [
+        ("pipeline", b"\r\nPOST /a HTTP/1.1\r\nContent-Length: 5\r\n\r\nGET /\r\n"
+                     b"POST /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nGET\r\n0\r\nT: v\r\n\r\n"
+                     b"GET /c HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n"),
+        ("upgrade", b"GET / HTTP/1.1\r\nUpgrade: websocket\r\n\r\nGET / HTTP/1.1\r\n\r\n"),
+        ("lengths", b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx"),
+        ("codings", b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"
+                    b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\nA ;e\r\n0123456789\r\n0\r\n\r\n"),
+    ]:
+        write("http_identity", name, b"\x03\x2a\x40" + stream)
+
+
 def main():
     intermediate()
     cert_der, rsa_der = credentials()
@@ -209,6 +240,8 @@ def main():
     proxy_header(cert_der, rsa_der)
     admin_http()
     publish_args()
+    deny()
+    http_identity(cert_der)
 
 
 if __name__ == "__main__":

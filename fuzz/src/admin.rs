@@ -13,7 +13,7 @@ use std::time::Duration;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use metrics_exporter_prometheus::PrometheusBuilder;
-use mtls_sidecar::admin::shared::Shared;
+use mtls_sidecar::admin::shared::{ConnectionsAccess, Shared};
 use mtls_sidecar::admin::{http_builder, respond};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -23,6 +23,7 @@ fn shared() -> Arc<Shared> {
     static S: OnceLock<Arc<Shared>> = OnceLock::new();
     S.get_or_init(|| {
         Arc::new(Shared {
+            connections: ConnectionsAccess::Refused,
             routes: vec![],
             stores: vec![],
             draining: AtomicBool::new(false),

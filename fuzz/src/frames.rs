@@ -135,7 +135,8 @@ pub fn pem(label: &str, der: &[u8]) -> Vec<u8> {
     out.into_bytes()
 }
 
-fn base64(data: &[u8]) -> String {
+/// Standard padded base64 (RFC 4648), the targets' own encoder.
+pub fn base64(data: &[u8]) -> String {
     const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {

@@ -6,8 +6,11 @@
 pub mod admin;
 pub mod config;
 pub mod credentials;
+pub mod deny;
 pub mod frames;
 pub mod proxy_check;
 pub mod proxy_v2;
 pub mod publish;
 pub mod san;
+pub mod xfcc;
+pub mod xfcc_check;

@@ -3,7 +3,8 @@
 //! joined by `,`, multi-valued ones by `+`, the usual attribute types by
 //! their short names and any other by its dotted OID with the value's DER
 //! in hex (`#…`). Escaping is RFC 4514 §2.4's, plus `\XX` for every byte
-//! outside visible ASCII so the string always fits in a header value.
+//! outside visible ASCII so the string always fits in a header value, and
+//! for `\` so it never ends in one (XFCC quotes it; `\"` is a quote there).
 
 use x509_parser::der_parser::asn1_rs::{Any, Class};
 use x509_parser::x509::X509Name;
@@ -43,17 +44,19 @@ pub fn rfc4514(name: &X509Name<'_>) -> String {
 }
 
 /// One attribute value escaped per RFC 4514 §2.4, with every byte outside
-/// visible ASCII (and space where it must be) written as `\XX`.
+/// visible ASCII (and space where it must be) written as `\XX`. A `\` is
+/// written `\5C`, never `\\`: the subject travels in XFCC's quotes, where
+/// `\"` is an escaped quote, so it must never end in a bare `\`.
 pub fn escape_value(v: &str) -> String {
     let bytes = v.as_bytes();
     let last = bytes.len().saturating_sub(1);
     let mut out = String::with_capacity(v.len());
     for (i, &b) in bytes.iter().enumerate() {
         let edge_space = b == b' ' && (i == 0 || i == last);
-        if matches!(b, b'"' | b'+' | b',' | b';' | b'<' | b'>' | b'\\') || (b == b'#' && i == 0) {
+        if matches!(b, b'"' | b'+' | b',' | b';' | b'<' | b'>') || (b == b'#' && i == 0) {
             out.push('\\');
             out.push(char::from(b));
-        } else if edge_space || !(b.is_ascii_graphic() || b == b' ') {
+        } else if edge_space || b == b'\\' || !(b.is_ascii_graphic() || b == b' ') {
             out.push_str(&format!("\\{b:02X}"));
         } else {
             out.push(char::from(b));
@@ -122,6 +125,6 @@ mod tests {
         assert_eq!(escape_value("#x"), r"\#x");
         assert_eq!(escape_value(" x "), r"\20x\20");
         assert_eq!(escape_value("é\n"), r"\C3\A9\0A");
-        assert_eq!(escape_value(r#"q"\"#), r#"q\"\\"#);
+        assert_eq!(escape_value(r#"q"\"#), r#"q\"\5C"#);
     }
 }

@@ -200,6 +200,17 @@ mod tests {
                 "ab".repeat(32)
             )
         );
+        // Found by the http_identity fuzz target: a CN ending in `\`
+        // ended the quoted subject in `\"`, read as an escaped quote.
+        let trailing = XfccParts {
+            subject: format!("CN={}", crate::proxy::http::dn::escape_value("q\\")),
+            ..Default::default()
+        };
+        assert!(
+            xfcc_value(&trailing).ends_with(r#";Subject="CN=q\5C""#),
+            "{}",
+            xfcc_value(&trailing)
+        );
         let bare = XfccParts {
             subject: String::new(),
             ..Default::default()
