@@ -14,10 +14,10 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use mtls_sidecar::admin::shared::{ConnectionsAccess, Shared};
-use mtls_sidecar::admin::{http_builder, respond};
+use mtls_sidecar::admin::{http_builder, respond_to};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const KNOWN: [&str; 4] = ["/metrics", "/livez", "/readyz", "/status"];
+const KNOWN: [&str; 5] = ["/metrics", "/livez", "/readyz", "/status", "/connections"];
 
 fn shared() -> Arc<Shared> {
     static S: OnceLock<Arc<Shared>> = OnceLock::new();
@@ -51,7 +51,7 @@ pub fn serve(data: &[u8]) -> Vec<u8> {
         let (mut client, server) = tokio::io::duplex(64 * 1024);
         let shared = shared();
         let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-            let r = respond(&shared, req.method(), req.uri().path());
+            let r = respond_to(&shared, req.method(), req.uri());
             async move { Ok::<_, Infallible>(r) }
         });
         let conn = tokio::spawn(async move {
@@ -259,6 +259,10 @@ pub fn check(data: &[u8]) {
         } else if req.method != "GET" && !head {
             assert_eq!(resp.status, 405, "{req:?}");
             assert_eq!(header("allow"), Some("GET, HEAD"), "{req:?}");
+        } else if path == "/connections" {
+            // The fuzzed endpoint's access is Refused (a wildcard listener
+            // without --admin-connections on): 403 whatever the query.
+            assert_eq!(resp.status, 403, "{req:?}");
         } else if path == "/readyz" {
             assert!(
                 [200, 503].contains(&resp.status),
