@@ -48,18 +48,13 @@ impl std::fmt::Display for CredentialSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CredentialSource::Dir(d) => write!(f, "{}", d.display()),
-            CredentialSource::Files {
-                cert,
-                key,
-                ca,
-                crl,
-                intermediates,
-                deny,
-            } => {
-                write!(f, "{}, {}, {}", cert.display(), key.display(), ca.display())?;
-                for extra in [crl, intermediates, deny].into_iter().flatten() {
-                    write!(f, ", {}", extra.display())?;
-                }
+            CredentialSource::Files { .. } => {
+                let names: Vec<String> = self
+                    .files()
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect();
+                write!(f, "{}", names.join(", "))?;
                 Ok(())
             }
         }
@@ -147,6 +142,25 @@ impl RawRevision {
 const LINK_RETRIES: usize = 5;
 
 impl CredentialSource {
+    /// The files of a `Files` source: cert, key, ca, then each optional
+    /// file given (crl, intermediates, deny); empty for a directory.
+    pub fn files(&self) -> Vec<&PathBuf> {
+        match self {
+            CredentialSource::Dir(_) => Vec::new(),
+            CredentialSource::Files {
+                cert,
+                key,
+                ca,
+                crl,
+                intermediates,
+                deny,
+            } => [cert, key, ca]
+                .into_iter()
+                .chain([crl, intermediates, deny].into_iter().flatten())
+                .collect(),
+        }
+    }
+
     /// Reads one consistent revision.
     pub fn read(&self) -> Result<RawRevision, CredError> {
         match self {

@@ -130,18 +130,10 @@ impl Plan {
                     }
                 }
             }
-            CredentialSource::Files {
-                cert,
-                key,
-                ca,
-                crl,
-                intermediates,
-                deny,
-            } => {
+            CredentialSource::Files { .. } => {
                 // `--crl`, `--intermediates` and `--deny-file` files are
                 // read on every poll, like the others.
-                let extra = crl.iter().chain(intermediates.iter()).chain(deny.iter());
-                for f in [cert, key, ca].into_iter().chain(extra) {
+                for f in source.files() {
                     let f = scope.absolute(f);
                     self.allow_beside(&f, scope);
                     if let Ok(target) = std::fs::canonicalize(&f) {
