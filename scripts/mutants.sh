@@ -71,6 +71,10 @@ declare -A TARGETS=(
     [src/proxy/transparent/mod.rs]="--lib --test transparent"
     [src/proxy/transparent/outbound.rs]="--lib --test transparent"
     [src/proxy/transparent/log.rs]="--lib --test transparent"
+    [src/credentials/deny/]="--lib --test deny --test deny_tools"
+    [src/tls/resumption.rs]="--lib --test resumption"
+    [src/proxy/http/]="--lib --test http_identity --test http_identity_h2"
+    [src/admin/connections.rs]="--lib --test connections"
 )
 # The order they run and are reported in (the order of docs/mutants.md).
 ORDER=(
@@ -103,6 +107,10 @@ ORDER=(
     src/proxy/transparent/mod.rs
     src/proxy/transparent/outbound.rs
     src/proxy/transparent/log.rs
+    src/credentials/deny/
+    src/tls/resumption.rs
+    src/proxy/http/
+    src/admin/connections.rs
 )
 DOC=docs/mutants.md
 
