@@ -153,7 +153,12 @@ async fn a_forged_subject_is_one_escaped_capped_warn_line() {
     // after every line the refusal could have produced.
     let mut good = srv.connect_good().await;
     assert_eq!(roundtrip(&mut good, b"good").await, b"good");
-    srv.sidecar.wait_log(&["handshake complete"]).await;
+    // Its own line, by its target: the forged refusal line carries the words
+    // "handshake complete" inside the subject it quotes, so those alone
+    // could match before the good connection's line is written.
+    srv.sidecar
+        .wait_log(&[" mtls_sidecar::route: handshake complete"])
+        .await;
 
     let logs = srv.sidecar.logs();
     let all = logs.join("\n");
