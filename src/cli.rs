@@ -277,14 +277,14 @@ pub struct CheckArgs {
     pub spki: bool,
     /// Validate a `run --config` file instead (routes, limits, transparent
     /// destination rules): exit 0 when `run --config` would accept it, 2
-    /// naming the first problem.
+    /// naming the first problem. With --against: preview it as a candidate.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["secret", "spki", "json"])]
     pub config: Option<PathBuf>,
-    /// Preview the candidate (a directory, files, a Secret, --crl FILE or --deny-file FILE alone) on a running
-    /// sidecar whose admin endpoint is ADMIN_URL (http://HOST:PORT, HOST:PORT or unix:/PATH):
-    /// print each live connection it would close, why and when, changing nothing. Exit 2: the
-    /// candidate is invalid (or nothing could be fetched); 1: something would be closed; 0: nothing.
-    #[arg(long, value_name = "ADMIN_URL", conflicts_with_all = ["config", "spki", "json"])]
+    /// Preview the candidate (a directory, files, a Secret, --crl FILE or --deny-file FILE alone, or a
+    /// --config FILE) on a running sidecar whose admin endpoint is ADMIN_URL (http://HOST:PORT, HOST:PORT
+    /// or unix:/PATH): print each live connection it would close, why and when, changing nothing. Exit 2:
+    /// the candidate is invalid (or nothing could be fetched); 1: something would be closed; 0: nothing.
+    #[arg(long, value_name = "ADMIN_URL", conflicts_with_all = ["spki", "json"])]
     pub against: Option<String>,
     /// With --against: the --trust-grace to preview with [default: the running sidecar's].
     #[arg(long, value_name = "DUR", requires = "against")]

@@ -20,7 +20,7 @@ pub struct HandshakeTooLarge {
 /// a live connection's close). Defined here so classifying needs nothing
 /// above; `entry` is the entry as written in a deny file.
 #[derive(Debug, thiserror::Error)]
-#[error("the peer is denied by the deny-list entry {entry}")]
+#[error("denied by deny entry {entry}")]
 pub struct Denied {
     pub entry: String,
 }
@@ -33,6 +33,48 @@ pub fn denied_entry(err: &TlsError) -> Option<&str> {
             o.0.downcast_ref::<Denied>().map(|d| d.entry.as_str())
         }
         _ => None,
+    }
+}
+
+/// A handshake or peer-judgement error as a log line or a report shows it.
+/// rustls displays a certificate error of its own kind by name (`Revoked`,
+/// `UnknownIssuer`) but one raised outside it (a deny-list entry, a pin, a
+/// path-building error it has no variant for) as a debug dump
+/// (`Other(OtherError(Denied { .. }))`); this shows those by their own
+/// message instead: `invalid peer certificate: denied by deny entry
+/// san:a.svc`. Any other error displays as it always does.
+#[derive(Debug, Clone, Copy)]
+pub enum Plain<'a> {
+    Tls(&'a TlsError),
+    Io(&'a io::Error),
+}
+
+/// [`Plain`] of a rustls error.
+pub fn plain_tls(err: &TlsError) -> Plain<'_> {
+    Plain::Tls(err)
+}
+
+/// [`Plain`] of an I/O error (a handshake's, which may carry a rustls one).
+pub fn plain_io(err: &io::Error) -> Plain<'_> {
+    Plain::Io(err)
+}
+
+impl std::fmt::Display for Plain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tls = match self {
+            Plain::Tls(t) => Some(*t),
+            Plain::Io(e) => e.get_ref().and_then(|i| i.downcast_ref::<TlsError>()),
+        };
+        match tls {
+            Some(TlsError::InvalidCertificate(CertificateError::Other(o))) => {
+                write!(f, "invalid peer certificate: {}", o.0)
+            }
+            Some(t) => write!(f, "{t}"),
+            None => match self {
+                Plain::Io(e) => write!(f, "{e}"),
+                Plain::Tls(t) => write!(f, "{t}"),
+            },
+        }
     }
 }
 
@@ -309,6 +351,27 @@ mod tests {
         assert_eq!(denied_entry(&revoked), None);
         assert_eq!(CloseReason::of_lost_trust(&revoked), CloseReason::Revoked);
         assert_eq!(CloseReason::Denied.as_str(), "denied");
+    }
+
+    #[test]
+    fn errors_of_our_own_read_plainly() {
+        let denied = TlsError::InvalidCertificate(CertificateError::Other(rustls::OtherError(
+            std::sync::Arc::new(Denied {
+                entry: "san:a.svc".into(),
+            }),
+        )));
+        let want = "invalid peer certificate: denied by deny entry san:a.svc";
+        assert_eq!(plain_tls(&denied).to_string(), want);
+        assert_eq!(plain_io(&wrapped(denied)).to_string(), want);
+        let pin = crate::identity::pin::check(&[[0; 32]], b"not a certificate").unwrap_err();
+        assert_eq!(
+            plain_tls(&pin).to_string(),
+            "invalid peer certificate: the peer's public key (SPKI sha256 unparseable) matches no pinned key"
+        );
+        let revoked = TlsError::InvalidCertificate(CertificateError::Revoked);
+        assert_eq!(plain_tls(&revoked).to_string(), revoked.to_string());
+        let eof = io::Error::new(io::ErrorKind::UnexpectedEof, "early eof");
+        assert_eq!(plain_io(&eof).to_string(), "early eof");
     }
 
     #[test]

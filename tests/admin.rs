@@ -448,6 +448,8 @@ async fn status_names_routes_credentials_and_the_rejected_revision() {
     assert_eq!(route["target"], pair.echo.addr.to_string());
     assert_eq!(route["allowed_sans"], serde_json::json!([CONTROLLER]));
     assert_eq!(route["live_connections"], 1);
+    assert_eq!(route["http_identity"], "off");
+    assert_eq!(route["resumption"], "off");
     let source = pair.server_dir.to_str().unwrap();
     assert_eq!(route["credentials"], source);
 
@@ -480,6 +482,7 @@ async fn status_names_routes_credentials_and_the_rejected_revision() {
     assert_eq!(croute["expected_sans"], serde_json::json!([REPLICA]));
     assert_eq!(croute["server_name"], REPLICA);
     assert!(croute.get("allowed_sans").is_none());
+    assert_eq!(croute["resumption"], "off");
 
     // A broken revision is rejected and named; the good one stays in force.
     // Renamed into place, so the poller sees exactly one new revision.
@@ -598,4 +601,26 @@ fn parses_the_exposition_format() {
     assert_eq!(e.family_type("h_count"), Some("histogram"));
     assert!(Exposition::parse("orphan 1\n").is_err());
     assert!(Exposition::parse("# TYPE a counter\na{x=\"1\" 1\n").is_err());
+}
+
+/// `/status` shows per route whether the verified identity goes to the
+/// target in an HTTP header and whether sessions resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_http_identity_and_resumption_per_route() {
+    let creds = Creds::new();
+    let sc = start_server(
+        &creds.server_dir,
+        "127.0.0.1:9",
+        &[
+            "--admin",
+            "127.0.0.1:0",
+            "--http-identity",
+            "xfcc",
+            "--resumption",
+        ],
+    )
+    .await;
+    let route = &status(&sc.admin()).await["routes"][0];
+    assert_eq!(route["http_identity"], "xfcc", "{route}");
+    assert_eq!(route["resumption"], "on", "{route}");
 }

@@ -204,6 +204,14 @@ async fn each_format_refuses_new_handshakes_and_closes_live_connections() {
             .wait_log(&["handshake refused", "reason=\"denied\"", canonical])
             .await;
         assert!(refusal.contains(CONTROLLER), "{refusal}");
+        // The entry in plain words, as other reasons read, not a dump of
+        // rustls's wrapper.
+        assert!(
+            refusal.contains(&format!(
+                "error=invalid peer certificate: denied by deny entry {canonical}"
+            )),
+            "{refusal}"
+        );
         assert_eq!(roundtrip(&mut by, b"still").await, b"still", "{entry}");
     }
     w.sidecar.wait_closed("server", "denied", 4.0).await;
@@ -362,8 +370,13 @@ async fn a_client_route_denies_its_server() {
     let accepted = echo.accepted();
     let mut again = connect_plain(&client).await;
     assert!(read_until_closed(&mut again).await.is_empty());
-    client
+    let refusal = client
         .wait_log(&["handshake refused", "reason=\"denied\"", &entry])
         .await;
+    assert!(
+        refusal.contains(&format!("denied by deny entry {entry}"))
+            && !refusal.contains("OtherError"),
+        "{refusal}"
+    );
     assert_eq!(echo.accepted(), accepted, "a denied server was used");
 }

@@ -1,15 +1,16 @@
 //! `check … --against ADMIN_URL` against a running sidecar (the real
 //! binary, a live mTLS connection through it): each reason a candidate
-//! would close that connection for, and when; nothing to close; an invalid
-//! candidate (exit 2, before anything is fetched); and the sidecar itself
-//! left untouched.
+//! would close that connection for (`revoked`, `denied`, `untrusted`,
+//! `expired`, and from a candidate configuration `bad_san` and
+//! `pin_mismatch`), and when; nothing to close; an invalid candidate (exit
+//! 2, before anything is fetched); and the sidecar itself left untouched.
 
 mod common;
 
 use std::path::Path;
 
 use common::*;
-use mtls_sidecar::ops::pki::Role;
+use mtls_sidecar::ops::pki::{Issued, LeafSpec, Role};
 
 /// A server sidecar with a loopback admin endpoint, and one live
 /// connection through it presenting the controller identity.
@@ -26,7 +27,14 @@ impl Running {
     }
 
     async fn with_admin(admin: &str) -> Running {
+        Running::with(admin, |_| None).await
+    }
+
+    /// A running sidecar whose live connection presents the identity
+    /// `peer` mints (the controller's when it gives none).
+    async fn with(admin: &str, peer: impl FnOnce(&Creds) -> Option<Issued>) -> Running {
         let creds = Creds::new();
+        let peer = peer(&creds).unwrap_or_else(|| creds.controller.clone());
         let echo = echo_target().await;
         let sc = start_server(
             &creds.server_dir,
@@ -34,7 +42,7 @@ impl Running {
             &["--admin", admin],
         )
         .await;
-        let cfg = client_config(Some(&creds.controller), &creds.pki.ca.cert_pem);
+        let cfg = client_config(Some(&peer), &creds.pki.ca.cert_pem);
         let mut conn = tls_connect(&sc.addr("server"), REPLICA, cfg)
             .await
             .expect("handshake");
@@ -272,6 +280,197 @@ async fn a_sidecar_that_refuses_connections_is_a_clear_error() {
     assert_eq!(code, 2, "{out}");
     assert!(
         out.contains("403") && out.contains("--admin-connections on"),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_expiring_before_the_grace_ends_is_listed_as_expired() {
+    use std::time::{Duration, SystemTime};
+    // The live peer's certificate ends in ten minutes.
+    let ends = SystemTime::now() + Duration::from_secs(600);
+    let r = Running::with("127.0.0.1:0", |c| {
+        let spec = LeafSpec::dns(CONTROLLER, Role::Client, 1)
+            .valid(SystemTime::now() - Duration::from_secs(60), ends);
+        Some(c.pki.issue(&spec))
+    })
+    .await;
+    let other = Pki::new("replacement CA");
+    let replica = other.leaf(REPLICA, Role::Server);
+    let dir = other.dir(r.creds.tmp.path(), "new-ca", &replica);
+    let d = dir.to_str().unwrap();
+    // The candidate would cut it when an hour's grace ends; its own
+    // certificate ends first, and that is when it closes.
+    let (code, out) = r.check(&["--tls-dir", d, "--trust-grace", "1h"]).await;
+    assert_eq!(code, 1, "{out}");
+    let cut = closes(&out);
+    assert_eq!(cut.len(), 1, "{out}");
+    let at = mtls_sidecar::credentials::fmt_time(mtls_sidecar::identity::time_to_epoch(ends));
+    assert!(
+        cut[0].starts_with(&format!("  CLOSE expired at {at} (notAfter): conn ")),
+        "{out}"
+    );
+    assert!(
+        cut[0].contains("untrusted"),
+        "the candidate's own reason: {out}"
+    );
+    // A grace ending before the certificate does: the candidate's cut.
+    let (code, out) = r.check(&["--tls-dir", d, "--trust-grace", "1m"]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        closes(&out)[0].starts_with("  CLOSE untrusted at the end of --trust-grace ("),
+        "{out}"
+    );
+    // Expiring within the grace is not a cut of a candidate that cuts
+    // nothing.
+    let (code, out) = r
+        .check(&[
+            "--tls-dir",
+            r.creds.server_dir.to_str().unwrap(),
+            "--trust-grace",
+            "1h",
+        ])
+        .await;
+    assert_eq!(code, 0, "{out}");
+}
+
+/// A `run --config` file for the running sidecar's route `server`, with
+/// the credentials of `tls_dir` and `extra` keys.
+fn config(r: &Running, name: &str, tls_dir: &Path, extra: &str) -> String {
+    let file = r.dir(name);
+    write(
+        &file,
+        &format!(
+            "tls_dir = {:?}\n[[route]]\nname = \"server\"\nmode = \"server\"\n\
+             listen = \"127.0.0.1:0\"\ntarget = \"127.0.0.1:9\"\n{extra}\n",
+            tls_dir.to_str().unwrap()
+        ),
+    );
+    file.to_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_config_whose_san_policy_refuses_the_peer_cuts_it_at_restart() {
+    let mut r = Running::start().await;
+    let dir = r.creds.server_dir.clone();
+    // The running policy: nothing to cut.
+    let same = config(
+        &r,
+        "same.toml",
+        &dir,
+        &format!("allow_san = [{CONTROLLER:?}]"),
+    );
+    let (code, out) = r.check(&["--config", &same]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("candidate: configuration "), "{out}");
+    assert!(
+        out.contains("route server: 0 of 1 live connection(s)"),
+        "{out}"
+    );
+    // A policy naming someone else refuses the live peer's next handshake.
+    let other = config(&r, "other.toml", &dir, "allow_san = [\"*.other.svc\"]");
+    let (code, out) = r.check(&["--config", &other]).await;
+    assert_eq!(code, 1, "{out}");
+    let cut = closes(&out);
+    assert_eq!(cut.len(), 1, "{out}");
+    assert!(
+        cut[0].starts_with("  CLOSE bad_san at restart: conn "),
+        "{out}"
+    );
+    assert!(cut[0].contains(CONTROLLER), "{out}");
+    // Any SAN from the CA: nothing to cut.
+    let any = config(&r, "any.toml", &dir, "allow_any_san = true");
+    let (code, out) = r.check(&["--config", &any]).await;
+    assert_eq!(code, 0, "{out}");
+    r.still_forwards().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_config_whose_pins_miss_the_peer_key_cuts_it_at_restart() {
+    let mut r = Running::start().await;
+    let dir = r.creds.server_dir.clone();
+    let pin = |i: &Issued| {
+        let p = mtls_sidecar::identity::pin::spki_sha256(&i.cert_der).expect("pin");
+        mtls_sidecar::identity::pin::encode(&p)
+    };
+    let someone = r.creds.pki.leaf(CONTROLLER, Role::Client);
+    let missing = config(
+        &r,
+        "pinned-other.toml",
+        &dir,
+        &format!(
+            "allow_san = [{CONTROLLER:?}]\nallow_spki_sha256 = [{:?}]",
+            pin(&someone)
+        ),
+    );
+    let (code, out) = r.check(&["--config", &missing]).await;
+    assert_eq!(code, 1, "{out}");
+    let cut = closes(&out);
+    assert_eq!(cut.len(), 1, "{out}");
+    assert!(
+        cut[0].starts_with("  CLOSE pin_mismatch at restart: conn "),
+        "{out}"
+    );
+    assert!(cut[0].contains("matches no pinned key"), "{out}");
+    // The live peer's own key pinned: nothing to cut.
+    let own = config(
+        &r,
+        "pinned-own.toml",
+        &dir,
+        &format!(
+            "allow_san = [{CONTROLLER:?}]\nallow_spki_sha256 = [{:?}, {:?}]",
+            pin(&someone),
+            pin(&r.creds.controller)
+        ),
+    );
+    let (code, out) = r.check(&["--config", &own]).await;
+    assert_eq!(code, 0, "{out}");
+    r.still_forwards().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_config_is_judged_whole_by_route_name_and_its_credentials() {
+    let r = Running::start().await;
+    let allow = format!("allow_san = [{CONTROLLER:?}]");
+    // Its credentials: a directory of another CA, applied at restart.
+    let other = Pki::new("replacement CA");
+    let replica = other.leaf(REPLICA, Role::Server);
+    let new_ca = other.dir(r.creds.tmp.path(), "new-ca", &replica);
+    let file = config(&r, "new-ca.toml", &new_ca, &allow);
+    let (code, out) = r.check(&["--config", &file]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        closes(&out)[0].starts_with("  CLOSE untrusted at restart: "),
+        "{out}"
+    );
+    // A candidate without the running route says so.
+    let renamed = r.dir("renamed.toml");
+    let text = std::fs::read_to_string(config(&r, "x.toml", &r.creds.server_dir, &allow))
+        .unwrap()
+        .replace("name = \"server\"", "name = \"renamed\"");
+    write(&renamed, &text);
+    let (code, out) = r.check(&["--config", renamed.to_str().unwrap()]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("route server: the candidate has no route of this name"),
+        "{out}"
+    );
+    // An invalid configuration: exit 2 with the config loader's own error,
+    // as `check --config` alone prints it.
+    let bad = config(&r, "bad.toml", &r.creds.server_dir, "allow_san = [\"*\"]");
+    let (code, out) = r.check(&["--config", &bad]).await;
+    assert_eq!(code, 2, "{out}");
+    let (alone, loader) = check_cmd(&["check", "--config", &bad]).await;
+    assert_eq!(alone, 2, "{loader}");
+    let loader = loader.trim().trim_start_matches("error: ");
+    assert!(out.contains(loader), "{out}\nvs\n{loader}");
+    // Credential flags beside --config: a usage error.
+    let (code, out) = r
+        .check(&["--config", &file, "--tls-dir", new_ca.to_str().unwrap()])
+        .await;
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("--config takes the credentials from the file"),
         "{out}"
     );
 }

@@ -1,7 +1,17 @@
 //! `BENCH_ONLY=http`: HTTP/1.1 keep-alive requests/s through the sidecar
 //! pair with `--http-identity xfcc` on the server, against the same pair
-//! with a plain (byte-copying) server route and against the HTTP target
-//! directly: what the identity header costs. Never part of a default run.
+//! with a plain (byte-copying) server route, against the same client
+//! sidecar in front of nginx `http` doing the server side's job
+//! (`proxy_set_header X-Forwarded-Client-Cert` built from `$ssl_client_*`),
+//! and against the HTTP target directly: what the identity header costs,
+//! and what the same job costs nginx. Never part of a default run.
+//!
+//! nginx 1.22 has no SHA-256 fingerprint and no SAN variable: its header
+//! carries `$ssl_client_fingerprint` (SHA-1) and `$ssl_client_s_dn`, and
+//! it checks the client's subject CN with a `map` (as in `peers.sh`), not
+//! a SAN. It pools upstream connections (`keepalive`), where the sidecar
+//! keeps one target connection per client connection. Skipped, saying so,
+//! when `nginx` is not on `PATH`.
 //!
 //! The target is a tiny hyper HTTP/1.1 server in this process answering
 //! every request with `200 ok`; the generator keeps `CONNS` connections,
@@ -9,6 +19,8 @@
 //! round-trip time.
 
 use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -105,21 +117,7 @@ pub fn run(_opts: &Opts, scale: &Scale) {
         args.extend(["--tls-dir", sd.to_str().unwrap(), "--allow-san", CONTROLLER]);
         args.extend_from_slice(extra);
         let s = Sidecar::start(&bin, &args);
-        let server_addr = s.listen.to_string();
-        let c = Sidecar::start(
-            &bin,
-            &[
-                "client",
-                "--listen",
-                "127.0.0.1:0",
-                "--target",
-                &server_addr,
-                "--server-name",
-                REPLICA,
-                "--tls-dir",
-                cd.to_str().unwrap(),
-            ],
-        );
+        let c = client_to(&bin, &s.listen.to_string(), &cd);
         (s, c)
     };
     let direct = requests_per_sec(target.parse().unwrap(), scale.rt_time);
@@ -129,9 +127,143 @@ pub fn run(_opts: &Opts, scale: &Scale) {
     let (s, c) = pair(&["--http-identity", "xfcc"]);
     let xfcc = requests_per_sec(c.listen, scale.rt_time);
     drop((c, s));
+    let nginx = Nginx::start(tmp.path(), &sd, &target).map(|n| {
+        let c = client_to(&bin, &n.listen.to_string(), &cd);
+        let rps = requests_per_sec(c.listen, scale.rt_time);
+        drop((c, n));
+        rps
+    });
+    let nginx = match nginx {
+        Some(rps) => format!(
+            ", nginx http + X-Forwarded-Client-Cert {rps:.0} (--http-identity {:.2}x nginx)",
+            xfcc / rps
+        ),
+        None => ", nginx: not on PATH, skipped".to_string(),
+    };
     eprintln!(
         "# http keep-alive requests/s, {CONNS} connections: direct {direct:.0}, \
-         plain route {plain:.0}, --http-identity {xfcc:.0} ({:+.1}% against the plain route)",
+         plain route {plain:.0}, --http-identity {xfcc:.0} ({:+.1}% against the plain route){nginx}",
         (xfcc / plain - 1.0) * 100.0
     );
+}
+
+/// A client sidecar in front of `server` (a TLS listener holding the
+/// replica identity).
+fn client_to(bin: &Path, server: &str, dir: &Path) -> Sidecar {
+    Sidecar::start(
+        bin,
+        &[
+            "client",
+            "--listen",
+            "127.0.0.1:0",
+            "--target",
+            server,
+            "--server-name",
+            REPLICA,
+            "--tls-dir",
+            dir.to_str().unwrap(),
+        ],
+    )
+}
+
+/// The server side as nginx `http` does it (`@…@` filled in).
+const NGINX_CONF: &str = r#"worker_processes auto;
+worker_rlimit_nofile 20000;
+pid @DIR@/nginx.pid;
+error_log @DIR@/error.log warn;
+events { worker_connections 20000; }
+http {
+    access_log off;
+    client_body_temp_path @DIR@/body;
+    proxy_temp_path @DIR@/proxy;
+    fastcgi_temp_path @DIR@/fastcgi;
+    uwsgi_temp_path @DIR@/uwsgi;
+    scgi_temp_path @DIR@/scgi;
+    upstream target { server @TARGET@; keepalive 64; }
+    # No SAN variable: the verified subject's CN, as peers.sh's stream map.
+    map $ssl_client_s_dn $allowed { "~(^|,)CN=@CN@(,|$)" 1; default 0; }
+    server {
+        listen @LISTEN@ ssl;
+        ssl_certificate @CREDS@/tls.crt;
+        ssl_certificate_key @CREDS@/tls.key;
+        ssl_client_certificate @CREDS@/ca.crt;
+        ssl_verify_client on;
+        ssl_verify_depth 2;
+        ssl_protocols TLSv1.3;
+        ssl_session_tickets off;
+        ssl_session_cache off;
+        keepalive_requests 1000000;
+        location / {
+            if ($allowed = 0) { return 403; }
+            proxy_pass http://target;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            # No SHA-256 fingerprint variable in nginx 1.22: SHA-1.
+            proxy_set_header X-Forwarded-Client-Cert "Hash=$ssl_client_fingerprint;Subject=\"$ssl_client_s_dn\"";
+        }
+    }
+}
+"#;
+
+/// nginx `http` as the server side: TLS 1.3 with a required client
+/// certificate from the CA, the controller's CN only, and the identity in
+/// `X-Forwarded-Client-Cert` to the target. Killed on drop.
+struct Nginx {
+    child: Child,
+    listen: SocketAddr,
+}
+
+impl Nginx {
+    /// `None` when nginx is not installed.
+    fn start(work: &Path, creds: &Path, target: &str) -> Option<Nginx> {
+        let found = Command::new("nginx")
+            .arg("-v")
+            .stderr(Stdio::null())
+            .status();
+        if !found.is_ok_and(|s| s.success()) {
+            return None;
+        }
+        let d = work.join("nginx");
+        std::fs::create_dir_all(&d).expect("nginx dir");
+        // A free port for nginx to bind (it cannot report one it chose).
+        let listen = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port");
+        let conf = NGINX_CONF
+            .replace("@DIR@", &d.display().to_string())
+            .replace("@TARGET@", target)
+            .replace("@LISTEN@", &listen.to_string())
+            .replace("@CN@", &CONTROLLER.replace('.', "\\."))
+            .replace("@CREDS@", &creds.display().to_string());
+        let file = d.join("nginx.conf");
+        std::fs::write(&file, conf).expect("write nginx.conf");
+        let child = Command::new("nginx")
+            .args(["-e", "stderr", "-c"])
+            .arg(&file)
+            .args(["-g", "daemon off;"])
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start nginx");
+        let n = Nginx { child, listen };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(listen).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "nginx never listened on {listen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(n)
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SIGTERM: nginx's fast shutdown, its workers with it; then reap.
+        // SAFETY: signalling our own child by pid.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let _ = self.child.wait();
+    }
 }

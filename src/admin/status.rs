@@ -186,12 +186,33 @@ pub struct RouteStatus {
     pub spki_pins: Vec<String>,
     /// Server routes: `--proxy-protocol v2`.
     pub proxy_protocol: bool,
+    /// `--http-identity`: `xfcc` (the verified identity in an
+    /// `X-Forwarded-Client-Cert` header to an HTTP target) or `off`.
+    pub http_identity: &'static str,
+    /// `--resumption`: TLS 1.3 session resumption, `on` or `off`.
+    pub resumption: &'static str,
     /// The credential source this route uses (matches a `credentials[].source`).
     pub credentials: String,
     /// Transparent client routes: the destination rules, in order (the
     /// first match wins).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub destinations: Option<Vec<DestinationStatus>>,
+}
+
+/// A route's `--http-identity` as `/status` shows it.
+fn http_identity(cfg: &crate::proxy::settings::RouteConfig) -> &'static str {
+    match cfg.http {
+        Some(_) => "xfcc",
+        None => "off",
+    }
+}
+
+fn on_off(on: bool) -> &'static str {
+    if on {
+        "on"
+    } else {
+        "off"
+    }
 }
 
 /// One destination rule of a transparent route.
@@ -372,6 +393,8 @@ pub fn status(shared: &Shared, now: SystemTime) -> Status {
                         .map(crate::identity::pin::encode)
                         .collect(),
                     proxy_protocol: r.cfg.proxy_protocol,
+                    http_identity: http_identity(&r.cfg),
+                    resumption: on_off(r.cfg.resumption),
                     credentials: r.store.source().to_string(),
                     destinations: r.cfg.transparent.as_deref().map(destinations),
                 }

@@ -15,7 +15,8 @@
 //!
 //! `check … --against ADMIN_URL` previews a candidate on a running sidecar
 //! instead: which live connections it would close, why and when
-//! ([`against`], judged in [`preview`]).
+//! ([`against`], judged in [`preview`]; a candidate configuration,
+//! `--config FILE --against`, in [`restart`]).
 //!
 //! The checks themselves live in [`inspect`]; this file turns arguments into
 //! a [`Request`] and prints the [`Report`].
@@ -26,6 +27,7 @@ mod expect;
 mod inspect;
 pub mod preview;
 mod report;
+pub mod restart;
 pub mod secret;
 mod steps;
 
@@ -125,11 +127,11 @@ pub fn run(args: &CheckArgs) -> u8 {
     if args.spki {
         return print_spki(args);
     }
-    if let Some(path) = &args.config {
-        return check_config(path);
-    }
     if let Some(url) = &args.against {
         return against::run(args, url);
+    }
+    if let Some(path) = &args.config {
+        return check_config(path);
     }
     let req = match Request::from_args(args) {
         Ok(r) => r,

@@ -219,6 +219,22 @@ fn check_san(policy: &SanPolicy, info: Option<&CertInfo>) -> Result<(), Error> {
     }
 }
 
+/// A route's own judgement of a peer leaf whose chain already passed the
+/// trust: an allowed SAN (`--allow-san`/`--expect-san`, a `bad_san`
+/// refusal), then the `--*-spki-sha256` pins (`pin_mismatch`). Every
+/// handshake and re-verification runs it; `check --config … --against`
+/// runs it on a live connection's leaf with a candidate configuration's
+/// policy.
+pub fn check_route_policy(
+    sans: &SanPolicy,
+    pins: &[[u8; 32]],
+    ee: &CertificateDer<'_>,
+    info: Option<&CertInfo>,
+) -> Result<(), Error> {
+    check_san(sans, info)?;
+    crate::identity::pin::check(pins, ee.as_ref())
+}
+
 /// A peer's handshake signature (CertificateVerify, or the TLS 1.2 key
 /// exchange's), checked by rustls's own code with the provider's algorithms.
 fn tls12_signature(
@@ -331,8 +347,7 @@ impl ClientCertPolicy {
         let trust = self.store.current().trust.clone();
         self.last
             .check(&trust, ee, intermediates, now, info, Usage::ClientAuth)?;
-        check_san(&self.allowed, info)?;
-        crate::identity::pin::check(&self.pins, ee.as_ref())?;
+        check_route_policy(&self.allowed, &self.pins, ee, info)?;
         note_verified(trust);
         Ok(())
     }
@@ -411,8 +426,7 @@ impl ServerCertPolicy {
         let trust = self.store.current().trust.clone();
         self.last
             .check(&trust, ee, intermediates, now, info, Usage::ServerAuth)?;
-        check_san(&self.expected, info)?;
-        crate::identity::pin::check(&self.pins, ee.as_ref())?;
+        check_route_policy(&self.expected, &self.pins, ee, info)?;
         note_verified(trust);
         Ok(())
     }

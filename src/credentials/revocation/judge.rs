@@ -132,7 +132,7 @@ pub fn judge_chain_denying(
         Ok(()) => Verdict::Admitted,
         Err(e) => Verdict::Refused {
             reason: FailureReason::from_tls(&e),
-            detail: e.to_string(),
+            detail: crate::reason::plain_tls(&e).to_string(),
         },
     })
 }

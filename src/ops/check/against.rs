@@ -8,11 +8,12 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::preview::{self, Candidate, Cut, When};
+use super::preview::{self, Candidate, Cut, RevisionFiles, When};
+use super::restart::{ConfigCandidate, Gone};
 use super::{Input, Request};
-use crate::admin::connections::{Page, MAX_LIMIT};
+use crate::admin::connections::{ConnView, Page, RouteView, MAX_LIMIT};
 use crate::cli::CheckArgs;
-use crate::credentials::{fmt_time, read_file, validate, RawRevision};
+use crate::credentials::{fmt_time, read_file, CredError, RawRevision};
 use crate::identity::time_to_epoch;
 use crate::proxy::addr::Addr;
 
@@ -52,10 +53,50 @@ pub fn admin_addr(url: &str) -> Result<Addr, AgainstError> {
     }
 }
 
-/// Loads and validates the candidate. A `--crl FILE` given alone is a CRL
-/// candidate, a `--deny-file FILE` alone a deny-list candidate; anything
-/// else is a whole revision (its `deny` file included).
-pub fn candidate(args: &CheckArgs, now: SystemTime) -> Result<(Candidate, String), AgainstError> {
+/// What `--against` previews: credentials (a revision, a CRL or a deny
+/// file), cut within a reload interval or at the end of the grace, or a
+/// configuration, cut at restart.
+#[derive(Debug, Clone)]
+pub enum Loaded {
+    Trust(Candidate),
+    Config(ConfigCandidate),
+}
+
+/// Loads and validates the candidate: a configuration with `--config`
+/// (its credentials come from the file: no credential flag with it), else
+/// [`trust_candidate`].
+pub fn candidate(args: &CheckArgs, now: SystemTime) -> Result<(Loaded, String), AgainstError> {
+    let Some(path) = &args.config else {
+        let (c, shown) = trust_candidate(args, now)?;
+        return Ok((Loaded::Trust(c), shown));
+    };
+    let c = &args.credentials;
+    let flags = [
+        c.tls_dir.is_some(),
+        c.cert.is_some(),
+        c.key.is_some(),
+        c.ca.is_some(),
+        c.crl.is_some(),
+        c.deny_file.is_some(),
+        args.trust_grace.is_some(),
+    ];
+    if flags.contains(&true) {
+        return Err(AgainstError::Usage(
+            "--config takes the credentials from the file: give no credential flag or --trust-grace with it"
+                .to_string(),
+        ));
+    }
+    let cfg = super::restart::load(path, now).map_err(AgainstError::Candidate)?;
+    Ok((
+        Loaded::Config(cfg),
+        format!("configuration {}", path.display()),
+    ))
+}
+
+/// Loads and validates a credentials candidate. A `--crl FILE` given alone
+/// is a CRL candidate, a `--deny-file FILE` alone a deny-list candidate;
+/// anything else is a whole revision (its `deny` file included).
+fn trust_candidate(args: &CheckArgs, now: SystemTime) -> Result<(Candidate, String), AgainstError> {
     let c = &args.credentials;
     let bad = |e: &dyn std::fmt::Display| AgainstError::Candidate(e.to_string());
     let crl_alone = c.tls_dir.is_none()
@@ -90,16 +131,10 @@ pub fn candidate(args: &CheckArgs, now: SystemTime) -> Result<(Candidate, String
             (RawRevision::new(cert, key, ca), report.source.clone())
         }
     };
-    let rev = validate(&raw, &crate::crypto_provider(), now).map_err(|e| bad(&e))?;
-    let anchors: Vec<_> = rev.anchors.iter().map(|(der, _)| der.clone()).collect();
-    let short: String = rev.hash.chars().take(12).collect();
+    let files = RevisionFiles::of(&raw, now).map_err(|e| bad(&e))?;
+    let short: String = raw.hash.chars().take(12).collect();
     Ok((
-        Candidate::Revision {
-            ca: crate::identity::pem::certificates(&anchors).into_bytes(),
-            intermediates: crate::identity::pem::certificates(&rev.intermediates).into_bytes(),
-            crl: raw.crl.map(|f| f.bytes),
-            deny: rev.deny.clone(),
-        },
+        Candidate::Revision(files),
         format!("{shown} (revision {short})"),
     ))
 }
@@ -131,12 +166,52 @@ pub struct Preview {
     /// Per route: its name and live connections seen.
     pub routes: Vec<(String, usize)>,
     pub cuts: Vec<Cut>,
+    /// Running routes a candidate configuration has no counterpart for.
+    pub gone: Vec<(String, Gone)>,
+}
+
+impl Preview {
+    /// Whether the candidate would cut anything: a connection, or a route
+    /// with live connections that it drops.
+    pub fn cuts_anything(&self) -> bool {
+        !self.cuts.is_empty()
+            || self
+                .gone
+                .iter()
+                .any(|(g, _)| self.routes.iter().any(|(r, n)| r == g && *n > 0))
+    }
+}
+
+/// Judges one route's connections of a page against the candidate.
+fn judge_route(
+    out: &mut Preview,
+    route: &RouteView,
+    conns: &[ConnView],
+    loaded: &Loaded,
+    grace: Option<Duration>,
+    now: SystemTime,
+) -> Result<Vec<Cut>, CredError> {
+    match loaded {
+        Loaded::Trust(candidate) => {
+            let grace = grace.unwrap_or(Duration::from_secs(route.trust_grace_seconds));
+            preview::judge(route, conns, candidate, grace, now)
+        }
+        Loaded::Config(cfg) => match super::restart::matching(cfg, route) {
+            Ok(c) => super::restart::judge(route, c, cfg.crl_scope, conns, now),
+            Err(gone) => {
+                if !out.gone.iter().any(|(n, _)| *n == route.name) {
+                    out.gone.push((route.name.clone(), gone));
+                }
+                Ok(Vec::new())
+            }
+        },
+    }
 }
 
 /// Fetches every page and judges each connection on it.
 async fn preview(
     addr: &Addr,
-    candidate: &Candidate,
+    loaded: &Loaded,
     grace: Option<Duration>,
     now: SystemTime,
 ) -> Result<Preview, AgainstError> {
@@ -151,8 +226,7 @@ async fn preview(
                 Some((_, total)) => *total = total.saturating_add(n),
                 None => out.routes.push((route.name.clone(), n)),
             }
-            let grace = grace.unwrap_or(Duration::from_secs(route.trust_grace_seconds));
-            let cuts = preview::judge(route, &page.connections, candidate, grace, now)
+            let cuts = judge_route(&mut out, route, &page.connections, loaded, grace, now)
                 .map_err(|e| AgainstError::Candidate(format!("route {}: {e}", route.name)))?;
             out.cuts.extend(cuts.into_iter().map(|mut c| {
                 c.conn.chain_pem = String::new();
@@ -176,6 +250,18 @@ fn when_text(w: When) -> String {
             "at the end of --trust-grace ({})",
             fmt_time(time_to_epoch(t))
         ),
+        When::Restart => "at restart".to_string(),
+        When::Expires(t) => format!("at {} (notAfter)", fmt_time(time_to_epoch(t))),
+    }
+}
+
+fn gone_text(g: &Gone) -> String {
+    match g {
+        Gone::Dropped => "the candidate has no route of this name".to_string(),
+        Gone::OtherMode(m) => format!(
+            "the candidate's route of this name is a {} route",
+            m.as_str()
+        ),
     }
 }
 
@@ -184,6 +270,13 @@ pub fn render(candidate: &str, addr: &Addr, p: &Preview) -> String {
     use crate::logsafe::{clean, clean_list};
     let mut s = format!("candidate: {candidate}\nagainst:   {addr}\n");
     for (route, live) in &p.routes {
+        if let Some((_, g)) = p.gone.iter().find(|(n, _)| n == route) {
+            s.push_str(&format!(
+                "route {route}: {}: its {live} live connection(s) keep their process, and none of its peers can connect after a restart\n",
+                gone_text(g)
+            ));
+            continue;
+        }
         let cuts: Vec<&Cut> = p.cuts.iter().filter(|c| c.conn.route == *route).collect();
         s.push_str(&format!(
             "route {route}: {} of {live} live connection(s) would be closed\n",
@@ -216,7 +309,7 @@ pub fn run(args: &CheckArgs, url: &str) -> u8 {
         eprintln!("error: {e}");
         2
     };
-    let (candidate, shown) = match candidate(args, now) {
+    let (loaded, shown) = match candidate(args, now) {
         Ok(c) => c,
         Err(e) => return fail(e),
     };
@@ -238,10 +331,10 @@ pub fn run(args: &CheckArgs, url: &str) -> u8 {
         Ok(rt) => rt,
         Err(e) => return fail(AgainstError::Fetch(format!("cannot start a runtime: {e}"))),
     };
-    match rt.block_on(preview(&addr, &candidate, grace, now)) {
+    match rt.block_on(preview(&addr, &loaded, grace, now)) {
         Ok(p) => {
             print!("{}", render(&shown, &addr, &p));
-            u8::from(!p.cuts.is_empty())
+            u8::from(p.cuts_anything())
         }
         Err(e) => fail(e),
     }

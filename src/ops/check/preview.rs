@@ -15,38 +15,67 @@
 //!   (the dropped ones retired): a refusal here only, when the grace is not
 //!   zero, closes the connection when the grace ends.
 //!
+//! A connection cut only at the end of the grace whose presented chain (the
+//! leaf or an intermediate) reaches its notAfter before the grace ends is
+//! listed as `expired` at that notAfter instead: it does not live to see
+//! the grace end (a leaf's expiry closes it at that second; an
+//! intermediate's at the next re-verification, the grace's end at the
+//! latest). Connections the candidate does not cut are never listed, even
+//! when they expire within the grace: their expiry is not the candidate's.
+//!
 //! The route's SAN policy and SPKI pins are not part of a credential
-//! revision and do not change with it, so they are not re-judged: every
-//! live connection already passed them. A deny-list (a revision's `deny`
-//! file, or a deny file alone) joins the same judgement: a matching entry
-//! refuses the chain as `denied`, "now" (an entry takes effect within one
-//! reload interval; no grace applies to it).
+//! revision and do not change with it, so they are not re-judged here:
+//! every live connection already passed them. A candidate configuration
+//! changes them; [`super::restart`] judges those, at restart. A deny-list
+//! (a revision's `deny` file, or a deny file alone) joins the same
+//! judgement: a matching entry refuses the chain as `denied`, "now" (an
+//! entry takes effect within one reload interval; no grace applies to it).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::admin::connections::{ConnView, RouteView};
 use crate::credentials::revocation::{judge_chain_denying, TrustInputs, Verdict};
-use crate::credentials::{CredError, CrlScope, DenyList, Usage};
+use crate::credentials::{validate, CredError, CrlScope, DenyList, RawRevision, Usage};
+use crate::proxy::settings::Mode;
 use crate::reason::FailureReason;
 
 /// What a candidate brings to the trust.
 #[derive(Debug, Clone)]
 pub enum Candidate {
     /// A whole revision (a directory, files or a Secret), validated by the
-    /// sidecar's loader: its anchors, known intermediates (its
-    /// `intermediates` file and its own chain) and CRLs, PEM.
-    Revision {
-        ca: Vec<u8>,
-        intermediates: Vec<u8>,
-        crl: Option<Vec<u8>>,
-        /// Its deny-list (empty without a `deny` file).
-        deny: Arc<DenyList>,
-    },
+    /// sidecar's loader.
+    Revision(RevisionFiles),
     /// A CRL file alone: the running trust with these CRLs in force.
     Crl(Vec<u8>),
     /// A deny file alone: the running anchors with this deny-list in force.
     Deny(Arc<DenyList>),
+}
+
+/// The trust side of a validated revision: its anchors, known
+/// intermediates (its `intermediates` file and its own chain) and CRLs,
+/// PEM, and its deny-list.
+#[derive(Debug, Clone)]
+pub struct RevisionFiles {
+    pub ca: Vec<u8>,
+    pub intermediates: Vec<u8>,
+    pub crl: Option<Vec<u8>>,
+    /// Its deny-list (empty without a `deny` file).
+    pub deny: Arc<DenyList>,
+}
+
+impl RevisionFiles {
+    /// The trust side of `raw` once the sidecar's own loader validated it.
+    pub fn of(raw: &RawRevision, now: SystemTime) -> Result<RevisionFiles, CredError> {
+        let rev = validate(raw, &crate::crypto_provider(), now)?;
+        let anchors: Vec<_> = rev.anchors.iter().map(|(der, _)| der.clone()).collect();
+        Ok(RevisionFiles {
+            ca: crate::identity::pem::certificates(&anchors).into_bytes(),
+            intermediates: crate::identity::pem::certificates(&rev.intermediates).into_bytes(),
+            crl: raw.crl.as_ref().map(|f| f.bytes.clone()),
+            deny: rev.deny.clone(),
+        })
+    }
 }
 
 /// When a refused connection would be closed.
@@ -56,6 +85,11 @@ pub enum When {
     Now,
     /// When the `--trust-grace` of the anchors it drops ends.
     GraceEnd(SystemTime),
+    /// At the first handshake after a restart (or hand-off) with the
+    /// candidate configuration: a live connection keeps its process.
+    Restart,
+    /// At this notAfter of its own chain, before the candidate's cut.
+    Expires(SystemTime),
 }
 
 /// One connection the candidate would close.
@@ -78,10 +112,11 @@ pub fn label(reason: FailureReason) -> &'static str {
     }
 }
 
-fn usage(route: &RouteView) -> Usage {
-    match route.usage.as_str() {
-        "server_auth" => Usage::ServerAuth,
-        _ => Usage::ClientAuth,
+/// What a route's peers' certificates are judged for.
+pub(super) fn usage(mode: Mode) -> Usage {
+    match mode {
+        Mode::Server => Usage::ClientAuth,
+        Mode::Client => Usage::ServerAuth,
     }
 }
 
@@ -89,6 +124,39 @@ fn scope(route: &RouteView) -> CrlScope {
     match route.crl_scope.as_str() {
         "chain" => CrlScope::Chain,
         _ => CrlScope::Leaf,
+    }
+}
+
+/// The earliest notAfter of the certificates a peer presented (leaf and
+/// intermediates); `None` when none parses.
+pub fn chain_expiry(chain_pem: &str) -> Option<SystemTime> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::CertificateDer;
+    CertificateDer::pem_slice_iter(chain_pem.as_bytes())
+        .filter_map(Result::ok)
+        .filter_map(|c| crate::identity::CertInfo::parse(&c).ok())
+        .map(|i| i.not_after_time())
+        .min()
+}
+
+/// When a connection the candidate cuts at `grace_end` closes, and why: its
+/// own chain's expiry when that comes first, else the candidate's reason.
+fn at_grace_end(
+    conn: &ConnView,
+    reason: FailureReason,
+    detail: String,
+    grace_end: SystemTime,
+) -> (&'static str, String, When) {
+    match chain_expiry(&conn.chain_pem) {
+        Some(t) if t < grace_end => (
+            "expired",
+            format!(
+                "its chain expires before the end of --trust-grace, when it would be cut ({}: {detail})",
+                label(reason)
+            ),
+            When::Expires(t),
+        ),
+        _ => (label(reason), detail, When::GraceEnd(grace_end)),
     }
 }
 
@@ -108,13 +176,13 @@ fn dropped(running: &str, candidate: &[u8]) -> Vec<u8> {
 
 /// The trust files of one judgement (PEM, as [`TrustInputs`] reads them).
 #[derive(Debug, Clone)]
-struct TrustFiles {
-    ca: Vec<u8>,
-    intermediates: Vec<u8>,
-    crl: Option<Vec<u8>>,
+pub(super) struct TrustFiles {
+    pub(super) ca: Vec<u8>,
+    pub(super) intermediates: Vec<u8>,
+    pub(super) crl: Option<Vec<u8>>,
     /// Anchors no longer trusted (CRLs only they sign are ignored).
-    retired: Vec<u8>,
-    deny: Arc<DenyList>,
+    pub(super) retired: Vec<u8>,
+    pub(super) deny: Arc<DenyList>,
 }
 
 /// The trust files a route would judge with, now and once the grace ends
@@ -122,6 +190,18 @@ struct TrustFiles {
 struct Inputs {
     now: TrustFiles,
     after: Option<TrustFiles>,
+}
+
+/// The trust of `rev` alone, the running anchors it drops retired (CRLs
+/// only they sign ignored).
+pub(super) fn alone(route: &RouteView, rev: &RevisionFiles) -> TrustFiles {
+    TrustFiles {
+        ca: rev.ca.clone(),
+        intermediates: rev.intermediates.clone(),
+        crl: rev.crl.clone(),
+        retired: dropped(&route.trust_anchors_pem, &rev.ca),
+        deny: rev.deny.clone(),
+    }
 }
 
 fn inputs(route: &RouteView, candidate: &Candidate, grace: Duration) -> Inputs {
@@ -146,27 +226,16 @@ fn inputs(route: &RouteView, candidate: &Candidate, grace: Duration) -> Inputs {
             },
             after: None,
         },
-        Candidate::Revision {
-            ca,
-            intermediates,
-            crl,
-            deny,
-        } => {
-            let gone = dropped(&route.trust_anchors_pem, ca);
-            let alone = TrustFiles {
-                ca: ca.clone(),
-                intermediates: intermediates.clone(),
-                crl: crl.clone(),
-                retired: gone.clone(),
-                deny: deny.clone(),
-            };
+        Candidate::Revision(rev) => {
+            let alone = alone(route, rev);
+            let gone = alone.retired.clone();
             if grace.is_zero() || gone.is_empty() {
                 return Inputs {
                     now: alone,
                     after: None,
                 };
             }
-            let mut graced = ca.clone();
+            let mut graced = rev.ca.clone();
             graced.extend_from_slice(&gone);
             Inputs {
                 now: TrustFiles {
@@ -180,10 +249,10 @@ fn inputs(route: &RouteView, candidate: &Candidate, grace: Duration) -> Inputs {
     }
 }
 
-fn judge_with(
+pub(super) fn judge_with(
     files: &TrustFiles,
     conn: &ConnView,
-    route: &RouteView,
+    (scope, usage): (CrlScope, Usage),
     now: SystemTime,
 ) -> Result<Verdict, CredError> {
     let inputs = TrustInputs {
@@ -196,8 +265,8 @@ fn judge_with(
         &inputs,
         files.deny.clone(),
         conn.chain_pem.as_bytes(),
-        scope(route),
-        usage(route),
+        scope,
+        usage,
         now,
     )
 }
@@ -214,21 +283,25 @@ pub fn judge(
 ) -> Result<Vec<Cut>, CredError> {
     let files = inputs(route, candidate, grace);
     let grace_end = now.checked_add(grace).unwrap_or(now);
+    let how = (scope(route), usage(route.mode));
     let mut cuts = Vec::new();
     for conn in conns.iter().filter(|c| c.route == route.name) {
-        let mut verdict = (judge_with(&files.now, conn, route, now)?, When::Now);
-        if verdict.0 == Verdict::Admitted {
-            if let Some(after) = &files.after {
-                verdict = (
-                    judge_with(after, conn, route, now)?,
-                    When::GraceEnd(grace_end),
-                );
-            }
-        }
-        if let (Verdict::Refused { reason, detail }, when) = verdict {
+        let cut = match judge_with(&files.now, conn, how, now)? {
+            Verdict::Refused { reason, detail } => Some((label(reason), detail, When::Now)),
+            Verdict::Admitted => match &files.after {
+                Some(after) => match judge_with(after, conn, how, now)? {
+                    Verdict::Refused { reason, detail } => {
+                        Some(at_grace_end(conn, reason, detail, grace_end))
+                    }
+                    Verdict::Admitted => None,
+                },
+                None => None,
+            },
+        };
+        if let Some((reason, detail, when)) = cut {
             cuts.push(Cut {
                 conn: conn.clone(),
-                reason: label(reason),
+                reason,
                 detail,
                 when,
             });
@@ -247,6 +320,29 @@ mod tests {
         assert_eq!(label(FailureReason::Revoked), "revoked");
         assert_eq!(label(FailureReason::PinMismatch), "pin_mismatch");
         assert_eq!(label(FailureReason::Expired), "expired");
+    }
+
+    #[test]
+    fn a_chain_expires_with_its_earliest_certificate() {
+        use crate::ops::pki::{DevCa, LeafSpec, Role};
+        use std::time::Duration;
+        let ca = DevCa::new("expiry CA", 30).unwrap();
+        let now = SystemTime::now();
+        let leaf = |secs: u64| {
+            let spec = LeafSpec::dns("a.svc", Role::Client, 1).valid(
+                now - Duration::from_secs(60),
+                now + Duration::from_secs(secs),
+            );
+            ca.issue(&spec).unwrap().cert_pem
+        };
+        let (soon, later) = (leaf(600), leaf(7200));
+        let at = |pem: &str| chain_expiry(pem).map(crate::identity::time_to_epoch);
+        let secs = |d: u64| crate::identity::time_to_epoch(now + Duration::from_secs(d));
+        // Either position: a leaf, or a certificate after it in the chain.
+        assert_eq!(at(&format!("{later}{soon}")), Some(secs(600)));
+        assert_eq!(at(&format!("{soon}{later}")), Some(secs(600)));
+        assert_eq!(at(&later), Some(secs(7200)));
+        assert_eq!(at("not a chain"), None);
     }
 
     #[test]

@@ -51,7 +51,10 @@ fn handshake_ended<S>(
 ) -> Result<S, (FailureReason, String)> {
     match ended {
         Ok(Ok(stream)) => Ok(stream),
-        Ok(Err(e)) => Err((FailureReason::from_io(&e), e.to_string())),
+        Ok(Err(e)) => Err((
+            FailureReason::from_io(&e),
+            crate::reason::plain_io(&e).to_string(),
+        )),
         Err(_) => Err((FailureReason::Timeout, "handshake timed out".to_string())),
     }
 }

@@ -81,7 +81,10 @@ impl Route {
     ) {
         let reason = FailureReason::from_tls(error);
         self.metrics.handshake_failed(reason, took);
-        let error = format!("{error}, in a resumed session: closed after the handshake");
+        let error = format!(
+            "{}, in a resumed session: closed after the handshake",
+            crate::reason::plain_tls(error)
+        );
         self.log_refusal(&conn.peer_addr, reason, &error, conn.peer.as_ref());
     }
 
