@@ -67,9 +67,10 @@ relink() {
 }
 
 if [[ $target == x86_64-unknown-linux-* && -s $order ]]; then
-    # Named by content: cargo does not track the file, but it does rebuild
-    # when the flags change.
-    copy=$work/symbols-$(sha256sum "$order" | cut -c1-16).txt
+    # The first link's list: a copy under a fixed name, so cargo does not
+    # rebuild when only the list changed (the links below read the copy as
+    # it is now; the order of the first link does not matter to them).
+    copy=$work/symbols.txt
     install -D -m 0644 "$order" "$copy"
     ordered() {
         build -C "link-arg=-Wl,--symbol-ordering-file=$(realpath "$1")" -C link-arg=-Wl,--no-warn-symbol-ordering \
@@ -78,7 +79,8 @@ if [[ $target == x86_64-unknown-linux-* && -s $order ]]; then
     if ordered "$copy"; then
         derived=$work/derived.txt
         # Through cargo when LLD cannot relink the saved inputs: named by
-        # content for the same reason as the copy above.
+        # content, as cargo does not track the file but rebuilds when the
+        # flags change.
         again() {
             local named
             named=$work/derived-$(sha256sum "$derived" | cut -c1-16).txt

@@ -5,8 +5,9 @@ scripts/build-release.sh links the binary once with the committed list
 (symbols.txt), then runs this on it: train.py's workload (a pod's life)
 under callgrind gives every function each role executes, per phase, on this
 very binary, so its names are this build's, whatever changed in the code or
-its dependencies since the committed list was made. Then the build links
-again with the result.
+its dependencies since the committed list was made; a second run of only
+the connections tells the code that serves them from the rest (order.py).
+Then the build links again with the result.
 
 callgrind counts instructions on valgrind's CPU, so what it finds does not
 depend on the machine's load or timing. What it cannot find is taken from
@@ -33,9 +34,10 @@ def main():
     binary, src, dst = sys.argv[1:]
     began = time.monotonic()
     with tempfile.TemporaryDirectory() as work:
-        found = order.callgrind(binary, f"{work}/callgrind")
-    parts = order.split(found)
-    seen = set().union(*found.values())
+        found = order.callgrind(binary, f"{work}/all")
+        conn = order.callgrind(binary, f"{work}/connections", connections=True)
+    parts = order.split(found, conn)
+    seen = set().union(*found.values(), *conn.values())
     committed, (kept, remapped, gone) = order.carry(order.read_parts(src), binary)
     extra = 0
     for part in order.PARTS:

@@ -2,12 +2,15 @@
 functions and their mangling-independent keys, and the callgrind pass.
 
 The list (symbols.txt, or the one scripts/build-release.sh derives in the
-build) names functions, one a line, in six parts, each under a `# PART`
-line: serving code first, split by role (functions both the server and the
-client ran, then those only the server ran, then those only the client
-ran), then start-up code the same way. Once serving, a sidecar unmaps its
-code (src/process/resident.rs) and what it runs from then on maps back in,
-so serving code packed first is what stays resident.
+build) names functions, one a line, in nine parts, each under a `# PART`
+line: the code that serves connections (`conn-`: what train.py's
+`connections` workload runs once serving), then the rest of the serving
+code (admin scrapes, refusals, a rotation), then start-up code (`start-`),
+each split by role: functions both the server and the client ran, then
+those only the server ran, then those only the client ran. Once serving, a
+sidecar unmaps its code (src/process/resident.rs) and what it runs from then
+on maps back in, so serving code packed first is what stays resident, and
+the code every connection runs shares the fewest blocks.
 """
 
 import glob
@@ -20,7 +23,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "train.py")
 ROLES = ("server", "client")
 PHASES = ("serve", "start")
-PARTS = ("both", "server", "client", "start-both", "start-server", "start-client")
+PARTS = ("conn-both", "conn-server", "conn-client", "both", "server", "client",
+         "start-both", "start-server", "start-client")
 # The function whose entry ends start-up (src/process/resident.rs).
 RELEASE = "release_startup_pages"
 # Fewer functions than this in a role's phase: the workload did not run.
@@ -78,14 +82,18 @@ def write_parts(path, parts, header):
     return len(written)
 
 
-def split(found):
-    """Parts from what each role executed per phase ({(role, phase): set}),
+def split(found, conn):
+    """Parts from what each role executed per phase ({(role, phase): set})
+    in the whole workload (`found`) and in the `connections` one (`conn`),
     sorted by name within a part. A function that runs in both phases is
-    serving code."""
-    serve = {r: found[r, "serve"] for r in ROLES}
-    start = {r: found[r, "start"] - serve["server"] - serve["client"] for r in ROLES}
+    serving code; one that serves connections is in a `conn-` part only."""
+    hot = {r: conn[r, "serve"] for r in ROLES}
+    placed = hot["server"] | hot["client"]
+    serve = {r: found[r, "serve"] - placed for r in ROLES}
+    placed |= serve["server"] | serve["client"]
+    start = {r: (found[r, "start"] | conn[r, "start"]) - placed for r in ROLES}
     parts = {}
-    for prefix, by_role in (("", serve), ("start-", start)):
+    for prefix, by_role in (("conn-", hot), ("", serve), ("start-", start)):
         both = by_role["server"] & by_role["client"]
         parts[f"{prefix}both"] = sorted(both)
         for r in ROLES:
@@ -94,20 +102,21 @@ def split(found):
 
 
 def role_of(cmdline):
-    m = re.match(r"\s*\S+ (server|client) ", cmdline)
+    m = re.search(r"(?:^|\s)(server|client) --listen ", cmdline)
     if not m:
         sys.exit(f"order.py: cannot tell the role of {cmdline!r}")
     return m.group(1)
 
 
-def train(binary, work, wrap):
-    """train.py's workload on `binary`, each sidecar run under `wrap`."""
+def train(binary, work, wrap, connections=False):
+    """train.py's workload on `binary`, each sidecar run under `wrap`;
+    with `connections`, only the connections."""
     os.makedirs(work)
-    subprocess.run([sys.executable, TRAIN, binary, work], check=True, env=dict(os.environ, WRAP=wrap),
-                   stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, TRAIN, binary, work] + (["connections"] if connections else []),
+                   check=True, env=dict(os.environ, WRAP=wrap), stdout=subprocess.DEVNULL)
 
 
-def callgrind(binary, work):
+def callgrind(binary, work, connections=False):
     """Functions each role executed per phase, as valgrind's CPU runs them:
     instruction by instruction, so the same whatever the machine's load.
     callgrind dumps its counts on entering RELEASE: what ran before is
@@ -115,7 +124,7 @@ def callgrind(binary, work):
     for a CPU valgrind does not emulate (AVX-512, ADX: aws-lc's AES-GCM and
     curve25519, glibc's string functions) are missed: see generate.py."""
     train(binary, work, f"valgrind --tool=callgrind --demangle=no --dump-before=*{RELEASE}* "
-                        f"--callgrind-out-file={work}/callgrind.%p")
+                        f"--callgrind-out-file={work}/callgrind.%p", connections)
     defined = {n for _, n in functions(binary)}
     found = {(r, p): set() for r in ROLES for p in PHASES}
     released = set()
