@@ -44,13 +44,18 @@ def keys(names):
     """Each name's key: its demangled form without the hashes that move
     when a dependency or the code around it changes (Rust's crate
     disambiguators and legacy `::h…` hashes, ThinLTO's `.llvm.N`). C names
-    are their own key. One c++filt for all names."""
+    are their own key, but for aws-lc's version prefix. One c++filt for all
+    names."""
     names = list(names)
     out = subprocess.run(["c++filt", "--no-verbose"], input="\n".join(names) + "\n",
                          capture_output=True, text=True, check=True).stdout.splitlines()
     if len(out) != len(names):
         sys.exit(f"order.py: c++filt gave {len(out)} lines for {len(names)} names")
-    return dict(zip(names, out))
+    return {n: AWS_LC.sub("aws_lc_", k) for n, k in zip(names, out)}
+
+
+# aws-lc-sys prefixes its C symbols with its version (aws_lc_0_47_0_…).
+AWS_LC = re.compile(r"aws_lc_\d+_\d+_\d+_")
 
 
 def read_parts(path):

@@ -10,14 +10,13 @@ nothing breaks, but the functions it named land anywhere in the text again
 and the resident code grows back by megabytes.
 
 This maps each name the binary no longer has to the binary's functions with
-the same demangled name, hashes left out (order.carry). With the v0
-mangling scripts/build-release.sh asks for, that name spells a generic's
-type arguments and numbers closures, so an instance maps to itself; names
-that still match several functions (`.llvm.N` copies) go at the end of
-their part when there are up to order.AMBIGUOUS of them, else are dropped.
-scripts/build-release.sh runs it when the binary cannot be profiled in the
-build (no valgrind); otherwise the list is derived afresh there
-(derive.py), and this only carries over what callgrind cannot see.
+the same demangled name, hashes and aws-lc's version prefix left out
+(order.carry); a name that matches several functions (a generic's
+instances: legacy mangling does not spell type arguments; `.llvm.N`
+copies) goes at the end of its part when there are up to order.AMBIGUOUS
+of them, else is dropped. Regenerating is still what finds functions that
+are new: scripts/build-release.sh does that in every build (derive.py) and
+uses this only when it cannot (no valgrind, or LINK_ORDER=committed).
 
     refresh.py BINARY IN OUT    # prints "kept K, remapped R, gone G"
 """
