@@ -10,7 +10,8 @@
 #            so the dependency layer below is rebuilt only when they change.
 #   builder  compiles the dependencies from the recipe (the cached layer), then
 #            the crate itself with scripts/build-release.sh, the very script
-#            CI runs, so CI proves this recipe's build command and flags.
+#            CI runs, so CI proves this recipe's build command and flags
+#            (and, with valgrind, the link order derived in the build).
 # The binary is static (scripts/build-release.sh links glibc in, with its
 # `files` and `dns` host lookups), so the final image is distroless/static:
 # CA certificates and /etc/passwd, no libc, no shell, no package manager,
@@ -31,6 +32,13 @@ COPY . .
 RUN cargo chef prepare --recipe-path recipe.json
 
 FROM chef AS builder
+# scripts/build-release.sh derives the link order from callgrind runs of the
+# binary it builds (scripts/link-order/derive.py: valgrind, python3; nm and
+# c++filt come with gcc's binutils). Without them it falls back to the
+# committed list, and the image's binary maps more code (benches/README.md).
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends valgrind python3 \
+ && rm -rf /var/lib/apt/lists/*
 COPY --from=planner /src/recipe.json recipe.json
 # Same profile, lockfile policy, target and RUSTFLAGS as
 # scripts/build-release.sh, so the dependencies compiled here are the ones

@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
 """Drive a server + client sidecar pair through what a pod does in its life.
 
-Used by scripts/link-order/generate.py, which runs both sidecars under
-`valgrind --tool=callgrind` (the WRAP environment variable) and turns the
-functions they executed into the linker's symbol-ordering file. The workload
+Used by scripts/link-order/derive.py (in the release build) and
+generate.py, which run both sidecars under `valgrind --tool=callgrind` (the
+WRAP environment variable) and turn the functions they executed into the
+linker's symbol-ordering file. The workload
 is what the resident code of a real sidecar consists of: start-up, admin
 scrapes, full handshakes, forwarding small frames and a bulk stream with a
 half-close, refused peers (wrong identity, plaintext probe), a credential
 rotation through a kubelet-style `..data` swap, and the SIGTERM drain.
 
-    WRAP="valgrind --tool=callgrind ..." train.py BINARY WORKDIR
+With `connections`, only what a serving pod does all the time: start-up,
+the connections (the same round trips and bulk stream), the drain; no
+admin scrape, refusal or rotation. The list puts what this runs first, so
+the code every connection runs shares the fewest blocks.
+
+    WRAP="valgrind --tool=callgrind ..." train.py BINARY WORKDIR [connections]
 """
 
 import os
@@ -120,6 +126,7 @@ def scrape(admin, path):
 
 def main():
     binary, work = sys.argv[1], sys.argv[2]
+    connections_only = sys.argv[3:] == ["connections"]
     ca, s_id, c_id, s_id2, intruder = (os.path.join(work, d) for d in ("ca", "s", "c", "s2", "x"))
     run(binary, "certs", "ca", "--out", ca)
     run(binary, "certs", "issue", "--ca", ca, "--out", s_id, "--dns", "replica-0.train.svc", "--role", "server")
@@ -144,13 +151,17 @@ def main():
     c_addr = client.addr(r"route=client .*listen=(\S+)")
     c_admin = client.addr(r"admin=(\S+)")
 
-    for admin in (s_admin, c_admin):
-        for path in ("/livez", "/readyz", "/status", "/metrics"):
-            scrape(admin, path)
-
     for _ in range(5):
         roundtrip(c_addr, b"x" * 64)
     roundtrip(c_addr, os.urandom(4 << 20))
+    if connections_only:
+        client.stop()
+        server.stop()
+        return
+
+    for admin in (s_admin, c_admin):
+        for path in ("/livez", "/readyz", "/status", "/metrics"):
+            scrape(admin, path)
 
     # Refused peers: another identity from the same CA, and a plaintext probe.
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)

@@ -89,8 +89,9 @@ fn releasable(
 /// Unmaps the executable's read-only pages from the process (they come
 /// back from the page cache when used). Does nothing when
 /// `MTLS_SIDECAR_RELEASE_STARTUP=off` or off Linux. Never inlined:
-/// `scripts/link-order/generate.py` tells start-up code from the code that
-/// serves by what runs before and after this function.
+/// `scripts/link-order/` (derive.py in every release build, generate.py)
+/// tells start-up code from the code that serves by what runs before and
+/// after this function.
 #[inline(never)]
 pub fn release_startup_pages() -> Released {
     if !enabled(
