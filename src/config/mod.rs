@@ -94,11 +94,11 @@ pub struct Settings {
 pub enum RuntimeModel {
     /// One work-stealing runtime with `--worker-threads` workers: a task
     /// may run on any of them.
-    #[default]
     Multi,
     /// `--worker-threads` single-threaded runtimes, each accepting from
     /// the same listening sockets (one descriptor, never `SO_REUSEPORT`); a
     /// connection lives its whole life on the thread that accepted it.
+    #[default]
     PerCore,
 }
 
