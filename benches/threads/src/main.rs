@@ -25,6 +25,24 @@ fn cpu_ticks(pid: u32) -> u64 {
     let f: Vec<&str> = rest.split(' ').collect();
     f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
 }
+/// Voluntary context switches of every thread of `pid` (each is a thread
+/// going to sleep: a wake-up it will need).
+fn sleeps(pid: u32) -> u64 {
+    let mut n = 0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let s = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        for l in s.lines() {
+            if let Some(v) = l.strip_prefix("voluntary_ctxt_switches:") {
+                n += v.trim().parse::<u64>().unwrap_or(0);
+            }
+        }
+    }
+    n
+}
+
 fn rss_kb(pid: u32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     s.lines()
@@ -226,21 +244,24 @@ fn main() {
         );
     }
     let tick = 100.0; // USER_HZ
-    let mut results: Vec<Vec<(f64, f64)>> = vec![Vec::new(); pairs.len()];
+    let mut results: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); pairs.len()];
     for r in 0..reps {
         for (i, p) in pairs.iter().enumerate() {
             let c0 = cpu_ticks(p.server.id()) + cpu_ticks(p.client.id());
+            let s0 = sleeps(p.server.id()) + sleeps(p.client.id());
             let t0 = Instant::now();
             let n = gen.block_on(rt16(&p.addr, secs));
             let el = t0.elapsed().as_secs_f64();
             let c1 = cpu_ticks(p.server.id()) + cpu_ticks(p.client.id());
+            let s1 = sleeps(p.server.id()) + sleeps(p.client.id());
             let rps = n as f64 / secs;
             let cpu_us = (c1 - c0) as f64 / tick * 1e6 / n as f64;
+            let sleeps_per = (s1 - s0) as f64 / n as f64;
             println!(
-                "rep {r} {:>12} rt16 {:>8.0} rt/s  cpu/rt {:>5.1} us  (wall {:.2}s)",
-                p.name, rps, cpu_us, el
+                "rep {r} {:>12} rt16 {:>8.0} rt/s  cpu/rt {:>5.1} us  sleeps/rt {:.3}  (wall {:.2}s)",
+                p.name, rps, cpu_us, sleeps_per, el
             );
-            results[i].push((rps, cpu_us));
+            results[i].push((rps, cpu_us, sleeps_per));
         }
     }
     // single-connection latency: direct and each pair in blocks of 500
@@ -277,9 +298,11 @@ fn main() {
         let med = v[v.len() / 2];
         let mut c: Vec<f64> = results[i].iter().map(|x| x.1).collect();
         c.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let mut z: Vec<f64> = results[i].iter().map(|x| x.2).collect();
+        z.sort_by(|a, b| a.partial_cmp(b).unwrap());
         let (p50, p99) = (pct(&mut lats[i], 0.5), pct(&mut lats[i], 0.99));
-        println!("SUMMARY {:>12}: rt16 median {:>7.0} (all {:?}) cpu/rt median {:.1} us | p50 {:.1} (+{:.1}) p99 {:.1} (+{:.1}) us",
-            p.name, med.0, results[i].iter().map(|x| x.0 as u64).collect::<Vec<_>>(), c[c.len() / 2], p50, p50 - d50, p99, p99 - d99);
+        println!("SUMMARY {:>12}: rt16 median {:>7.0} (all {:?}) cpu/rt median {:.1} us sleeps/rt {:.3} | p50 {:.1} (+{:.1}) p99 {:.1} (+{:.1}) us",
+            p.name, med.0, results[i].iter().map(|x| x.0 as u64).collect::<Vec<_>>(), c[c.len() / 2], z[z.len() / 2], p50, p50 - d50, p99, p99 - d99);
     }
     for p in pairs.iter_mut() {
         let _ = p.server.kill();
