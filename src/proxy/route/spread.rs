@@ -219,7 +219,62 @@ fn attach(d: Detached) -> std::io::Result<Stream> {
 
 #[cfg(test)]
 mod tests {
-    use super::least_loaded;
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A connection accepted on a busier runtime runs on the other one,
+    /// its socket working there (registered with that runtime's reactor),
+    /// and its seat is counted there until the task ends.
+    #[test]
+    fn a_connection_placed_on_another_runtime_runs_there() {
+        let build = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        let (home, away) = (build(), build());
+        let away_handle = away.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let away_thread = std::thread::spawn(move || {
+            away.block_on(async {
+                let _ = stopped.await;
+            });
+            std::thread::current().id()
+        });
+        let rts = Runtimes::new(vec![home.handle().clone(), away_handle]);
+        let ran_on = home.block_on(async {
+            let busy = rts.seat(0);
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let mut peer = tokio::net::TcpStream::connect(l.local_addr().unwrap())
+                .await
+                .unwrap();
+            let (s, _) = l.accept().await.unwrap();
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let conn = move |stream: Stream| -> Pin<Box<dyn Future<Output = ()> + Send>> {
+                Box::pin(async move {
+                    let Stream::Tcp(mut s) = stream else { return };
+                    let mut b = [0u8; 4];
+                    s.read_exact(&mut b).await.unwrap();
+                    s.write_all(&b).await.unwrap();
+                    let _ = tx.send(std::thread::current().id());
+                })
+            };
+            rts.dispatch(0, Stream::Tcp(s), conn, |e| panic!("{e}"));
+            assert_eq!(rts.loads(), vec![1, 1]);
+            peer.write_all(b"ping").await.unwrap();
+            let mut b = [0u8; 4];
+            peer.read_exact(&mut b).await.unwrap();
+            assert_eq!(&b, b"ping");
+            let ran_on = rx.await.unwrap();
+            assert_ne!(ran_on, std::thread::current().id());
+            drop(busy);
+            ran_on
+        });
+        stop.send(()).unwrap();
+        assert_eq!(ran_on, away_thread.join().unwrap());
+        assert_eq!(rts.loads(), vec![0, 0]);
+    }
 
     #[test]
     fn the_least_loaded_runtime_wins_and_a_tie_stays_home() {
