@@ -25,8 +25,9 @@ use crate::admin::shared::Shared;
 use crate::config::Settings;
 use crate::credentials::{CredError, CredentialStore};
 use crate::process::systemd::SystemdError;
-use crate::proxy::addr::{Addr, StdListener};
+use crate::proxy::addr::{Addr, Listener, StdListener};
 use crate::proxy::exposure::TargetExposure;
+use crate::proxy::route::spread::Runtimes;
 use crate::proxy::route::{Route, RouteError};
 use crate::proxy::settings::Mode;
 use crate::reason::{CloseReason, FailureReason};
@@ -199,6 +200,16 @@ impl Prepared {
     /// Registers the listeners with the current runtime and starts serving
     /// (must be called from inside a tokio runtime).
     pub fn start(self) -> Result<Running, StartError> {
+        self.start_on(Runtimes::new(Vec::new()))
+    }
+
+    /// Starts serving with an accept loop of every route on each of
+    /// `runtimes`, all accepting from the route's one listening socket
+    /// (duplicated descriptors, see [`crate::proxy::route::spread`]). The
+    /// control tasks (credential pollers, trust watchers, admin endpoint,
+    /// metrics upkeep, route supervisors) run on the current runtime, which
+    /// should be the first of `runtimes`.
+    pub fn start_on(self, runtimes: Arc<Runtimes>) -> Result<Running, StartError> {
         let Prepared {
             stores,
             routes: bound,
@@ -212,14 +223,14 @@ impl Prepared {
         crate::metrics::spawn_process_refresh();
         let mut listening = Vec::with_capacity(bound.len());
         for (route, listener) in bound {
-            let listener = listener.into_tokio().map_err(|source| {
+            let listeners = on_each(&listener, &runtimes).map_err(|source| {
                 StartError::Route(RouteError::Bind {
                     route: route.cfg.name.clone(),
                     addr: route.bound.to_string(),
                     source,
                 })
             })?;
-            listening.push((route, listener));
+            listening.push((route, listeners));
         }
         let admin_listener = match admin {
             Some(l) => {
@@ -267,16 +278,23 @@ impl Prepared {
                 halt.subscribe(),
             )));
         }
-        for (route, listener) in listening {
+        for (route, listeners) in listening {
             tasks.push(tokio::spawn(route.clone().watch_trust(halt.subscribe())));
-            let name = route.cfg.name.clone();
-            let serving = tokio::spawn(route.serve(listener, stop.subscribe()));
-            tasks.push(tokio::spawn(supervise_route(
-                name,
-                serving,
-                stop.subscribe(),
-                failed_tx.clone(),
-            )));
+            route.spawn_log_flushers();
+            for (me, (listener, rt)) in listeners.into_iter().zip(runtimes.handles()).enumerate() {
+                let serving = rt.spawn(route.clone().serve(
+                    listener,
+                    stop.subscribe(),
+                    runtimes.clone(),
+                    me,
+                ));
+                tasks.push(tokio::spawn(supervise_route(
+                    route.cfg.name.clone(),
+                    serving,
+                    stop.subscribe(),
+                    failed_tx.clone(),
+                )));
+            }
         }
         tasks.push(tokio::spawn(
             exposure.run(reload_interval, halt.subscribe()),
@@ -351,6 +369,22 @@ async fn supervise_route(
         Err(e) => format!("its accept loop ended: {e}"),
     };
     failed.send_replace(Some(format!("route {name:?} stopped accepting: {why}")));
+}
+
+/// `listener` registered with each of `runtimes`, as a duplicate of its
+/// descriptor (the same socket; the original is closed by the caller).
+fn on_each(listener: &StdListener, runtimes: &Runtimes) -> std::io::Result<Vec<Listener>> {
+    let mut out = Vec::with_capacity(runtimes.len());
+    for rt in runtimes.handles() {
+        let copy = match listener {
+            StdListener::Tcp(l) => StdListener::Tcp(l.try_clone()?),
+            StdListener::Unix(l) => StdListener::Unix(l.try_clone()?),
+        };
+        // from_std registers with the runtime whose context is entered.
+        let _entered = rt.enter();
+        out.push(copy.into_tokio()?);
+    }
+    Ok(out)
 }
 
 /// The roles the already-bound routes of `store` play: (server, client).

@@ -116,6 +116,9 @@ pub struct CommonArgs {
     /// Runtime worker threads [default: the CPUs this process may use].
     #[arg(long, value_name = "N")]
     pub worker_threads: Option<u64>,
+    /// How the threads share connections: `per-core` (one single-threaded runtime per thread, each accepting; a connection stays on its thread) or `multi` (one work-stealing runtime).
+    #[arg(long, value_name = "MODEL", value_parser = crate::config::RuntimeModel::NAMES)]
+    pub runtime: Option<String>,
     /// How often the credential files are polled.
     #[arg(long, value_name = "DUR", default_value = "1s")]
     pub reload_interval: String,
@@ -476,6 +479,7 @@ impl CommonArgs {
             crl_scope: Some(self.crl_scope.clone()),
             drain_timeout: Some(self.drain_timeout.clone()),
             worker_threads: self.worker_threads,
+            runtime: self.runtime.clone(),
             mark: None,
             sandbox: self.sandbox,
             credentials: self.credentials.spec(),

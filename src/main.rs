@@ -1,14 +1,17 @@
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Parser;
 use tracing::{error, info, warn};
 
 use mtls_sidecar::app;
 use mtls_sidecar::cli::{Cli, Command};
-use mtls_sidecar::config::{FileSpec, Settings};
+use mtls_sidecar::config::{FileSpec, RuntimeModel, Settings};
 use mtls_sidecar::identity::SanPolicy;
 use mtls_sidecar::logging::{self, LogFormat};
+use mtls_sidecar::proxy::route::spread::Runtimes;
 use mtls_sidecar::sandbox;
 
 fn main() -> ExitCode {
@@ -124,6 +127,7 @@ fn serve(
     // than inside the first peer's handshake.
     let _ = aws_lc_rs::rand::fill(&mut [0u8; 16]);
     let mode = settings.sandbox;
+    let model = settings.runtime;
     let prepared = match app::prepare(settings) {
         Ok(p) => p,
         Err(e) => {
@@ -137,10 +141,77 @@ fn serve(
         error!("{e}");
         return 1;
     }
-    with_runtime(Some(workers), |rt| rt.block_on(run(prepared)))
+    match model {
+        RuntimeModel::Multi => with_runtime(Some(workers), |rt| {
+            rt.block_on(run(prepared, vec![rt.handle().clone()]))
+        }),
+        RuntimeModel::PerCore => per_core(workers, prepared),
+    }
 }
 
-async fn run(prepared: app::Prepared) -> u8 {
+/// `--runtime per-core`: `n` single-threaded runtimes, the first on this
+/// thread (the control tasks and its share of the connections), each other
+/// on a thread of its own, created after the sandbox and so inheriting it.
+/// Every route accepts on all of them (see `proxy::route::spread`).
+fn per_core(n: usize, prepared: app::Prepared) -> u8 {
+    let build = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    };
+    let cannot = |e: &dyn std::fmt::Display| {
+        eprintln!("error: cannot start the async runtime: {e}");
+        1
+    };
+    let first = match build() {
+        Ok(rt) => rt,
+        Err(e) => return cannot(&e),
+    };
+    // Dropping `done` (an early return included) ends the other threads.
+    let (done, _) = tokio::sync::watch::channel(false);
+    let (ended_tx, ended) = std::sync::mpsc::channel::<()>();
+    let mut handles = vec![first.handle().clone()];
+    for i in 1..n {
+        let rt = match build() {
+            Ok(rt) => rt,
+            Err(e) => return cannot(&e),
+        };
+        handles.push(rt.handle().clone());
+        let mut until = done.subscribe();
+        let ended_tx = ended_tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("mtls-sidecar-{i}"))
+            .spawn(move || {
+                rt.block_on(async move {
+                    let _ = until.wait_for(|d| *d).await;
+                });
+                drop(rt);
+                let _ = ended_tx.send(());
+            });
+        if let Err(e) = spawned {
+            return cannot(&e);
+        }
+    }
+    drop(ended_tx);
+    let code = first.block_on(run(prepared, handles));
+    done.send_replace(true);
+    // The drain is over: give the other runtimes a moment to wind down,
+    // but never hang the exit on one that does not.
+    let until = std::time::Instant::now() + Duration::from_secs(2);
+    for _ in 1..n {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if ended.recv_timeout(left).is_err() {
+            break;
+        }
+    }
+    code
+}
+
+/// Serves `prepared` with an accept loop of every route on each of
+/// `runtimes` (the first being the current one, which runs the control
+/// tasks) until a signal or a failed route drains it.
+async fn run(prepared: app::Prepared, runtimes: Vec<tokio::runtime::Handle>) -> u8 {
+    let runtimes = Runtimes::new(runtimes);
     // The handlers go in before any route says "listening": a SIGTERM
     // that arrives after that line must drain, not kill (the default
     // action) a process whose handlers were not installed yet.
@@ -151,7 +222,7 @@ async fn run(prepared: app::Prepared) -> u8 {
             return 1;
         }
     };
-    let running = match prepared.start() {
+    let running = match prepared.start_on(runtimes.clone()) {
         Ok(r) => r,
         Err(e) => {
             error!("{e}");
@@ -166,7 +237,10 @@ async fn run(prepared: app::Prepared) -> u8 {
         "start-up code and read-only data released from the resident set"
     );
     if let Some(every) = mtls_sidecar::process::systemd::watchdog_interval() {
-        tokio::spawn(mtls_sidecar::process::systemd::watchdog(every));
+        let probed = runtimes.clone();
+        tokio::spawn(mtls_sidecar::process::systemd::watchdog(every, move || {
+            all_alive(probed.clone())
+        }));
     }
     let code = tokio::select! {
         () = signals.wait_for_shutdown(&running) => 0,
@@ -178,6 +252,13 @@ async fn run(prepared: app::Prepared) -> u8 {
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
     running.drain().await;
     code
+}
+
+/// Resolves once every runtime has run a task: the watchdog's probe.
+async fn all_alive(runtimes: Arc<Runtimes>) {
+    for h in runtimes.handles() {
+        let _ = h.spawn(async {}).await;
+    }
 }
 
 /// Raises the soft descriptor limit to the hard one and says what it allows.

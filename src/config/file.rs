@@ -29,6 +29,8 @@ pub struct FileSpec {
     pub crl_scope: Option<String>,
     pub drain_timeout: Option<String>,
     pub worker_threads: Option<u64>,
+    /// `multi` or `per-core` (`--runtime`).
+    pub runtime: Option<String>,
     /// `SO_MARK` for every route's outbound sockets (`--mark`).
     pub mark: Option<u64>,
     /// `--sandbox` / `sandbox` (default `best-effort`).
@@ -121,6 +123,7 @@ impl FileSpec {
                 bounds::DRAIN_TIMEOUT,
             )?,
             worker_threads,
+            runtime: super::RuntimeModel::parse(self.runtime.as_deref())?,
             sandbox: self.sandbox.unwrap_or_default(),
         })
     }

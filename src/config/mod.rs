@@ -83,8 +83,49 @@ pub struct Settings {
     pub drain_timeout: Duration,
     /// Runtime worker threads; `None`: the CPUs the process may use.
     pub worker_threads: Option<usize>,
+    /// `--runtime` / `runtime`: how those threads share the work.
+    pub runtime: RuntimeModel,
     /// `--sandbox` / `sandbox`: how Landlock restricts the process.
     pub sandbox: SandboxMode,
+}
+
+/// How the process spreads connections over its threads (`--runtime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RuntimeModel {
+    /// One work-stealing runtime with `--worker-threads` workers: a task
+    /// may run on any of them.
+    Multi,
+    /// `--worker-threads` single-threaded runtimes, each accepting from
+    /// the same listening sockets (one descriptor, never `SO_REUSEPORT`); a
+    /// connection lives its whole life on the thread that accepted it.
+    #[default]
+    PerCore,
+}
+
+impl RuntimeModel {
+    /// The names `--runtime` and the config key accept.
+    pub const NAMES: [&'static str; 2] = ["multi", "per-core"];
+
+    /// Parses `--runtime`'s value; `None` is the default.
+    pub fn parse(s: Option<&str>) -> Result<RuntimeModel, ConfigError> {
+        match s {
+            None => Ok(RuntimeModel::default()),
+            Some("multi") => Ok(RuntimeModel::Multi),
+            Some("per-core") => Ok(RuntimeModel::PerCore),
+            Some(other) => Err(invalid(
+                "--runtime",
+                format!("{other:?}: multi or per-core"),
+            )),
+        }
+    }
+
+    /// The name `--runtime` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuntimeModel::Multi => "multi",
+            RuntimeModel::PerCore => "per-core",
+        }
+    }
 }
 
 /// A configuration problem; the message names the flag, file or field.

@@ -9,8 +9,9 @@
 //! is handed out at most once, so no descriptor is ever owned twice.
 //!
 //! The watchdog pings (`WATCHDOG=1`) come from a task on the serving
-//! runtime, so a wedged event loop stops them and systemd restarts the
-//! service.
+//! runtime once every runtime that serves has run a probe task, so a
+//! wedged event loop (any of them, with `--runtime per-core`) stops them
+//! and systemd restarts the service.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -183,11 +184,13 @@ pub fn watchdog_interval() -> Option<Duration> {
     Some((Duration::from_micros(usec) / 2).clamp(MIN_PING_INTERVAL, MAX_PING_INTERVAL))
 }
 
-/// Sends `WATCHDOG=1` every `every`, forever; run it as a task on the
-/// serving runtime.
-pub async fn watchdog(every: Duration) {
+/// Sends `WATCHDOG=1` every `every`, forever, each time once `alive`
+/// resolved (a probe of every runtime that serves, so that one wedged event
+/// loop stops the pings); run it as a task on the serving runtime.
+pub async fn watchdog<F: std::future::Future<Output = ()>>(every: Duration, alive: impl Fn() -> F) {
     info!(every = ?every, "systemd watchdog: pinging");
     loop {
+        alive().await;
         if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]) {
             debug!(error = %e, "systemd watchdog: cannot notify");
         }

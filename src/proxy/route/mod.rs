@@ -40,6 +40,7 @@ use crate::proxy::conn::Registry;
 use crate::proxy::pending::{Pending, Ticket};
 use crate::reason::FailureReason;
 use crate::tls::verify::{ClientCertPolicy, ServerCertPolicy};
+use spread::Runtimes;
 
 /// The target of every log line a route writes, whichever file of this
 /// folder writes it: the name those lines had before `route.rs` became a
@@ -54,6 +55,7 @@ mod client;
 mod http;
 mod refusal;
 mod server;
+pub mod spread;
 mod supervise;
 mod verdict;
 
@@ -83,8 +85,11 @@ pub struct Route {
     pub pending: Arc<Pending>,
     /// Authenticated, forwarded connections (`--max-connections`).
     slots: Arc<Semaphore>,
-    /// True while the accept loop runs.
+    /// True while every accept loop runs.
     accepting: AtomicBool,
+    /// Connections accepted by all of its loops (the test fault counts
+    /// them).
+    accepted: std::sync::atomic::AtomicU64,
     metrics: RouteMetrics,
     tls: RouteTls,
     /// Rate-limits this route's refusal lines per reason.
@@ -204,6 +209,7 @@ impl Route {
             slots: Arc::new(Semaphore::new(cfg.max_connections)),
             // Bound and about to be served: only a loop that ended turns it off.
             accepting: AtomicBool::new(true),
+            accepted: std::sync::atomic::AtomicU64::new(0),
             store,
             bound,
             tls,
@@ -212,28 +218,44 @@ impl Route {
         Ok((Arc::new(route), listener))
     }
 
-    /// True while the accept loop runs.
+    /// True while every accept loop runs.
     pub fn is_accepting(&self) -> bool {
         self.accepting.load(Ordering::SeqCst)
     }
 
-    /// Accepts until `stop` turns true. Each connection's handshake runs in
-    /// its own task, admitted to the bounded pending set (evicting the
-    /// oldest when full); accept errors (EMFILE…) back off and recover.
-    pub async fn serve(self: Arc<Self>, listener: Listener, mut stop: watch::Receiver<bool>) {
-        let _accepting = Accepting(&self.accepting);
+    /// Starts the tasks that write the route's rate-limited log summaries
+    /// (on the current runtime; once per route, whatever the number of
+    /// accept loops).
+    pub fn spawn_log_flushers(&self) {
         self.refusal_log.spawn_flusher();
         if let RouteTls::Transparent(t) = &self.tls {
             t.log.spawn_flusher();
         }
+    }
+
+    /// Accepts until `stop` turns true, as loop `me` of `runtimes` (the
+    /// runtime it runs on; loop 0 writes the route's "listening" and
+    /// "stopped accepting" lines). Each connection's handshake runs in its
+    /// own task, admitted to the bounded pending set (evicting the oldest
+    /// when full) and placed by [`Runtimes::dispatch`]; accept errors
+    /// (EMFILE…) back off and recover.
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: Listener,
+        mut stop: watch::Receiver<bool>,
+        runtimes: Arc<Runtimes>,
+        me: usize,
+    ) {
+        let _accepting = Accepting(&self.accepting);
         let mut backoff = Duration::from_millis(5);
-        info!(
-            target: LOG_TARGET, route = %self.cfg.name, mode = self.cfg.mode.as_str(), listen = %self.bound,
-            target = %self.cfg.target, max_connections = self.cfg.max_connections,
-            max_handshakes = self.cfg.max_handshakes, "listening"
-        );
+        if me == 0 {
+            info!(
+                target: LOG_TARGET, route = %self.cfg.name, mode = self.cfg.mode.as_str(), listen = %self.bound,
+                target = %self.cfg.target, max_connections = self.cfg.max_connections,
+                max_handshakes = self.cfg.max_handshakes, runtimes = runtimes.len(), "listening"
+            );
+        }
         let fault = test_fault(&self.cfg.name);
-        let mut accepted_count: u64 = 0;
         loop {
             let accepted = tokio::select! {
                 biased;
@@ -243,17 +265,7 @@ impl Route {
             match accepted {
                 Ok((stream, peer)) => {
                     backoff = Duration::from_millis(5);
-                    accepted_count = accepted_count.saturating_add(1);
-                    if fault.is_some_and(|n| accepted_count >= n) {
-                        panic!("test fault: route {} accept loop panics", self.cfg.name);
-                    }
-                    self.metrics.connections.increment(1);
-                    let (ticket, evicted) = self.pending.admit();
-                    if evicted > 0 {
-                        debug!(target: LOG_TARGET, route = %self.cfg.name, evicted, "--max-handshakes reached: closing the oldest pending handshake");
-                    }
-                    let live = crate::process::memtrim::Live::start();
-                    tokio::spawn(self.clone().handle(stream, peer, ticket, live));
+                    self.take_accepted(stream, peer, &runtimes, me, fault);
                 }
                 Err(e) => {
                     // Out of descriptors: the oldest pending handshake gives
@@ -267,7 +279,41 @@ impl Route {
                 }
             }
         }
-        info!(target: LOG_TARGET, route = %self.cfg.name, "stopped accepting");
+        if me == 0 {
+            info!(target: LOG_TARGET, route = %self.cfg.name, "stopped accepting");
+        }
+    }
+
+    /// An accepted connection: counted, admitted to the pending set, and
+    /// handed to the runtime it will live on.
+    fn take_accepted(
+        self: &Arc<Self>,
+        stream: Stream,
+        peer: String,
+        runtimes: &Arc<Runtimes>,
+        me: usize,
+        fault: Option<u64>,
+    ) {
+        let n = self
+            .accepted
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        if fault.is_some_and(|f| n >= f) {
+            panic!("test fault: route {} accept loop panics", self.cfg.name);
+        }
+        self.metrics.connections.increment(1);
+        let (ticket, evicted) = self.pending.admit();
+        if evicted > 0 {
+            debug!(target: LOG_TARGET, route = %self.cfg.name, evicted, "--max-handshakes reached: closing the oldest pending handshake");
+        }
+        let live = crate::process::memtrim::Live::start();
+        let route = self.clone();
+        runtimes.dispatch(
+            me,
+            stream,
+            move |stream| route.handle(stream, peer, ticket, live),
+            lost_in_move,
+        );
     }
 
     /// One connection, from handshake to close, as the future its task
@@ -318,6 +364,13 @@ impl Route {
             }
         }
     }
+}
+
+/// A connection whose socket could not be moved to the runtime chosen for
+/// it: closed before its handshake (it is rare: registering a socket with
+/// epoll fails only when the kernel is out of memory or descriptors).
+fn lost_in_move(e: std::io::Error) {
+    warn!(target: LOG_TARGET, error = %e, "cannot move an accepted connection to another runtime; closed");
 }
 
 /// A hidden test hook, read by the shipped binary on purpose:

@@ -1,0 +1,142 @@
+//! `--runtime per-core` with several runtimes, each accepting from the same
+//! listening socket: the limits stay process-wide, whichever runtime
+//! accepted a connection (the connections of these tests are spread over
+//! both runtimes: each goes to the one holding fewer), and the model is
+//! chosen by flag or config key.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use tokio::net::TcpStream;
+
+/// Two runtimes, per-core.
+const PER_CORE_2: [&str; 4] = ["--runtime", "per-core", "--worker-threads", "2"];
+
+/// A server sidecar on two per-core runtimes, with an admin endpoint,
+/// handshakes that do not time out during the test, and the limits given.
+async fn server_with(limits: &[&str]) -> ServerSide {
+    let mut args = PER_CORE_2.to_vec();
+    args.extend(["--handshake-timeout", "60s", "--admin", "127.0.0.1:0"]);
+    args.extend(limits);
+    ServerSide::start(&args).await
+}
+
+/// Waits until the echo target has accepted `n` connections, then checks
+/// it has accepted no more.
+async fn target_saw(echo: &Echo, n: usize) {
+    let deadline = Instant::now() + DEADLINE;
+    while echo.accepted() < n {
+        assert!(Instant::now() < deadline, "the target never saw {n}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(echo.accepted(), n);
+}
+
+/// Polls `/status` until the first route satisfies `done`; panics after
+/// [`DEADLINE`] naming `what`.
+async fn route_until(admin: &str, what: &str, done: impl Fn(&serde_json::Value) -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let doc = status(admin).await;
+        if done(&doc["routes"][0]) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never {what}: {doc}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// `--max-connections 3` over two runtimes, six authenticated controllers:
+/// three are forwarded and three wait for a slot (under their handshake
+/// tickets), whichever runtime each landed on; closing a forwarded one
+/// lets exactly one more through. With a slot count per runtime (seen by
+/// giving each runtime its own semaphore) all six were forwarded and the
+/// status never showed three waiting.
+#[tokio::test]
+async fn max_connections_is_one_limit_across_runtimes() {
+    let s = server_with(&["--max-connections", "3", "--max-handshakes", "100"]).await;
+    let admin = s.sidecar.admin();
+    let mut conns = Vec::new();
+    for _ in 0..6 {
+        conns.push(s.connect_good().await);
+    }
+    route_until(&admin, "3 forwarded and 3 waiting for a slot", |r| {
+        r["live_connections"] == 6 && r["pending_handshakes"] == 3
+    })
+    .await;
+    // The three forwarded ones have dialed the target; nothing else has.
+    target_saw(&s.echo, 3).await;
+    // Closing one admits one waiting connection (on either runtime).
+    drop(conns.remove(0));
+    route_until(&admin, "one waiting connection admitted", |r| {
+        r["live_connections"] == 5 && r["pending_handshakes"] == 2
+    })
+    .await;
+    target_saw(&s.echo, 4).await;
+}
+
+/// `--max-handshakes 3` over two runtimes, six silent sockets: the set
+/// stays at three and the three oldest are closed as `overload`, though
+/// the sockets were accepted by both runtimes. With a pending set per
+/// runtime all six stayed pending and none was evicted.
+#[tokio::test]
+async fn max_handshakes_is_one_set_across_runtimes() {
+    let s = server_with(&["--max-handshakes", "3"]).await;
+    let admin = s.sidecar.admin();
+    let mut silent = Vec::new();
+    for _ in 0..6 {
+        silent.push(TcpStream::connect(&s.addr).await.expect("connect"));
+    }
+    let labels = [("route", "server"), ("reason", "overload")];
+    scrape_until(&admin, "3 overload evictions", |m| {
+        m.value("mtls_sidecar_tls_handshake_failures_total", &labels) == Some(3.0)
+    })
+    .await;
+    route_until(&admin, "3 pending handshakes", |r| {
+        r["pending_handshakes"] == 3
+    })
+    .await;
+    // The three oldest were closed; a real controller still gets through.
+    for old in silent.iter_mut().take(3) {
+        assert!(read_until_closed(old).await.is_empty());
+    }
+    let mut tls = s.connect_good().await;
+    assert_eq!(roundtrip(&mut tls, b"through").await, b"through");
+}
+
+/// A pair with two runtimes on each side forwards many connections at
+/// once, each intact: the placement of connections between runtimes (a
+/// socket moved to another runtime's reactor) loses no byte.
+#[tokio::test]
+async fn per_core_pair_forwards_many_connections() {
+    let pair = Pair::start(&PER_CORE_2, &PER_CORE_2).await;
+    let mut conns = Vec::new();
+    for _ in 0..8 {
+        conns.push(pair.connect().await);
+    }
+    for round in 0..3u8 {
+        for (i, c) in conns.iter_mut().enumerate() {
+            let msg = format!("round {round} conn {i}");
+            assert_eq!(roundtrip(c, msg.as_bytes()).await, msg.as_bytes());
+        }
+    }
+}
+
+/// The config key `runtime` takes `multi` or `per-core`; anything else
+/// exits 2 naming it (the flag's values are clap's to check).
+#[test]
+fn an_unknown_runtime_model_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("c.toml");
+    let route = "[[route]]\nmode = \"server\"\nlisten = \"127.0.0.1:0\"\ntarget = \"127.0.0.1:1\"";
+    let text = format!(
+        "tls_dir = {:?}\nruntime = \"threads\"\n{route}\nallow_san = [\"a.example\"]\n",
+        tmp.path()
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let (code, out) = run_bin(&["run", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("runtime") && out.contains("threads"), "{out}");
+}
