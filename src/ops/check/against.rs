@@ -64,7 +64,7 @@ pub enum Loaded {
 
 /// Loads and validates the candidate: a configuration with `--config`
 /// (its credentials come from the file: no credential flag with it), else
-/// [`trust_candidate`].
+/// the trust candidate the credential flags name.
 pub fn candidate(args: &CheckArgs, now: SystemTime) -> Result<(Loaded, String), AgainstError> {
     let Some(path) = &args.config else {
         let (c, shown) = trust_candidate(args, now)?;
