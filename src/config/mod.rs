@@ -93,12 +93,14 @@ pub struct Settings {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RuntimeModel {
     /// One work-stealing runtime with `--worker-threads` workers: a task
-    /// may run on any of them.
+    /// may run on any of them. The default: `per-core` measured better
+    /// 16-connection throughput but a worse single-connection p99 (the
+    /// product's real load), see benches/README.md.
+    #[default]
     Multi,
     /// `--worker-threads` single-threaded runtimes, each accepting from
     /// the same listening sockets (one descriptor, never `SO_REUSEPORT`); a
     /// connection lives its whole life on the thread that accepted it.
-    #[default]
     PerCore,
 }
 
