@@ -146,8 +146,19 @@ impl Sidecar {
         }
     }
 
+    /// How many admin endpoints `args` start: `--admin` flags (which win
+    /// over a config file's), or the
+    /// `admin` key of a `--config` file (whose line otherwise comes after
+    /// the routes' and raced a test's first `admin()`).
     fn has_admin_flag(&self, args: &[&str]) -> usize {
-        args.iter().filter(|a| **a == "--admin").count()
+        let flags = args.iter().filter(|a| **a == "--admin").count();
+        let in_config = args
+            .windows(2)
+            .filter(|w| w[0] == "--config")
+            .filter_map(|w| std::fs::read_to_string(w[1]).ok())
+            .filter(|text| text.lines().any(config_sets_admin))
+            .count();
+        flags.max(in_config)
     }
 
     /// Starts the binary without waiting.
@@ -980,4 +991,11 @@ pub fn chain_client(
         )
         .unwrap();
     std::sync::Arc::new(cfg)
+}
+
+/// Whether a config file line sets the top-level `admin` address.
+fn config_sets_admin(line: &str) -> bool {
+    line.trim_start()
+        .strip_prefix("admin")
+        .is_some_and(|rest| rest.trim_start().starts_with('='))
 }
