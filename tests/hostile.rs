@@ -384,6 +384,8 @@ async fn a_flood_of_silent_and_garbage_sockets_does_not_lock_out_the_controller(
     warm_up(&s).await;
     let fds_before = fds(pid);
     let anon_before = anon_kib(pid);
+    // 0 would be an unreadable RssAnon, and make the leak guard vacuous.
+    assert!(anon_before > 0, "no RssAnon for pid {pid}");
 
     // The pending set is sampled throughout the flood, not once after it.
     let sampling = Arc::new(AtomicBool::new(true));

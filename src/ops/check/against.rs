@@ -262,6 +262,7 @@ fn gone_text(g: &Gone) -> String {
             "the candidate's route of this name is a {} route",
             m.as_str()
         ),
+        Gone::PerDestination => "the candidate's route of this name is transparent".to_string(),
     }
 }
 
@@ -270,6 +271,13 @@ pub fn render(candidate: &str, addr: &Addr, p: &Preview) -> String {
     use crate::logsafe::{clean, clean_list};
     let mut s = format!("candidate: {candidate}\nagainst:   {addr}\n");
     for (route, live) in &p.routes {
+        if let Some((_, Gone::PerDestination)) = p.gone.iter().find(|(n, _)| n == route) {
+            s.push_str(&format!(
+                "route {route}: {}: its peers are held to each destination rule's own SANs, which this preview cannot tell apart; its {live} live connection(s) are NOT judged (counted as possibly cut)\n",
+                gone_text(&Gone::PerDestination)
+            ));
+            continue;
+        }
         if let Some((_, g)) = p.gone.iter().find(|(n, _)| n == route) {
             s.push_str(&format!(
                 "route {route}: {}: its {live} live connection(s) keep their process, and none of its peers can connect after a restart\n",

@@ -36,6 +36,8 @@ use crate::tls::verify::check_route_policy;
 pub struct RouteCandidate {
     pub name: String,
     pub mode: Mode,
+    /// A transparent route (per-destination SANs; not judged).
+    pub per_destination: bool,
     pub sans: SanPolicy,
     pub pins: Vec<[u8; 32]>,
     /// Its credential source's revision.
@@ -56,6 +58,11 @@ pub enum Gone {
     Dropped,
     /// The candidate's route of that name is of the other mode.
     OtherMode(Mode),
+    /// The candidate's route of that name is transparent: each live
+    /// connection is held to its own destination rule's SANs, which
+    /// `/connections` does not name, so the preview cannot judge it (and
+    /// says so rather than report nothing cut).
+    PerDestination,
 }
 
 /// Loads `path` with the config loader `run --config` uses (its error as
@@ -79,6 +86,7 @@ pub fn load(path: &std::path::Path, now: SystemTime) -> Result<ConfigCandidate, 
         routes.push(RouteCandidate {
             name: r.name.clone(),
             mode: r.mode,
+            per_destination: r.transparent.is_some(),
             sans: r.peer_sans.clone(),
             pins: r.spki_pins.clone(),
             credentials,
@@ -102,6 +110,7 @@ pub fn matching<'a>(
     match candidate.routes.iter().find(|r| r.name == route.name) {
         None => Err(Gone::Dropped),
         Some(r) if r.mode != route.mode => Err(Gone::OtherMode(r.mode)),
+        Some(r) if r.per_destination => Err(Gone::PerDestination),
         Some(r) => Ok(r),
     }
 }
@@ -165,6 +174,7 @@ mod tests {
         RouteCandidate {
             name: name.to_string(),
             mode,
+            per_destination: false,
             sans: SanPolicy::Any,
             pins: Vec::new(),
             credentials: RevisionFiles {
@@ -187,6 +197,20 @@ mod tests {
             intermediates_pem: String::new(),
             live: 0,
         }
+    }
+
+    #[test]
+    fn a_transparent_candidate_route_is_not_judged() {
+        let mut t = route("t", Mode::Client);
+        t.per_destination = true;
+        let cfg = ConfigCandidate {
+            routes: vec![t],
+            crl_scope: CrlScope::Leaf,
+        };
+        assert_eq!(
+            matching(&cfg, &running("t", Mode::Client)).map(|r| r.name.as_str()),
+            Err(Gone::PerDestination)
+        );
     }
 
     #[test]
