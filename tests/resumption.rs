@@ -125,6 +125,18 @@ async fn counter(admin: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     scrape(admin).await.value(name, labels).unwrap_or(0.0)
 }
 
+/// A refusal counter once it reaches `least`: the peer sees its refusal
+/// before the sidecar has counted it, so one scrape right after can be
+/// short (seen under stress-ng).
+async fn counted(admin: &str, name: &str, labels: &[(&str, &str)], least: f64) -> f64 {
+    scrape_until(admin, &format!("{name} {labels:?} >= {least}"), |m| {
+        m.value(name, labels).unwrap_or(0.0) >= least
+    })
+    .await
+    .value(name, labels)
+    .unwrap_or(0.0)
+}
+
 fn publish(dir: &AtomicDir, leaf: &Issued, ca_pem: &str, crl: Option<&str>) {
     let mut files: Vec<(&str, &[u8])> = vec![
         ("tls.crt", leaf.cert_pem.as_bytes()),
@@ -232,7 +244,7 @@ async fn a_revoked_peer_holding_a_ticket_gets_a_full_handshake_and_is_refused() 
     assert_eq!(session(&addr, &cfg).await, REFUSED);
     let admin = sc.admin();
     let revoked = [("route", "server"), ("reason", "revoked")];
-    assert_eq!(counter(&admin, FAILURES, &revoked).await, 1.0);
+    assert_eq!(counted(&admin, FAILURES, &revoked, 1.0).await, 1.0);
     assert_eq!(
         counter(&admin, RESUMPTIONS, &[("route", "server")]).await,
         0.0
@@ -256,7 +268,7 @@ async fn a_peer_of_a_removed_ca_holding_a_ticket_is_refused() {
     apply(&sc, &dir, &replica, &ours.ca.cert_pem, None).await;
     assert_eq!(session(&addr, &cfg).await, REFUSED);
     let unknown = [("route", "server"), ("reason", "unknown_ca")];
-    assert_eq!(counter(&sc.admin(), FAILURES, &unknown).await, 1.0);
+    assert_eq!(counted(&sc.admin(), FAILURES, &unknown, 1.0).await, 1.0);
     assert_eq!(echo.accepted(), 2);
 }
 
@@ -291,7 +303,7 @@ async fn a_re_pinned_route_does_not_resume_an_earlier_ticket() {
     let sc = start_server(dir.path(), &echo.addr.to_string(), &args).await;
     assert_eq!(session(&sc.addr("server"), &cfg).await, REFUSED);
     let mismatch = [("route", "server"), ("reason", "pin_mismatch")];
-    assert_eq!(counter(&sc.admin(), FAILURES, &mismatch).await, 1.0);
+    assert_eq!(counted(&sc.admin(), FAILURES, &mismatch, 1.0).await, 1.0);
     assert_eq!(echo.accepted(), 1);
 }
 
@@ -321,7 +333,7 @@ async fn an_expired_peer_holding_a_ticket_is_refused() {
     until_past(ends).await;
     assert_eq!(session(&addr, &cfg).await, REFUSED);
     let expired = [("route", "server"), ("reason", "expired")];
-    assert_eq!(counter(&sc.admin(), FAILURES, &expired).await, 1.0);
+    assert_eq!(counted(&sc.admin(), FAILURES, &expired, 1.0).await, 1.0);
     assert_eq!(echo.accepted(), 1);
 }
 
