@@ -116,17 +116,23 @@ fn pid_of(arg: &std::path::Path) -> u32 {
     found.expect("the sidecar's pid")
 }
 
-/// VmRSS of a process, KiB.
-fn rss_kib(pid: u32) -> u64 {
+/// A `/proc/PID/status` figure in KiB (`VmRSS:`, `RssAnon:`); 0 when
+/// unreadable.
+fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.split_whitespace().next())
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// VmRSS of a process, KiB.
+fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
 }
 
 /// Anonymous resident memory of a process (heap, arenas, stacks: what a
@@ -135,15 +141,7 @@ fn rss_kib(pid: u32) -> u64 {
 /// of a debug build's text, varying with fault-around and page cache):
 /// shared, clean and reclaimable, not memory the flood kept.
 fn anon_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("RssAnon:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
+    status_kib(pid, "RssAnon:")
 }
 
 /// Open descriptors of a process.
