@@ -328,6 +328,27 @@ async fn metric(admin: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Binds `addr` once the listener this test just dropped on the same port
+/// is gone. Dropping it closes our descriptor, but a process another test
+/// thread is spawning at that moment holds a copy of every descriptor
+/// until its `exec` (close-on-exec acts only then), and on a loaded
+/// machine that window is long enough for the bind to meet the old
+/// listener (`AddrInUse`: run 1 of a stress-ng loop at 8e68e9c).
+async fn rebind(addr: &str) -> std::net::TcpListener {
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        match std::net::TcpListener::bind(addr) {
+            Ok(l) => return l,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => assert!(
+                std::time::Instant::now() < deadline,
+                "{addr} still in use: {e}"
+            ),
+            Err(e) => panic!("bind {addr}: {e}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Polls a metric until it equals `want`.
 async fn metric_reaches(admin: &str, name: &str, labels: &[(&str, &str)], want: f64) {
     let deadline = std::time::Instant::now() + DEADLINE;
@@ -1634,7 +1655,7 @@ async fn the_sidecar_warns_while_the_application_listens_outside_loopback() {
 
     // The application moves to every address.
     drop(app);
-    let app = std::net::TcpListener::bind("0.0.0.0:2100").unwrap();
+    let app = rebind("0.0.0.0:2100").await;
     let e = exposure_becomes(admin, "exposed").await;
     assert_eq!(e["listening"], serde_json::json!(["0.0.0.0:2100"]), "{e}");
     let line = server.wait_log(&[WARN, "route=server"]).await;
@@ -1652,7 +1673,7 @@ async fn the_sidecar_warns_while_the_application_listens_outside_loopback() {
 
     // Back on loopback.
     drop(app);
-    let _app = std::net::TcpListener::bind("127.0.0.1:2100").unwrap();
+    let _app = rebind("127.0.0.1:2100").await;
     exposure_becomes(admin, "not_exposed").await;
     server
         .wait_log(&["no longer listens on a non-loopback address"])
