@@ -333,7 +333,7 @@ async fn metric(admin: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 /// thread is spawning at that moment holds a copy of every descriptor
 /// until its `exec` (close-on-exec acts only then), and on a loaded
 /// machine that window is long enough for the bind to meet the old
-/// listener (`AddrInUse`: run 1 of a stress-ng loop at 8e68e9c).
+/// listener (`AddrInUse`: runs 1 and 3 of a stress-ng loop at 8e68e9c).
 async fn rebind(addr: &str) -> std::net::TcpListener {
     let deadline = std::time::Instant::now() + DEADLINE;
     loop {
