@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use crate::credentials::workload::ENDPOINT_ENV;
 use crate::credentials::CredentialSource;
 
 use super::{invalid, ConfigError};
@@ -25,11 +26,19 @@ pub struct CredentialSpec {
     pub intermediates: Option<PathBuf>,
     /// A deny-list beside `cert`/`key`/`ca` (a directory's is its `deny`).
     pub deny: Option<PathBuf>,
+    /// The SPIFFE Workload API endpoint (`unix:///path`); empty: the
+    /// `SPIFFE_ENDPOINT_SOCKET` environment variable's.
+    pub workload_api: Option<String>,
+    /// Which SVID of the Workload API to use (its SPIFFE ID).
+    pub svid: Option<String>,
 }
 
 impl CredentialSpec {
     /// Resolves to a source; `prefix` qualifies field names in messages.
     pub fn to_source(&self, prefix: &str) -> Result<Option<CredentialSource>, ConfigError> {
+        if let Some(source) = self.workload_source(prefix)? {
+            return Ok(Some(source));
+        }
         if self.crl.is_some() && self.cert.is_none() {
             return Err(invalid(
                 format!("{prefix}crl"),
@@ -69,4 +78,64 @@ impl CredentialSpec {
             )),
         }
     }
+}
+
+impl CredentialSpec {
+    /// A Workload API source, when one is named: alone (no directory, no
+    /// files), at a `unix:` endpoint (empty: `SPIFFE_ENDPOINT_SOCKET`'s).
+    fn workload_source(&self, prefix: &str) -> Result<Option<CredentialSource>, ConfigError> {
+        let Some(given) = &self.workload_api else {
+            if self.svid.is_some() {
+                return Err(invalid(
+                    format!("{prefix}svid"),
+                    "picks an SVID of the Workload API: give --workload-api too",
+                ));
+            }
+            return Ok(None);
+        };
+        let files = [&self.cert, &self.key, &self.ca, &self.crl]
+            .into_iter()
+            .chain([&self.intermediates, &self.deny])
+            .any(Option::is_some);
+        if self.tls_dir.is_some() || files {
+            return Err(invalid(
+                format!("{prefix}workload-api"),
+                "give either the Workload API or a directory or --cert/--key/--ca, not both",
+            ));
+        }
+        let endpoint = workload_endpoint(given, std::env::var(ENDPOINT_ENV).ok())
+            .map_err(|e| invalid(format!("{prefix}workload-api"), e))?;
+        let svid = match &self.svid {
+            Some(id) => Some(svid_id(id).map_err(|e| invalid(format!("{prefix}svid"), e))?),
+            None => None,
+        };
+        Ok(Some(CredentialSource::WorkloadApi { endpoint, svid }))
+    }
+}
+
+/// The endpoint to dial: the one given, or (given empty) the environment
+/// variable's; a Unix socket, `unix:///path` or `unix:/path`.
+pub fn workload_endpoint(given: &str, env: Option<String>) -> Result<String, String> {
+    let endpoint = if given.is_empty() {
+        env.filter(|e| !e.is_empty()).ok_or_else(|| {
+            format!("given without an endpoint and {ENDPOINT_ENV} is not set (or empty)")
+        })?
+    } else {
+        given.to_string()
+    };
+    let path = endpoint
+        .strip_prefix("unix://")
+        .or_else(|| endpoint.strip_prefix("unix:"))
+        .ok_or_else(|| format!("{endpoint:?}: expected unix:///path/to/agent.sock"))?;
+    if !path.starts_with('/') {
+        return Err(format!("{endpoint:?}: the socket path must be absolute"));
+    }
+    Ok(endpoint)
+}
+
+/// A `--svid` value: a SPIFFE ID.
+fn svid_id(id: &str) -> Result<String, String> {
+    spiffe::SpiffeId::new(id)
+        .map(|s| s.to_string())
+        .map_err(|e| format!("{id:?} is not a SPIFFE ID: {e}"))
 }

@@ -28,6 +28,9 @@ fn paths(source: &CredentialSource) -> [PathBuf; 3] {
     match source {
         CredentialSource::Dir(d) => [d.join(CERT_FILE), d.join(KEY_FILE), d.join(CA_FILE)],
         CredentialSource::Files { cert, key, ca, .. } => [cert.clone(), key.clone(), ca.clone()],
+        CredentialSource::WorkloadApi { endpoint, .. } => {
+            [endpoint.into(), endpoint.into(), endpoint.into()]
+        }
     }
 }
 
