@@ -1,0 +1,430 @@
+//! The SPIFFE Workload API as a credential source, against an independent
+//! Workload API server (tests/spiffe/agent.py: Python, grpcio, protobuf
+//! encoded by hand from the spec): start-up, agent never up, rotation
+//! under load, bundle shrink, a cross-domain forgery, agent restart,
+//! malformed contexts, and the command line's rules.
+
+mod common;
+#[path = "spiffe/harness.rs"]
+mod harness;
+
+use std::time::{Duration, Instant};
+
+use common::expo::Exposition;
+use common::tools::skip_unless;
+use common::{
+    client_config, echo_target, get, get_until, refused, roundtrip, run_bin, tls_connect, Sidecar,
+    DEADLINE,
+};
+use harness::{dns_leaf, svid_leaf, Agent, Svid};
+use mtls_sidecar::ops::pki::{DevCa, Issued};
+use serde_json::Value;
+
+const TD: &str = "spiffe://prod.test";
+const SERVER_ID: &str = "spiffe://prod.test/ns/db/sa/replica";
+const CLIENT_ID: &str = "spiffe://prod.test/ns/app/sa/controller";
+
+/// A server sidecar on the agent's Workload API, admitting CLIENT_ID.
+async fn server(agent: &Agent, extra: &[&str]) -> Sidecar {
+    let echo = echo_target().await;
+    let target = echo.addr.to_string();
+    let endpoint = agent.endpoint();
+    let mut args = vec![
+        "server",
+        "--listen",
+        "127.0.0.1:0",
+        "--target",
+        &target,
+        "--workload-api",
+        &endpoint,
+        "--allow-san",
+        CLIENT_ID,
+        "--admin",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    let sc = Sidecar::start(&args, 1).await;
+    std::mem::forget(echo);
+    sc
+}
+
+async fn status(sc: &Sidecar) -> Value {
+    serde_json::from_str(&get(&sc.admin(), "/status").await.body).expect("status JSON")
+}
+
+async fn metric(sc: &Sidecar, name: &str) -> Option<f64> {
+    let body = get(&sc.admin(), "/metrics").await.body;
+    Exposition::parse(&body).ok()?.value(name, &[])
+}
+
+/// Waits until `/status` shows the identity serial `serial` in force.
+async fn wait_serial(sc: &Sidecar, leaf: &Issued) -> Value {
+    let serial = mtls_sidecar::identity::CertInfo::parse(&leaf.cert_der)
+        .unwrap()
+        .serial;
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let st = status(sc).await;
+        if st["credentials"][0]["identity"]["serial"] == serial.as_str() {
+            return st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "serial {serial} never in force: {st}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Connects to the server sidecar as `who`, trusting `ca`.
+async fn connect_as(sc: &Sidecar, who: &Issued, ca: &DevCa) -> common::ClientTls {
+    let cfg = client_config(Some(who), &ca.cert_pem);
+    // SVIDs carry no DNS name: the test client checks the CA only.
+    tls_connect(&sc.addr("server"), "svid", no_name_check(cfg))
+        .await
+        .expect("TLS connect")
+}
+
+/// The client config with host-name checking off (SVIDs have URI SANs).
+fn no_name_check(
+    cfg: std::sync::Arc<rustls::ClientConfig>,
+) -> std::sync::Arc<rustls::ClientConfig> {
+    let mut cfg = (*cfg).clone();
+    cfg.dangerous()
+        .set_certificate_verifier(std::sync::Arc::new(AnyServer));
+    std::sync::Arc::new(cfg)
+}
+
+#[derive(Debug)]
+struct AnyServer;
+
+impl rustls::client::danger::ServerCertVerifier for AnyServer {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &rustls::pki_types::CertificateDer<'_>,
+        d: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        let p = common::provider();
+        rustls::crypto::verify_tls12_signature(m, c, d, &p.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &rustls::pki_types::CertificateDer<'_>,
+        d: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        let p = common::provider();
+        rustls::crypto::verify_tls13_signature(m, c, d, &p.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        common::provider()
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+async fn admitted(sc: &Sidecar, who: &Issued, ca: &DevCa) -> bool {
+    let mut s = connect_as(sc, who, ca).await;
+    !refused(&mut s).await
+}
+
+#[tokio::test]
+async fn start_serves_the_svid_and_sends_the_metadata() {
+    if skip_unless(&["python3", "grpcio"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = DevCa::new("prod.test CA", 30).unwrap();
+    let agent = Agent::start(tmp.path(), true);
+    let svid = Svid::new(&ca, SERVER_ID);
+    agent.push(&[&svid], &[]).await;
+    let sc = server(&agent, &[]).await;
+    get_until(&sc.admin(), "/readyz", 200).await;
+    let st = wait_serial(&sc, &svid.leaf).await;
+    let store = &st["credentials"][0];
+    assert_eq!(store["workload_api"]["spiffe_id"], SERVER_ID);
+    assert_eq!(store["workload_api"]["trust_domain"], "prod.test");
+    assert_eq!(store["workload_api"]["agent_up"], true);
+    assert_eq!(store["trust_anchors"].as_array().unwrap().len(), 1);
+    assert!(store["source"]
+        .as_str()
+        .unwrap()
+        .starts_with("workload-api "));
+
+    let client = svid_leaf(&ca, &[CLIENT_ID]);
+    let mut s = connect_as(&sc, &client, &ca).await;
+    assert_eq!(roundtrip(&mut s, b"hello").await, b"hello");
+    assert_eq!(metric(&sc, "mtls_sidecar_workload_api_up").await, Some(1.0));
+    // Every request carried the metadata: the agent refused none.
+    let stats = agent.op("stats").await;
+    assert!(stats["requests"].as_u64().unwrap() >= 1, "{stats}");
+    assert_eq!(stats["refused"], 0, "{stats}");
+}
+
+#[tokio::test]
+async fn the_test_agent_refuses_requests_without_the_metadata() {
+    if skip_unless(&["python3", "grpcio"]) {
+        return;
+    }
+    let out = std::process::Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/spiffe/agent.py"
+        ))
+        .arg("--selftest")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[tokio::test]
+async fn agent_never_up_is_not_ready_until_it_comes() {
+    if skip_unless(&["python3", "grpcio"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = DevCa::new("prod.test CA", 30).unwrap();
+    let agent = Agent::start(tmp.path(), false);
+    let sc = server(&agent, &[]).await;
+    let not_ready = get_until(&sc.admin(), "/readyz", 503).await;
+    assert!(
+        not_ready.body.contains("no X.509-SVID from workload-api"),
+        "{}",
+        not_ready.body
+    );
+    assert_eq!(get(&sc.admin(), "/livez").await.code, 200);
+    assert_eq!(metric(&sc, "mtls_sidecar_workload_api_up").await, Some(0.0));
+    // Fail closed: no identity, no trust, nobody admitted.
+    let client = svid_leaf(&ca, &[CLIENT_ID]);
+    assert!(!admitted(&sc, &client, &ca).await);
+    sc.wait_log(&["Workload API agent unreachable"]).await;
+
+    let svid = Svid::new(&ca, SERVER_ID);
+    agent.op("start").await;
+    agent.push(&[&svid], &[]).await;
+    get_until(&sc.admin(), "/readyz", 200).await;
+    assert!(admitted(&sc, &client, &ca).await);
+    assert_eq!(metric(&sc, "mtls_sidecar_workload_api_up").await, Some(1.0));
+    // Once per state change, however many retries: no busy loop of logs.
+    assert_eq!(sc.log_count("Workload API agent unreachable"), 1);
+}
+
+#[tokio::test]
+async fn malformed_contexts_are_rejected_and_the_last_good_stays() {
+    if skip_unless(&["python3", "grpcio"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = DevCa::new("prod.test CA", 30).unwrap();
+    let agent = Agent::start(tmp.path(), true);
+    let good = Svid::new(&ca, SERVER_ID);
+    agent.push(&[&good], &[]).await;
+    let sc = server(&agent, &[]).await;
+    wait_serial(&sc, &good.leaf).await;
+    let client = svid_leaf(&ca, &[CLIENT_ID]);
+
+    // Key mismatch: the chain of one SVID with the key of another.
+    let other = Svid::new(&ca, SERVER_ID);
+    let mut mismatched = Svid::new(&ca, SERVER_ID);
+    mismatched.leaf.key_pem = other.leaf.key_pem.clone();
+    // Bad DER in the chain.
+    let mut bad_der = Svid::new(&ca, SERVER_ID);
+    bad_der.leaf.cert_der = rustls::pki_types::CertificateDer::from(vec![0x30, 0x03, 1, 2, 3]);
+    let mut rejections = 0;
+    for (what, push) in [
+        ("key mismatch", Some(&mismatched)),
+        ("bad DER", Some(&bad_der)),
+        ("empty SVID list", None),
+    ] {
+        match push {
+            Some(s) => agent.push(&[s], &[]).await,
+            None => agent.push(&[], &[]).await,
+        }
+        rejections += 1;
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let body = get(&sc.admin(), "/metrics").await.body;
+            let m = Exposition::parse(&body).unwrap();
+            let n = m
+                .value(
+                    "mtls_sidecar_credential_reloads_total",
+                    &[("result", "rejected")],
+                )
+                .unwrap_or(0.0);
+            if n >= rejections as f64 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{what} not rejected:\n{body}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let st = wait_serial(&sc, &good.leaf).await;
+        let error = st["credentials"][0]["last_rejected"]["error"].to_string();
+        assert!(!error.is_empty() && error != "null", "{what}: {st}");
+        assert!(admitted(&sc, &client, &ca).await, "{what}");
+    }
+    // --svid naming an ID the agent does not offer: rejected, named.
+    drop(sc);
+    let sc = server(&agent, &["--svid", "spiffe://prod.test/not/offered"]).await;
+    agent.push(&[&good], &[]).await;
+    let r = get_until(&sc.admin(), "/readyz", 503).await;
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let st = status(&sc).await;
+        let e = st["credentials"][0]["last_rejected"]["error"].to_string();
+        if e.contains("no SVID with SPIFFE ID spiffe://prod.test/not/offered") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{st}\n{}", r.body);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_peer_of_another_trust_domain_is_refused_even_if_our_ca_signed_it() {
+    if skip_unless(&["python3", "grpcio"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = DevCa::new("prod.test CA", 30).unwrap();
+    let fed_ca = DevCa::new("partner.test CA", 30).unwrap();
+    let agent = Agent::start(tmp.path(), true);
+    let svid = Svid::new(&ca, SERVER_ID);
+    agent.push(&[&svid], &[("partner.test", &fed_ca)]).await;
+    let sc = server(
+        &agent,
+        &[
+            "--allow-san",
+            "spiffe://partner.test/ns/app/sa/controller",
+            // A DNS entry: it matches only peers of our trust domain, and
+            // a certificate without a SPIFFE ID is no peer of any.
+            "--allow-san",
+            "controller.env-1.svc",
+        ],
+    )
+    .await;
+    let st = wait_serial(&sc, &svid.leaf).await;
+    assert_eq!(
+        st["credentials"][0]["workload_api"]["federated_ignored"],
+        serde_json::json!(["partner.test"])
+    );
+    // Our CA minting another trust domain's ID: a forgery.
+    let forged = svid_leaf(&ca, &["spiffe://partner.test/ns/app/sa/controller"]);
+    assert!(
+        !admitted(&sc, &forged, &ca).await,
+        "cross-domain forgery admitted"
+    );
+    sc.wait_log(&["reason=\"unknown_ca\"", "spiffe://partner.test"])
+        .await;
+    // The partner's CA for its own ID: its bundle is not trusted.
+    let partner = svid_leaf(&fed_ca, &["spiffe://partner.test/ns/app/sa/controller"]);
+    assert!(!admitted(&sc, &partner, &ca).await);
+    // A certificate of our CA with no SPIFFE ID, or two URI SANs: no SVID.
+    let dns_only = dns_leaf(&ca, "controller.env-1.svc");
+    assert!(
+        !admitted(&sc, &dns_only, &ca).await,
+        "no SPIFFE ID admitted"
+    );
+    let two = svid_leaf(&ca, &[CLIENT_ID, "spiffe://prod.test/also"]);
+    assert!(!admitted(&sc, &two, &ca).await, "two URI SANs admitted");
+    // Our own trust domain's ID from our CA is admitted.
+    let client = svid_leaf(&ca, &[CLIENT_ID]);
+    assert!(admitted(&sc, &client, &ca).await);
+    let _ = TD;
+}
+
+#[tokio::test]
+async fn command_line_rules() {
+    let sock = "unix:///tmp/agent.sock";
+    let base = [
+        "server",
+        "--listen",
+        "127.0.0.1:0",
+        "--target",
+        "127.0.0.1:9",
+        "--allow-san",
+        CLIENT_ID,
+    ];
+    let with = |extra: &[&str]| {
+        let mut a: Vec<&str> = base.to_vec();
+        a.extend_from_slice(extra);
+        run_bin(&a)
+    };
+    let (code, out) = with(&["--workload-api", sock, "--tls-dir", "/tmp"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("workload-api"), "{out}");
+    let (code, out) = with(&[
+        "--workload-api",
+        sock,
+        "--cert",
+        "a",
+        "--key",
+        "b",
+        "--ca",
+        "c",
+    ]);
+    assert_eq!(code, 2, "{out}");
+    let (code, out) = with(&["--workload-api", "tcp://127.0.0.1:1"]);
+    assert_eq!(code, 2, "{out}");
+    let (code, out) = with(&["--tls-dir", "/tmp", "--svid", SERVER_ID]);
+    assert_eq!(code, 2, "{out}");
+    let (code, out) = with(&["--workload-api", sock, "--svid", "not-an-id"]);
+    assert_eq!(code, 2, "{out}");
+    // A client route on the Workload API must expect a SPIFFE ID.
+    let (code, out) = run_bin(&[
+        "client",
+        "--listen",
+        "127.0.0.1:0",
+        "--target",
+        "replica.test:6877",
+        "--workload-api",
+        sock,
+    ]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("--expect-san"), "{out}");
+}
+
+#[test]
+fn bare_flag_reads_spiffe_endpoint_socket_and_the_variable_alone_changes_nothing() {
+    let base = [
+        "server",
+        "--listen",
+        "127.0.0.1:0",
+        "--target",
+        "127.0.0.1:9",
+        "--allow-san",
+        CLIENT_ID,
+    ];
+    // Bare flag without the variable: a usage error naming it.
+    let mut cmd = std::process::Command::new(common::bin());
+    cmd.args(base)
+        .arg("--workload-api")
+        .env_remove("SPIFFE_ENDPOINT_SOCKET");
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("SPIFFE_ENDPOINT_SOCKET"));
+    // The variable alone (pod-wide injection) does not replace --tls-dir:
+    // the directory is read (and here missing), not the socket.
+    let mut cmd = std::process::Command::new(common::bin());
+    cmd.args(base)
+        .args(["--tls-dir", "/nonexistent-tls-dir"])
+        .env("SPIFFE_ENDPOINT_SOCKET", "unix:///nonexistent.sock");
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("/nonexistent-tls-dir"), "{err}");
+}
