@@ -20,7 +20,6 @@ use harness::{dns_leaf, svid_leaf, Agent, Svid};
 use mtls_sidecar::ops::pki::{DevCa, Issued};
 use serde_json::Value;
 
-const TD: &str = "spiffe://prod.test";
 const SERVER_ID: &str = "spiffe://prod.test/ns/db/sa/replica";
 const CLIENT_ID: &str = "spiffe://prod.test/ns/app/sa/controller";
 
@@ -294,11 +293,21 @@ async fn malformed_contexts_are_rejected_and_the_last_good_stays() {
     }
 }
 
-#[tokio::test]
-async fn a_peer_of_another_trust_domain_is_refused_even_if_our_ca_signed_it() {
-    if skip_unless(&["python3", "grpcio"]) {
-        return;
-    }
+/// A server sidecar whose agent streams a federated bundle for
+/// partner.test, admitting CLIENT_ID, partner.test's controller and the
+/// DNS name controller.env-1.svc: every refusal below is the trust
+/// domain rule's, not the allow-list's.
+struct Scoped {
+    _tmp: tempfile::TempDir,
+    _agent: Agent,
+    sc: Sidecar,
+    ca: DevCa,
+    fed_ca: DevCa,
+}
+
+const PARTNER_ID: &str = "spiffe://partner.test/ns/app/sa/controller";
+
+async fn scoped() -> Scoped {
     let tmp = tempfile::tempdir().unwrap();
     let ca = DevCa::new("prod.test CA", 30).unwrap();
     let fed_ca = DevCa::new("partner.test CA", 30).unwrap();
@@ -309,9 +318,7 @@ async fn a_peer_of_another_trust_domain_is_refused_even_if_our_ca_signed_it() {
         &agent,
         &[
             "--allow-san",
-            "spiffe://partner.test/ns/app/sa/controller",
-            // A DNS entry: it matches only peers of our trust domain, and
-            // a certificate without a SPIFFE ID is no peer of any.
+            PARTNER_ID,
             "--allow-san",
             "controller.env-1.svc",
         ],
@@ -322,29 +329,58 @@ async fn a_peer_of_another_trust_domain_is_refused_even_if_our_ca_signed_it() {
         st["credentials"][0]["workload_api"]["federated_ignored"],
         serde_json::json!(["partner.test"])
     );
+    // Our own trust domain's ID from our CA is admitted.
+    assert!(admitted(&sc, &svid_leaf(&ca, &[CLIENT_ID]), &ca).await);
+    Scoped {
+        _tmp: tmp,
+        _agent: agent,
+        sc,
+        ca,
+        fed_ca,
+    }
+}
+
+#[tokio::test]
+async fn a_peer_of_another_trust_domain_is_refused_even_if_our_ca_signed_it() {
+    if skip_unless(&["python3", "grpcio"]) {
+        return;
+    }
+    let s = scoped().await;
     // Our CA minting another trust domain's ID: a forgery.
-    let forged = svid_leaf(&ca, &["spiffe://partner.test/ns/app/sa/controller"]);
+    let forged = svid_leaf(&s.ca, &[PARTNER_ID]);
     assert!(
-        !admitted(&sc, &forged, &ca).await,
+        !admitted(&s.sc, &forged, &s.ca).await,
         "cross-domain forgery admitted"
     );
-    sc.wait_log(&["reason=\"unknown_ca\"", "spiffe://partner.test"])
+    s.sc.wait_log(&["reason=\"unknown_ca\"", "spiffe://partner.test"])
         .await;
-    // The partner's CA for its own ID: its bundle is not trusted.
-    let partner = svid_leaf(&fed_ca, &["spiffe://partner.test/ns/app/sa/controller"]);
-    assert!(!admitted(&sc, &partner, &ca).await);
-    // A certificate of our CA with no SPIFFE ID, or two URI SANs: no SVID.
-    let dns_only = dns_leaf(&ca, "controller.env-1.svc");
+    // The partner's CA for its own ID: its (federated) bundle is not
+    // trusted.
+    let partner = svid_leaf(&s.fed_ca, &[PARTNER_ID]);
+    assert!(!admitted(&s.sc, &partner, &s.ca).await);
+}
+
+#[tokio::test]
+async fn a_dns_allow_entry_does_not_admit_a_peer_without_a_spiffe_id() {
+    if skip_unless(&["python3", "grpcio"]) {
+        return;
+    }
+    let s = scoped().await;
+    let dns_only = dns_leaf(&s.ca, "controller.env-1.svc");
     assert!(
-        !admitted(&sc, &dns_only, &ca).await,
+        !admitted(&s.sc, &dns_only, &s.ca).await,
         "no SPIFFE ID admitted"
     );
-    let two = svid_leaf(&ca, &[CLIENT_ID, "spiffe://prod.test/also"]);
-    assert!(!admitted(&sc, &two, &ca).await, "two URI SANs admitted");
-    // Our own trust domain's ID from our CA is admitted.
-    let client = svid_leaf(&ca, &[CLIENT_ID]);
-    assert!(admitted(&sc, &client, &ca).await);
-    let _ = TD;
+}
+
+#[tokio::test]
+async fn a_peer_with_two_uri_sans_is_no_svid() {
+    if skip_unless(&["python3", "grpcio"]) {
+        return;
+    }
+    let s = scoped().await;
+    let two = svid_leaf(&s.ca, &[CLIENT_ID, "spiffe://prod.test/also"]);
+    assert!(!admitted(&s.sc, &two, &s.ca).await, "two URI SANs admitted");
 }
 
 #[tokio::test]
