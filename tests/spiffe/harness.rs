@@ -2,6 +2,7 @@
 //! Python (grpcio, protobuf encoded by hand from the spec's field numbers),
 //! from the Rust tests: start it, push X.509 contexts, drop its streams,
 //! stop and restart it.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -86,12 +87,6 @@ impl Agent {
             .collect();
         let svids: Vec<Value> = svids.iter().map(|s| s.json()).collect();
         self.control(json!({"op": "push", "svids": svids, "federated": fed}))
-            .await;
-    }
-
-    /// Streams one message of arbitrary bytes.
-    pub async fn push_raw(&self, bytes: &[u8]) {
-        self.control(json!({"op": "push_raw", "b64": b64(bytes)}))
             .await;
     }
 
