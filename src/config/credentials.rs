@@ -139,3 +139,15 @@ fn svid_id(id: &str) -> Result<String, String> {
         .map(|s| s.to_string())
         .map_err(|e| format!("{id:?} is not a SPIFFE ID: {e}"))
 }
+
+/// A client route whose identity comes from the Workload API expects a
+/// SPIFFE ID: SVIDs carry URI SANs only, so the default expectation (the
+/// target's host name) would refuse every server.
+pub(super) fn spiffe_expectation(expect_san: &[String]) -> Result<(), String> {
+    if expect_san.iter().any(|s| s.starts_with("spiffe://")) {
+        return Ok(());
+    }
+    Err("required with --workload-api: name the server's SPIFFE ID \
+         (--expect-san spiffe://trust.domain/path); SVIDs carry no DNS name"
+        .into())
+}

@@ -207,7 +207,7 @@ impl RouteSpec {
                         )
                     })?;
                     if let CredentialSource::WorkloadApi { .. } = &credentials {
-                        spiffe_expectation(&self.expect_san)
+                        super::credentials::spiffe_expectation(&self.expect_san)
                             .map_err(|e| invalid(p("--expect-san"), e))?;
                     }
                     let expected = if self.expect_san.is_empty() {
@@ -438,16 +438,4 @@ mod tests {
             SanPolicy::OneOf(vec!["replica.svc".parse().unwrap()])
         );
     }
-}
-
-/// A client route whose identity comes from the Workload API expects a
-/// SPIFFE ID: SVIDs carry URI SANs only, so the default expectation (the
-/// target's host name) would refuse every server.
-fn spiffe_expectation(expect_san: &[String]) -> Result<(), String> {
-    if expect_san.iter().any(|s| s.starts_with("spiffe://")) {
-        return Ok(());
-    }
-    Err("required with --workload-api: name the server's SPIFFE ID \
-         (--expect-san spiffe://trust.domain/path); SVIDs carry no DNS name"
-        .into())
 }
