@@ -345,3 +345,57 @@ fn bare_flag_reads_spiffe_endpoint_socket_and_the_variable_alone_changes_nothing
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("/nonexistent-tls-dir"), "{err}");
 }
+
+#[test]
+fn the_spiffe_csi_example_parses_with_the_real_cli_and_mounts_the_socket_it_dials() {
+    use clap::Parser;
+    use mtls_sidecar::cli::{Cli, Command};
+    use yaml_rust2::YamlLoader;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/spiffe/replica.yaml");
+    let docs = YamlLoader::load_from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let set = docs
+        .iter()
+        .find(|d| d["kind"].as_str() == Some("StatefulSet"))
+        .expect("a StatefulSet");
+    let spec = &set["spec"]["template"]["spec"];
+    let sidecar = &spec["initContainers"][0];
+    let args: Vec<String> = std::iter::once("mtls-sidecar".to_string())
+        .chain(
+            sidecar["args"]
+                .as_vec()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string()),
+        )
+        .collect();
+    let cli = Cli::try_parse_from(&args).expect("args parse");
+    let Command::Server(server) = cli.command else {
+        panic!("the replica runs `server`")
+    };
+    let settings = server.to_spec().validate().expect("args validate");
+    let endpoint = match &settings.routes[0].credentials {
+        mtls_sidecar::credentials::CredentialSource::WorkloadApi { endpoint, .. } => {
+            endpoint.clone()
+        }
+        other => panic!("not the Workload API: {other:?}"),
+    };
+    let socket_dir = endpoint
+        .trim_start_matches("unix://")
+        .rsplit_once('/')
+        .unwrap()
+        .0
+        .to_string();
+    let mount = &sidecar["volumeMounts"][0];
+    assert_eq!(mount["mountPath"].as_str(), Some(socket_dir.as_str()));
+    let volume = spec["volumes"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .expect("the mounted volume");
+    assert_eq!(volume["csi"]["driver"].as_str(), Some("csi.spiffe.io"));
+    assert!(server
+        .allow_san
+        .iter()
+        .all(|s| s.starts_with("spiffe://prod.example/")));
+}
