@@ -17,18 +17,22 @@ use common::tools::skip_unless;
 use common::{get, get_until, roundtrip, run_bin, Sidecar, DEADLINE};
 use harness::{dns_leaf, svid_leaf, Agent, Svid};
 use mtls_sidecar::ops::pki::DevCa;
-use sidecar::{admitted, connect_as, metric, server, status, wait_serial, CLIENT_ID, SERVER_ID};
+use sidecar::{
+    admitted, connect_as, fixture, metric, server, status, wait_serial, Fixture, CLIENT_ID,
+    SERVER_ID,
+};
 
 #[tokio::test]
 async fn start_serves_the_svid_and_sends_the_metadata() {
     if skip_unless(&["python3", "grpcio"]) {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let ca = DevCa::new("prod.test CA", 30).unwrap();
-    let agent = Agent::start(tmp.path(), true);
-    let svid = Svid::new(&ca, SERVER_ID);
-    agent.push(&[&svid], &[]).await;
+    let Fixture {
+        agent,
+        svid,
+        ca,
+        tmp: _tmp,
+    } = fixture(&[]).await;
     let sc = server(&agent, &[]).await;
     get_until(&sc.admin(), "/readyz", 200).await;
     let st = wait_serial(&sc, &svid.leaf).await;
@@ -109,11 +113,12 @@ async fn malformed_contexts_are_rejected_and_the_last_good_stays() {
     if skip_unless(&["python3", "grpcio"]) {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let ca = DevCa::new("prod.test CA", 30).unwrap();
-    let agent = Agent::start(tmp.path(), true);
-    let good = Svid::new(&ca, SERVER_ID);
-    agent.push(&[&good], &[]).await;
+    let Fixture {
+        agent,
+        svid: good,
+        ca,
+        tmp: _tmp,
+    } = fixture(&[]).await;
     let sc = server(&agent, &[]).await;
     wait_serial(&sc, &good.leaf).await;
     let client = svid_leaf(&ca, &[CLIENT_ID]);
@@ -189,12 +194,9 @@ struct Scoped {
 const PARTNER_ID: &str = "spiffe://partner.test/ns/app/sa/controller";
 
 async fn scoped() -> Scoped {
-    let tmp = tempfile::tempdir().unwrap();
-    let ca = DevCa::new("prod.test CA", 30).unwrap();
     let fed_ca = DevCa::new("partner.test CA", 30).unwrap();
-    let agent = Agent::start(tmp.path(), true);
-    let svid = Svid::new(&ca, SERVER_ID);
-    agent.push(&[&svid], &[("partner.test", &fed_ca)]).await;
+    let f = fixture(&[("partner.test", &fed_ca)]).await;
+    let (agent, svid, ca, tmp) = (f.agent, f.svid, f.ca, f.tmp);
     let sc = server(
         &agent,
         &[
@@ -264,18 +266,21 @@ async fn a_peer_with_two_uri_sans_is_no_svid() {
     assert!(!admitted(&s.sc, &two, &s.ca).await, "two URI SANs admitted");
 }
 
+/// A server route's arguments, but for its credentials.
+const SERVER_ARGS: [&str; 7] = [
+    "server",
+    "--listen",
+    "127.0.0.1:0",
+    "--target",
+    "127.0.0.1:9",
+    "--allow-san",
+    CLIENT_ID,
+];
+
 #[tokio::test]
 async fn command_line_rules() {
     let sock = "unix:///tmp/agent.sock";
-    let base = [
-        "server",
-        "--listen",
-        "127.0.0.1:0",
-        "--target",
-        "127.0.0.1:9",
-        "--allow-san",
-        CLIENT_ID,
-    ];
+    let base = SERVER_ARGS;
     let with = |extra: &[&str]| {
         let mut a: Vec<&str> = base.to_vec();
         a.extend_from_slice(extra);
@@ -317,15 +322,7 @@ async fn command_line_rules() {
 
 #[test]
 fn bare_flag_reads_spiffe_endpoint_socket_and_the_variable_alone_changes_nothing() {
-    let base = [
-        "server",
-        "--listen",
-        "127.0.0.1:0",
-        "--target",
-        "127.0.0.1:9",
-        "--allow-san",
-        CLIENT_ID,
-    ];
+    let base = SERVER_ARGS;
     // Bare flag without the variable: a usage error naming it.
     let mut cmd = std::process::Command::new(common::bin());
     cmd.args(base)
@@ -398,4 +395,52 @@ fn the_spiffe_csi_example_parses_with_the_real_cli_and_mounts_the_socket_it_dial
         .allow_san
         .iter()
         .all(|s| s.starts_with("spiffe://prod.example/")));
+}
+
+#[tokio::test]
+async fn check_fetches_a_context_says_what_it_holds_and_judges_it_like_a_directory() {
+    if skip_unless(&["python3", "grpcio"]) {
+        return;
+    }
+    let fed_ca = DevCa::new("partner.test CA", 30).unwrap();
+    let Fixture {
+        agent,
+        ca,
+        tmp: _tmp,
+        ..
+    } = fixture(&[("partner.test", &fed_ca)]).await;
+    let endpoint = agent.endpoint();
+    let check = |extra: &'static [&'static str]| {
+        let endpoint = endpoint.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut args = vec!["check", "--workload-api", endpoint.as_str()];
+            args.extend_from_slice(extra);
+            run_bin(&args)
+        })
+    };
+    let (code, out) = check(&["--role", "both"]).await.unwrap();
+    assert_eq!(code, 0, "{out}");
+    for needle in [
+        "fetched from unix://",
+        &format!("SVID {SERVER_ID}"),
+        "bundle of prod.test: 1 authorities",
+        "federated bundles not trusted (not supported yet): partner.test",
+        "the sidecar accepts this revision",
+    ] {
+        assert!(out.contains(needle), "{needle:?} missing:\n{out}");
+    }
+    assert!(!out.contains("FAIL"), "{out}");
+
+    // A key that does not match: a FAIL, as for a directory.
+    let other = Svid::new(&ca, SERVER_ID);
+    let mut mismatched = Svid::new(&ca, SERVER_ID);
+    mismatched.leaf.key_pem = other.leaf.key_pem.clone();
+    agent.push(&[&mismatched], &[]).await;
+    let (code, out) = check(&[]).await.unwrap();
+    assert_ne!(code, 0, "{out}");
+    // An agent that is not there: an error, exit 1.
+    agent.op("stop").await;
+    let (code, out) = check(&[]).await.unwrap();
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("error: --workload-api"), "{out}");
 }

@@ -18,20 +18,23 @@ use common::tools::skip_unless;
 use common::{connect_plain, echo_target, get, get_until, read_until_closed, roundtrip, Sidecar};
 use harness::{svid_leaf, Agent, Svid};
 use mtls_sidecar::ops::pki::DevCa;
-use sidecar::{admitted, connect_as, metric, server, wait_serial, CLIENT_ID, SERVER_ID};
+use sidecar::{
+    admitted, connect_as, metric, running, server, wait_serial, Fixture, CLIENT_ID, SERVER_ID,
+};
 
 #[tokio::test]
 async fn svid_rotation_under_load_fails_no_request_and_drops_no_connection() {
     if skip_unless(&["python3", "grpcio"]) {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let ca = DevCa::new("prod.test CA", 30).unwrap();
-    let agent = Agent::start(tmp.path(), true);
-    let first = Svid::new(&ca, SERVER_ID);
-    agent.push(&[&first], &[]).await;
-    let sc = Arc::new(server(&agent, &[]).await);
-    wait_serial(&sc, &first.leaf).await;
+    let (f, sc) = running(&[]).await;
+    let Fixture {
+        agent,
+        ca,
+        tmp: _tmp,
+        ..
+    } = f;
+    let sc = Arc::new(sc);
     let client = Arc::new(svid_leaf(&ca, &[CLIENT_ID]));
     let ca = Arc::new(ca);
     let mut live = connect_as(&sc, &client, &ca).await;
@@ -118,14 +121,9 @@ async fn agent_restart_keeps_the_last_good_revision_and_logs_once_per_change() {
     if skip_unless(&["python3", "grpcio"]) {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let ca = DevCa::new("prod.test CA", 30).unwrap();
-    let agent = Agent::start(tmp.path(), true);
-    let first = Svid::new(&ca, SERVER_ID);
-    agent.push(&[&first], &[]).await;
-    let sc = server(&agent, &[]).await;
-    wait_serial(&sc, &first.leaf).await;
-    let client = svid_leaf(&ca, &[CLIENT_ID]);
+    let (f, sc) = running(&[]).await;
+    let (agent, ca) = (&f.agent, &f.ca);
+    let client = svid_leaf(ca, &[CLIENT_ID]);
 
     // The stream drops (an agent hiccup): the client reconnects by itself.
     agent.op("drop").await;
@@ -148,18 +146,18 @@ async fn agent_restart_keeps_the_last_good_revision_and_logs_once_per_change() {
     .unwrap();
     assert!(since > 0.0);
     assert_eq!(get(&sc.admin(), "/readyz").await.code, 200);
-    assert!(admitted(&sc, &client, &ca).await);
+    assert!(admitted(&sc, &client, ca).await);
     // Retries back off: let several pass, still one line for this outage.
     sc.wait_polls(3).await;
     assert_eq!(sc.log_count("Workload API agent unreachable"), 2);
 
     // Back, with a rotated SVID.
     agent.op("start").await;
-    let next = Svid::new(&ca, SERVER_ID);
+    let next = Svid::new(ca, SERVER_ID);
     agent.push(&[&next], &[]).await;
     wait_serial(&sc, &next.leaf).await;
     assert_eq!(metric(&sc, "mtls_sidecar_workload_api_up").await, Some(1.0));
-    assert!(admitted(&sc, &client, &ca).await);
+    assert!(admitted(&sc, &client, ca).await);
     assert_eq!(sc.log_count("Workload API agent reached"), 3);
 }
 

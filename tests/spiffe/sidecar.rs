@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::common::expo::Exposition;
 use super::common::{client_config, echo_target, get, refused, tls_connect, Sidecar, DEADLINE};
-use super::harness::Agent;
+use super::harness::{Agent, Svid};
 
 pub const SERVER_ID: &str = "spiffe://prod.test/ns/db/sa/replica";
 pub const CLIENT_ID: &str = "spiffe://prod.test/ns/app/sa/controller";
@@ -105,8 +105,7 @@ impl rustls::client::danger::ServerCertVerifier for AnyServer {
         c: &rustls::pki_types::CertificateDer<'_>,
         d: &rustls::DigitallySignedStruct,
     ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        let p = super::common::provider();
-        rustls::crypto::verify_tls12_signature(m, c, d, &p.signature_verification_algorithms)
+        signature(rustls::crypto::verify_tls12_signature, m, c, d)
     }
     fn verify_tls13_signature(
         &self,
@@ -114,8 +113,7 @@ impl rustls::client::danger::ServerCertVerifier for AnyServer {
         c: &rustls::pki_types::CertificateDer<'_>,
         d: &rustls::DigitallySignedStruct,
     ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        let p = super::common::provider();
-        rustls::crypto::verify_tls13_signature(m, c, d, &p.signature_verification_algorithms)
+        signature(rustls::crypto::verify_tls13_signature, m, c, d)
     }
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         super::common::provider()
@@ -124,7 +122,58 @@ impl rustls::client::danger::ServerCertVerifier for AnyServer {
     }
 }
 
+type Verify = fn(
+    &[u8],
+    &rustls::pki_types::CertificateDer<'_>,
+    &rustls::DigitallySignedStruct,
+    &rustls::crypto::WebPkiSupportedAlgorithms,
+) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error>;
+
+/// The handshake signature, checked by rustls's own code.
+fn signature(
+    verify: Verify,
+    m: &[u8],
+    c: &rustls::pki_types::CertificateDer<'_>,
+    d: &rustls::DigitallySignedStruct,
+) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+    let p = super::common::provider();
+    verify(m, c, d, &p.signature_verification_algorithms)
+}
+
 pub async fn admitted(sc: &Sidecar, who: &Issued, ca: &DevCa) -> bool {
     let mut s = connect_as(sc, who, ca).await;
     !refused(&mut s).await
+}
+
+/// An agent in a temporary directory streaming one context: a first SVID
+/// for SERVER_ID from the prod.test CA, and `federated` bundles.
+pub struct Fixture {
+    pub agent: Agent,
+    pub svid: Svid,
+    pub ca: DevCa,
+    /// Last: the agent's sockets live here.
+    pub tmp: tempfile::TempDir,
+}
+
+pub async fn fixture(federated: &[(&str, &DevCa)]) -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = DevCa::new("prod.test CA", 30).unwrap();
+    let agent = Agent::start(tmp.path(), true);
+    let svid = Svid::new(&ca, SERVER_ID);
+    agent.push(&[&svid], federated).await;
+    Fixture {
+        agent,
+        svid,
+        ca,
+        tmp,
+    }
+}
+
+/// A [`fixture`] and a server sidecar on it with `extra` flags, its first
+/// SVID in force.
+pub async fn running(extra: &[&str]) -> (Fixture, Sidecar) {
+    let f = fixture(&[]).await;
+    let sc = server(&f.agent, extra).await;
+    wait_serial(&sc, &f.svid.leaf).await;
+    (f, sc)
 }
