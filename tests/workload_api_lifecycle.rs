@@ -2,8 +2,8 @@
 //! agent (tests/spiffe/agent.py): SVID rotation under load with no failed
 //! request and no dropped connection, a bundle shrink closing a live
 //! connection, the agent restarting (the last good revision stays, one log
-//! line per state change), and a client/server pair each picking its SVID
-//! with `--svid`.
+//! line per state change), an SVID expiring without the agent (not ready),
+//! and a client/server pair each picking its SVID with `--svid`.
 
 mod common;
 #[path = "spiffe/harness.rs"]
@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use common::tools::skip_unless;
 use common::{connect_plain, echo_target, get, get_until, read_until_closed, roundtrip, Sidecar};
-use harness::{svid_leaf, Agent, Svid};
+use harness::{svid_leaf, svid_leaf_for, Agent, Svid};
 use mtls_sidecar::ops::pki::DevCa;
 use sidecar::{
     admitted, connect_as, metric, running, server, wait_serial, Fixture, CLIENT_ID, SERVER_ID,
@@ -200,4 +200,30 @@ async fn a_client_and_a_server_each_pick_their_svid() {
     let mut s = connect_plain(&cli).await;
     assert_eq!(roundtrip(&mut s, b"via both").await, b"via both");
     let _ = echo_target;
+}
+
+#[tokio::test]
+async fn an_svid_that_expires_without_the_agent_makes_the_sidecar_not_ready() {
+    if skip_unless(&["python3", "grpcio"]) {
+        return;
+    }
+    let (f, sc) = running(&[]).await;
+    get_until(&sc.admin(), "/readyz", 200).await;
+    // The agent's last word: an SVID valid for three more seconds; then
+    // it goes away.
+    let short = Svid {
+        id: SERVER_ID.to_string(),
+        leaf: svid_leaf_for(&f.ca, &[SERVER_ID], time::Duration::seconds(3)),
+        bundle: f.svid.bundle.clone(),
+    };
+    f.agent.push(&[&short], &[]).await;
+    wait_serial(&sc, &short.leaf).await;
+    f.agent.op("stop").await;
+    let expired = get_until(&sc.admin(), "/readyz", 503).await;
+    assert!(
+        expired.body.contains("identity certificate") && expired.body.contains("expired at"),
+        "{}",
+        expired.body
+    );
+    assert_eq!(get(&sc.admin(), "/livez").await.code, 200);
 }

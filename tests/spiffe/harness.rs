@@ -149,6 +149,11 @@ impl Svid {
 /// SPIFFE ID), as the X.509-SVID spec shapes it: basicConstraints CA
 /// false, digitalSignature, client and server usage; valid a day.
 pub fn svid_leaf(ca: &DevCa, uris: &[&str]) -> Issued {
+    svid_leaf_for(ca, uris, time::Duration::DAY)
+}
+
+/// Like [`svid_leaf`], valid for `lifetime` from now.
+pub fn svid_leaf_for(ca: &DevCa, uris: &[&str], lifetime: time::Duration) -> Issued {
     use rcgen::{
         CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
         SanType,
@@ -169,7 +174,7 @@ pub fn svid_leaf(ca: &DevCa, uris: &[&str]) -> Issued {
     ];
     let now = time::OffsetDateTime::now_utc();
     params.not_before = now - time::Duration::MINUTE;
-    params.not_after = now + time::Duration::DAY;
+    params.not_after = now + lifetime;
     let mut serial = [0u8; 16];
     aws_lc_rs::rand::fill(&mut serial).unwrap();
     serial[0] = (serial[0] & 0x7f) | 1;
