@@ -151,3 +151,35 @@ pub(super) fn spiffe_expectation(expect_san: &[String]) -> Result<(), String> {
          (--expect-san spiffe://trust.domain/path); SVIDs carry no DNS name"
         .into())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_endpoint_is_a_unix_socket_given_or_from_the_environment() {
+        let env = Some("unix:///run/agent.sock".to_string());
+        assert_eq!(
+            workload_endpoint("", env.clone()).as_deref(),
+            Ok("unix:///run/agent.sock")
+        );
+        assert_eq!(
+            workload_endpoint("unix:/a.sock", env).as_deref(),
+            Ok("unix:/a.sock")
+        );
+        assert!(workload_endpoint("", None)
+            .unwrap_err()
+            .contains("SPIFFE_ENDPOINT_SOCKET"));
+        assert!(workload_endpoint("", Some(String::new())).is_err());
+        assert!(workload_endpoint("tcp://127.0.0.1:1", None).is_err());
+        assert!(workload_endpoint("unix://relative.sock", None).is_err());
+        assert!(workload_endpoint("/run/agent.sock", None).is_err());
+    }
+
+    #[test]
+    fn a_client_route_expects_some_spiffe_id() {
+        assert!(spiffe_expectation(&[]).is_err());
+        assert!(spiffe_expectation(&["replica.test".into()]).is_err());
+        assert!(spiffe_expectation(&["replica.test".into(), "spiffe://td/r".into()]).is_ok());
+    }
+}

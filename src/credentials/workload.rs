@@ -281,3 +281,39 @@ fn publish(feed: &Feed) {
     };
     crate::metrics::workload_api(agent.up, down_since);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_the_minimum_to_the_cap_and_resets_after_a_delivery() {
+        let mut wait = Duration::ZERO;
+        let mut seen = Vec::new();
+        for _ in 0..8 {
+            wait = next_backoff(wait, false);
+            seen.push(wait);
+        }
+        assert_eq!(seen[0], BACKOFF_MIN);
+        assert_eq!(seen[1], BACKOFF_MIN * 2);
+        assert!(seen.windows(2).all(|w| w[1] >= w[0]));
+        assert_eq!(*seen.last().unwrap(), BACKOFF_MAX);
+        assert_eq!(next_backoff(BACKOFF_MAX, true), BACKOFF_MIN);
+        assert_eq!(next_backoff(Duration::MAX, false), BACKOFF_MAX);
+    }
+
+    #[test]
+    fn agent_state_changes_are_reported_once() {
+        let feed = Feed::default();
+        let t = SystemTime::UNIX_EPOCH;
+        assert!(
+            feed.mark(false, Some("down".into()), t),
+            "the first state is a change"
+        );
+        assert!(!feed.mark(false, Some("still down".into()), t));
+        assert_eq!(feed.agent().last_error.as_deref(), Some("still down"));
+        assert!(feed.mark(true, None, t));
+        assert!(!feed.mark(true, None, t));
+        assert!(feed.mark(false, None, t));
+    }
+}

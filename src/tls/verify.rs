@@ -14,7 +14,8 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
-use crate::credentials::{CredentialSource, CredentialStore, Credentials, Trust, Usage};
+use super::spiffe::check_trust_domain;
+use crate::credentials::{CredentialStore, Trust, Usage};
 use crate::identity::{CertInfo, SanPolicy};
 
 /// What a verifier learned about the peer during one handshake, for the
@@ -210,52 +211,6 @@ fn reverify(
 ) -> Result<(), Error> {
     let (ee, rest) = chain.split_first().ok_or(Error::NoCertificatesPresented)?;
     check(ee, rest, unix_time(now), CertInfo::parse(ee).ok().as_ref())
-}
-
-/// The trust domain of a SPIFFE ID (`spiffe://td/path`), lower-cased.
-fn trust_domain_of(id: &str) -> Option<String> {
-    let rest = id
-        .get(..9)?
-        .eq_ignore_ascii_case("spiffe://")
-        .then(|| &id[9..])?;
-    let td = rest.split('/').next().filter(|td| !td.is_empty())?;
-    Some(td.to_ascii_lowercase())
-}
-
-/// The peer's one SPIFFE ID: a certificate with none, or with several URI
-/// SANs of which one is a SPIFFE ID (the SPIFFE X.509-SVID rule: exactly
-/// one URI SAN), is no SVID.
-fn peer_spiffe_id(info: &CertInfo) -> Option<&str> {
-    match info.uri_sans.as_slice() {
-        [one] if trust_domain_of(one).is_some() => Some(one),
-        _ => None,
-    }
-}
-
-/// For a Workload API source, judged before any chain is built: the peer
-/// must carry exactly one SPIFFE ID, and the bundle that may vouch for it
-/// is its trust domain's. Only our own trust domain's bundle is trusted
-/// (federated bundles are not), so a peer of another trust domain is
-/// refused as `unknown_ca` even when our CA signed it: a CA vouches for
-/// its own trust domain's IDs only. DNS allow-list entries thereby only
-/// ever match peers of our own trust domain. Directory and file sources
-/// are not SPIFFE-scoped.
-pub fn check_trust_domain(
-    store: &CredentialStore,
-    creds: &Credentials,
-    info: Option<&CertInfo>,
-) -> Result<(), Error> {
-    if !matches!(store.source(), CredentialSource::WorkloadApi { .. }) {
-        return Ok(());
-    }
-    let peer = info
-        .and_then(peer_spiffe_id)
-        .ok_or(Error::InvalidCertificate(CertificateError::NotValidForName))?;
-    let ours = creds.leaf.uri_sans.iter().find_map(|u| trust_domain_of(u));
-    match (trust_domain_of(peer), ours) {
-        (Some(theirs), Some(ours)) if theirs == ours => Ok(()),
-        _ => Err(Error::InvalidCertificate(CertificateError::UnknownIssuer)),
-    }
 }
 
 fn check_san(policy: &SanPolicy, info: Option<&CertInfo>) -> Result<(), Error> {
