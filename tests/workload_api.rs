@@ -444,3 +444,41 @@ async fn check_fetches_a_context_says_what_it_holds_and_judges_it_like_a_directo
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("error: --workload-api"), "{out}");
 }
+
+#[test]
+fn config_files_take_workload_api_top_level_and_per_route_exclusively() {
+    let tmp = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = tmp.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let route = |extra: &str| {
+        format!(
+            "[[route]]\nmode = \"server\"\nlisten = \"127.0.0.1:0\"\ntarget = \"127.0.0.1:9\"\n\
+             allow_san = [\"{CLIENT_ID}\"]\n{extra}\n"
+        )
+    };
+    let good = write(
+        "top.toml",
+        &format!(
+            "workload_api = \"unix:///run/agent.sock\"\nsvid = \"{SERVER_ID}\"\n{}",
+            route("")
+        ),
+    );
+    let (code, out) = run_bin(&["check", "--config", &good]);
+    assert_eq!(code, 0, "{out}");
+    let per_route = write(
+        "route.toml",
+        &route("workload_api = \"unix:///run/agent.sock\""),
+    );
+    let (code, out) = run_bin(&["check", "--config", &per_route]);
+    assert_eq!(code, 0, "{out}");
+    let both = write(
+        "both.toml",
+        &route("workload_api = \"unix:///run/agent.sock\"\ntls_dir = \"/etc/mtls\""),
+    );
+    let (code, out) = run_bin(&["check", "--config", &both]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("workload_api: give either"), "{out}");
+}
