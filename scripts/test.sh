@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: the whole suite (unit, end-to-end, interop).
 #
-# Some tests run external tools (OpenSSL, Python, HAProxy, nginx, iproute2,
+# Some tests run external tools (OpenSSL, Python and its grpcio module, HAProxy, nginx, iproute2,
 # nftables, iptables, systemd-socket-activate, systemd-analyze) or need
 # root (network namespaces, a packet tap on lo). Before building anything,
 # this checks that every one is
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 # name:package, in the order tests/common/tools.rs lists them.
 known="openssl:openssl python3:python3 haproxy:haproxy nginx:nginx ip:iproute2 nft:nftables
 iptables:iptables ip6tables:iptables systemd-socket-activate:systemd
-systemd-analyze:systemd root:"
+systemd-analyze:systemd root: grpcio:"
 
 asked=${MTLS_SIDECAR_SKIP:-}
 skip=",$asked,"
@@ -31,6 +31,9 @@ done
 found() {
     if [ "$1" = root ]; then
         [ "$(id -u)" = 0 ]
+    elif [ "$1" = grpcio ]; then
+        # A Python module: tests/spiffe/agent.py's gRPC server.
+        python3 -c 'import grpc' >/dev/null 2>&1
     else
         PATH="$PATH:/usr/sbin:/sbin:/usr/local/sbin" command -v "$1" >/dev/null 2>&1
     fi
@@ -57,6 +60,10 @@ if [ ${#missing[@]} -gt 0 ]; then
             [ "$(id -u)" = 0 ] || sudo="sudo "
             echo "Install:"
             echo "    ${sudo}apt-get update && ${sudo}apt-get install -y --no-install-recommends ${packages[*]}"
+        fi
+        if [[ " ${missing[*]} " == *" grpcio "* ]]; then
+            echo "Install the Workload API tests' gRPC module:"
+            echo "    python3 -m pip install grpcio"
         fi
         if [[ " ${missing[*]} " == *" root "* ]]; then
             echo "Run as root: the transparent-mode tests build network namespaces."

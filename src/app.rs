@@ -268,6 +268,12 @@ impl Prepared {
         let all: Arc<[Arc<CredentialStore>]> = stores.clone().into();
         crate::credentials::reload::publish_expiry(&all);
         for store in &stores {
+            if store.feed().is_some() {
+                tasks.push(tokio::spawn(crate::credentials::workload::run(
+                    store.clone(),
+                    halt.subscribe(),
+                )));
+            }
             let wake = Arc::new(Notify::new());
             wakes.push(wake.clone());
             tasks.push(tokio::spawn(crate::credentials::reload::run(

@@ -67,6 +67,12 @@ pub struct CredentialArgs {
     /// Deny-list file (spki-sha256:, serial:, san: entries); with --cert/--key/--ca (a directory's is deny).
     #[arg(long, value_name = "FILE")]
     pub deny_file: Option<PathBuf>,
+    /// The SPIFFE Workload API (unix:///path/to/agent.sock) instead of files; bare, SPIFFE_ENDPOINT_SOCKET's.
+    #[arg(long, value_name = "ENDPOINT", num_args = 0..=1, default_missing_value = "")]
+    pub workload_api: Option<String>,
+    /// With --workload-api: the SPIFFE ID of the SVID to use [default: the first the agent sends].
+    #[arg(long, value_name = "SPIFFE_ID")]
+    pub svid: Option<String>,
 }
 
 impl CredentialArgs {
@@ -79,6 +85,8 @@ impl CredentialArgs {
             crl: self.crl.clone(),
             intermediates: self.intermediates.clone(),
             deny: self.deny_file.clone(),
+            workload_api: self.workload_api.clone(),
+            svid: self.svid.clone(),
         }
     }
 }

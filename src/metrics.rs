@@ -28,6 +28,8 @@ pub const BYTES: &str = "mtls_sidecar_bytes_total";
 pub const TARGET_CONNECT_FAILURES: &str = "mtls_sidecar_target_connect_failures_total";
 pub const CREDENTIAL_RELOADS: &str = "mtls_sidecar_credential_reloads_total";
 pub const CERT_NOT_AFTER: &str = "mtls_sidecar_cert_not_after_timestamp_seconds";
+pub const WORKLOAD_API_UP: &str = "mtls_sidecar_workload_api_up";
+pub const WORKLOAD_API_DOWN_SINCE: &str = "mtls_sidecar_workload_api_down_since_timestamp_seconds";
 /// The earliest nextUpdate (Unix time) among the CRLs in force.
 pub const CRL_NEXT_UPDATE: &str = "mtls_sidecar_crl_next_update_timestamp_seconds";
 /// Revisions applied that made revoked serials admissible again (a CRL in
@@ -143,6 +145,27 @@ fn describe() {
         Unit::Seconds,
         "Expiry (Unix time) of the identity certificate and of the earliest-expiring trust anchor."
     );
+}
+
+/// The Workload API agent's state: up (a stream is delivering), and since
+/// when it is down (absent while up). Described on first use, so a sidecar
+/// without a Workload API source shows neither.
+pub fn workload_api(up: bool, down_since: Option<i64>) {
+    static DESCRIBED: std::sync::Once = std::sync::Once::new();
+    DESCRIBED.call_once(|| {
+        describe_gauge!(
+            WORKLOAD_API_UP,
+            Unit::Count,
+            "1 while the SPIFFE Workload API stream is delivering X.509 contexts, else 0."
+        );
+        describe_gauge!(
+            WORKLOAD_API_DOWN_SINCE,
+            Unit::Seconds,
+            "Since when (Unix time) the Workload API agent is unreachable; 0 while it is up."
+        );
+    });
+    gauge!(WORKLOAD_API_UP).set(if up { 1.0 } else { 0.0 });
+    gauge!(WORKLOAD_API_DOWN_SINCE).set(down_since.map_or(0.0, |t| t as f64));
 }
 
 /// Records a credential reload outcome.

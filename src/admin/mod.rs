@@ -19,6 +19,7 @@ pub mod connections;
 pub mod shared;
 pub mod status;
 mod tracked;
+pub mod workload;
 
 use std::convert::Infallible;
 use std::io;

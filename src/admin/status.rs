@@ -72,6 +72,13 @@ fn blocker(shared: &Shared, now: SystemTime) -> Option<String> {
             r.cfg.name
         ));
     }
+    if let Some(waiting) = shared
+        .stores
+        .iter()
+        .find_map(|s| super::workload::blocker(s))
+    {
+        return Some(waiting);
+    }
     shared
         .stores
         .iter()
@@ -270,6 +277,10 @@ pub struct StoreStatus {
     /// False while the newest revision judged is not the one in force
     /// (rejected or pending); the `last_reload_successful` gauge.
     pub last_reload_successful: bool,
+    /// A Workload API source's agent and SPIFFE identity (absent for
+    /// directories and files).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload_api: Option<super::workload::WorkloadApiStatus>,
 }
 
 /// A certificate's identity and validity.
@@ -443,6 +454,7 @@ fn store_status(store: &CredentialStore, now: SystemTime) -> StoreStatus {
             since: rfc(p.since),
         }),
         last_reload_successful: st.last_reload_successful,
+        workload_api: super::workload::status(store),
     }
 }
 

@@ -206,6 +206,10 @@ impl RouteSpec {
                             format!("{sni:?} is not a valid server name"),
                         )
                     })?;
+                    if let CredentialSource::WorkloadApi { .. } = &credentials {
+                        super::credentials::spiffe_expectation(&self.expect_san)
+                            .map_err(|e| invalid(p("--expect-san"), e))?;
+                    }
                     let expected = if self.expect_san.is_empty() {
                         vec![sni
                             .parse::<SanPattern>()

@@ -9,6 +9,7 @@ mod source;
 mod store;
 mod trust;
 mod validate;
+pub mod workload;
 
 use std::path::{Path, PathBuf};
 
@@ -22,7 +23,8 @@ pub use source::{
     CRL_FILE, DATA_LINK, DENY_FILE, INTERMEDIATES_FILE, KEY_FILE,
 };
 pub use store::{
-    Applied, CredentialStore, Credentials, CrlNotice, PendingRevision, ReloadStatus, SETTLE_WINDOW,
+    Applied, CredentialStore, Credentials, CrlNotice, PendingRevision, ReloadStatus, NO_REVISION,
+    SETTLE_WINDOW,
 };
 pub use trust::{Anchor, Trust};
 pub use validate::{

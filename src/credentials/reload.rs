@@ -36,8 +36,14 @@ pub async fn run(
     hup: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let file_event = Arc::new(Notify::new());
-    let _watcher = if file_watch_disabled() {
+    let file_event = match store.feed() {
+        // A Workload API source wakes the poller when a context arrives.
+        Some(feed) => feed.wake.clone(),
+        None => Arc::new(Notify::new()),
+    };
+    let _watcher = if store.feed().is_some() {
+        None
+    } else if file_watch_disabled() {
         info!(target: "mtls_sidecar::reload", source = %store.source(), "file watcher disabled ({NO_FILE_WATCH_ENV}=1); polling every {interval:?} only");
         None
     } else {
@@ -266,7 +272,12 @@ pub fn publish_reload_state(stores: &[Arc<CredentialStore>]) {
 /// the earliest trust anchor across every store, so an alert on the gauge
 /// covers the source that expires first.
 pub fn publish_expiry(stores: &[Arc<CredentialStore>]) {
-    let current: Vec<_> = stores.iter().map(|s| s.current()).collect();
+    // A Workload API store waiting for its first context has no expiry.
+    let current: Vec<_> = stores
+        .iter()
+        .filter(|s| s.has_revision())
+        .map(|s| s.current())
+        .collect();
     if let Some(identity) = current.iter().map(|c| c.leaf.not_after).min() {
         let trust = current
             .iter()

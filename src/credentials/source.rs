@@ -42,6 +42,14 @@ pub enum CredentialSource {
         intermediates: Option<PathBuf>,
         deny: Option<PathBuf>,
     },
+    /// The SPIFFE Workload API at `endpoint` (`unix:///path`): every X.509
+    /// context the agent streams is one revision (see
+    /// [`crate::credentials::workload`]). `svid` picks the SVID with that
+    /// SPIFFE ID; without it, the first.
+    WorkloadApi {
+        endpoint: String,
+        svid: Option<String>,
+    },
 }
 
 impl std::fmt::Display for CredentialSource {
@@ -57,6 +65,10 @@ impl std::fmt::Display for CredentialSource {
                 write!(f, "{}", names.join(", "))?;
                 Ok(())
             }
+            CredentialSource::WorkloadApi { endpoint, svid } => match svid {
+                Some(id) => write!(f, "workload-api {endpoint} ({id})"),
+                None => write!(f, "workload-api {endpoint}"),
+            },
         }
     }
 }
@@ -146,7 +158,7 @@ impl CredentialSource {
     /// file given (crl, intermediates, deny); empty for a directory.
     pub fn files(&self) -> Vec<&PathBuf> {
         match self {
-            CredentialSource::Dir(_) => Vec::new(),
+            CredentialSource::Dir(_) | CredentialSource::WorkloadApi { .. } => Vec::new(),
             CredentialSource::Files {
                 cert,
                 key,
@@ -161,9 +173,14 @@ impl CredentialSource {
         }
     }
 
-    /// Reads one consistent revision.
+    /// Reads one consistent revision. A Workload API source is not read
+    /// but fed: its store reads what the client last received.
     pub fn read(&self) -> Result<RawRevision, CredError> {
         match self {
+            CredentialSource::WorkloadApi { endpoint, .. } => Err(CredError::Read {
+                path: PathBuf::from(endpoint),
+                detail: "no X.509 context received from the Workload API yet".into(),
+            }),
             CredentialSource::Files {
                 cert,
                 key,
@@ -239,6 +256,7 @@ impl CredentialSource {
     pub fn watch_dirs(&self) -> Vec<PathBuf> {
         match self {
             CredentialSource::Dir(d) => vec![d.clone()],
+            CredentialSource::WorkloadApi { .. } => Vec::new(),
             CredentialSource::Files {
                 cert,
                 key,

@@ -24,6 +24,7 @@
 pub mod against;
 mod deny;
 mod expect;
+mod fetch;
 mod inspect;
 pub mod preview;
 mod report;
@@ -52,6 +53,9 @@ pub enum Input {
         from: String,
         ca: Option<std::path::PathBuf>,
     },
+    /// What a Workload API source (`--workload-api`) handed `check`: one
+    /// context as the revision the sidecar would build from it.
+    Fetched(crate::credentials::RawRevision),
 }
 
 /// What to check, validated from the command line.
@@ -138,6 +142,23 @@ pub fn run(args: &CheckArgs) -> u8 {
         Err(e) => {
             eprintln!("error: {e}");
             return 2;
+        }
+    };
+    let req = match fetch::resolve(req) {
+        Ok((req, said)) => {
+            for line in said {
+                // Beside the report, not inside the JSON one.
+                if args.json {
+                    eprintln!("{line}");
+                } else {
+                    println!("{line}");
+                }
+            }
+            req
+        }
+        Err(e) => {
+            eprintln!("error: --workload-api: {e}");
+            return 1;
         }
     };
     let report = inspect(&req, SystemTime::now());

@@ -130,6 +130,8 @@ impl Plan {
                     }
                 }
             }
+            // Connecting to a Unix socket needs no Landlock file right.
+            CredentialSource::WorkloadApi { .. } => {}
             CredentialSource::Files { .. } => {
                 // `--crl`, `--intermediates` and `--deny-file` files are
                 // read on every poll, like the others.

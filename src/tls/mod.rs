@@ -8,6 +8,7 @@
 
 pub mod resolve;
 pub mod resumption;
+mod spiffe;
 pub mod verify;
 
 use std::sync::Arc;

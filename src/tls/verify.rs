@@ -14,6 +14,7 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
+use super::spiffe::check_trust_domain;
 use crate::credentials::{CredentialStore, Trust, Usage};
 use crate::identity::{CertInfo, SanPolicy};
 
@@ -344,7 +345,9 @@ impl ClientCertPolicy {
         now: UnixTime,
         info: Option<&CertInfo>,
     ) -> Result<(), Error> {
-        let trust = self.store.current().trust.clone();
+        let creds = self.store.current();
+        check_trust_domain(&self.store, &creds, info)?;
+        let trust = creds.trust.clone();
         self.last
             .check(&trust, ee, intermediates, now, info, Usage::ClientAuth)?;
         check_route_policy(&self.allowed, &self.pins, ee, info)?;
@@ -423,7 +426,9 @@ impl ServerCertPolicy {
         now: UnixTime,
         info: Option<&CertInfo>,
     ) -> Result<(), Error> {
-        let trust = self.store.current().trust.clone();
+        let creds = self.store.current();
+        check_trust_domain(&self.store, &creds, info)?;
+        let trust = creds.trust.clone();
         self.last
             .check(&trust, ee, intermediates, now, info, Usage::ServerAuth)?;
         check_route_policy(&self.expected, &self.pins, ee, info)?;

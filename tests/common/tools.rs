@@ -26,6 +26,7 @@ pub const KNOWN: &[(&str, &str)] = &[
     ("systemd-socket-activate", "systemd"),
     ("systemd-analyze", "systemd"),
     ("root", "(run as root)"),
+    ("grpcio", "(python3 -m pip install grpcio)"),
 ];
 
 /// The program's path when it is installed (`PATH`, then the sbin
@@ -69,6 +70,14 @@ fn parse_skip_list(value: &str) -> Vec<String> {
 fn available(need: &str) -> bool {
     match need {
         "root" => (unsafe { libc::geteuid() }) == 0,
+        // A Python module (tests/spiffe/agent.py's gRPC server), not a
+        // program: the python3 on PATH must import it.
+        "grpcio" => std::process::Command::new("python3")
+            .args(["-c", "import grpc"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success()),
         tool => installed(tool).is_some(),
     }
 }

@@ -19,6 +19,7 @@ use tokio::sync::watch;
 
 use super::revocation::classify;
 use super::trust::{Anchor, Trust};
+use super::workload::Feed;
 use super::{CredError, CredentialSource, CrlInfo, CrlScope, CrlSet};
 use crate::identity::CertInfo;
 
@@ -47,7 +48,12 @@ pub struct CredentialStore {
     state: Mutex<PollState>,
     trust_shrunk: watch::Sender<u64>,
     generation: watch::Sender<u64>,
+    /// What the Workload API client received (a Workload API source only).
+    feed: Option<Arc<Feed>>,
 }
+
+/// The revision of a Workload API store that has received nothing yet.
+pub const NO_REVISION: &str = "none";
 
 impl CredentialStore {
     /// Reads and validates the source; any problem is an error naming the file.
@@ -56,6 +62,9 @@ impl CredentialStore {
         provider: Arc<CryptoProvider>,
         trust_grace: Duration,
     ) -> Result<Arc<CredentialStore>, CredError> {
+        if let CredentialSource::WorkloadApi { .. } = &source {
+            return awaiting(source, provider, trust_grace);
+        }
         let now = SystemTime::now();
         let raw = source.read()?;
         let rev = super::validate(&raw, &provider, now)?;
@@ -96,7 +105,27 @@ impl CredentialStore {
             state: Mutex::new(state),
             trust_shrunk: watch::channel(0).0,
             generation: watch::channel(0).0,
+            feed: None,
         }))
+    }
+
+    /// The Workload API feed, for a Workload API source.
+    pub fn feed(&self) -> Option<Arc<Feed>> {
+        self.feed.clone()
+    }
+
+    /// False while a Workload API store waits for its first good revision.
+    pub fn has_revision(&self) -> bool {
+        self.current().revision != NO_REVISION
+    }
+
+    /// Reads one revision of the source: a Workload API source's newest
+    /// context, any other's files.
+    fn read_source(&self) -> Result<super::RawRevision, CredError> {
+        match self.feed.as_ref().and_then(|f| f.latest()) {
+            Some(latest) => latest,
+            None => self.source.read(),
+        }
     }
 
     /// The credentials in force. Cheap; called on every handshake.
@@ -186,6 +215,7 @@ impl CredentialStore {
         match &self.source {
             CredentialSource::Dir(d) => d.join(super::CERT_FILE),
             CredentialSource::Files { cert, .. } => cert.clone(),
+            CredentialSource::WorkloadApi { endpoint, .. } => endpoint.into(),
         }
     }
 
@@ -230,6 +260,8 @@ impl CredentialStore {
         match &self.source {
             CredentialSource::Dir(d) => !d.join(super::DATA_LINK).is_symlink(),
             CredentialSource::Files { .. } => true,
+            // Each context arrives whole.
+            CredentialSource::WorkloadApi { .. } => false,
         }
     }
 
@@ -237,4 +269,68 @@ impl CredentialStore {
         self.current.store(Arc::new(creds));
         self.generation.send_modify(|g| *g += 1);
     }
+}
+
+/// A Workload API store before its first context: an identity nobody can
+/// accept (self-signed, expired since 1970) and no trust anchor, so every
+/// handshake fails closed and `/readyz` says what it waits for.
+fn awaiting(
+    source: CredentialSource,
+    provider: Arc<CryptoProvider>,
+    trust_grace: Duration,
+) -> Result<Arc<CredentialStore>, CredError> {
+    let fail = |detail: String| CredError::Parse {
+        path: source.to_string().into(),
+        detail,
+    };
+    let (der, key) = placeholder_identity().map_err(|e| fail(e.to_string()))?;
+    let leaf = CertInfo::parse(&der).map_err(|e| fail(e.to_string()))?;
+    let identity =
+        CertifiedKey::from_der(vec![der], key, &provider).map_err(|e| fail(e.to_string()))?;
+    let trust = Trust::build(
+        Vec::new(),
+        Arc::new(CrlSet::empty()),
+        CrlScope::default(),
+        &provider,
+    )?;
+    let creds = Credentials {
+        revision: NO_REVISION.to_string(),
+        identity: Arc::new(identity),
+        leaf,
+        trust: Arc::new(trust),
+    };
+    Ok(Arc::new(CredentialStore {
+        source,
+        provider,
+        trust_grace,
+        current: ArcSwap::from_pointee(creds),
+        state: Mutex::new(PollState::default()),
+        trust_shrunk: watch::channel(0).0,
+        generation: watch::channel(0).0,
+        feed: Some(Arc::new(Feed::default())),
+    }))
+}
+
+fn placeholder_identity() -> Result<
+    (
+        rustls_pki_types::CertificateDer<'static>,
+        rustls_pki_types::PrivateKeyDer<'static>,
+    ),
+    rcgen::Error,
+> {
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    params.not_before = time::OffsetDateTime::UNIX_EPOCH;
+    params.not_after = time::OffsetDateTime::UNIX_EPOCH + time::Duration::DAY;
+    params.distinguished_name.push(
+        rcgen::DnType::CommonName,
+        "no SVID from the Workload API yet",
+    );
+    params.extended_key_usages = vec![
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let cert = params.self_signed(&key)?;
+    let key = rustls_pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+    Ok((cert.der().clone(), key))
 }

@@ -215,7 +215,7 @@ impl CredentialStore {
         now: SystemTime,
         force: bool,
     ) -> Applied {
-        let read = self.source.read();
+        let read = self.read_source();
         let key = match &read {
             Ok(raw) => raw.hash.clone(),
             Err(error) => format!("read-error:{error}"),

@@ -28,6 +28,9 @@ fn paths(source: &CredentialSource) -> [PathBuf; 3] {
     match source {
         CredentialSource::Dir(d) => [d.join(CERT_FILE), d.join(KEY_FILE), d.join(CA_FILE)],
         CredentialSource::Files { cert, key, ca, .. } => [cert.clone(), key.clone(), ca.clone()],
+        CredentialSource::WorkloadApi { endpoint, .. } => {
+            [endpoint.into(), endpoint.into(), endpoint.into()]
+        }
     }
 }
 
@@ -52,6 +55,20 @@ pub(super) fn run(req: &Request, provider: &Arc<CryptoProvider>, now: SystemTime
             (r, Files { paths, got })
         }
         Input::Secret { from, ca } => super::secret::files(from, ca.as_deref()),
+        Input::Fetched(raw) => {
+            let mut r = Report::new(raw.cert.path.display().to_string());
+            let paths = [
+                raw.cert.path.clone(),
+                raw.key.path.clone(),
+                raw.ca.path.clone(),
+            ];
+            let files = [&raw.cert, &raw.key, &raw.ca];
+            let mut got: [Option<RawFile>; 3] = [None, None, None];
+            for (i, name) in [CERT_FILE, KEY_FILE, CA_FILE].into_iter().enumerate() {
+                got[i] = present(&mut r, name, Some(Ok(files[i].clone())));
+            }
+            (r, Files { paths, got })
+        }
     };
     let Files {
         paths: [cert_path, key_path, ca_path],
@@ -268,6 +285,7 @@ fn load(
                 RawRevision::new(cert, key, ca)
             }
             (Input::Secret { .. }, _) => return Err("a file is missing".to_string()),
+            (Input::Fetched(raw), _) => raw.clone(),
         };
         let rev = validate(&raw, provider, now).map_err(|e| e.to_string())?;
         let short: String = rev.hash.chars().take(12).collect();

@@ -1,0 +1,68 @@
+//! `check --workload-api [ENDPOINT]`: one X.509 context fetched from the
+//! agent, said what it holds, then judged by the same checks as a
+//! directory (the revision is what the sidecar would build from it).
+
+use std::time::Duration;
+
+use spiffe::WorkloadApiClient;
+
+use super::{Input, Request};
+use crate::credentials::workload::revision_from_context;
+use crate::credentials::CredentialSource;
+
+/// How long `check` waits for the agent's first context.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The request with a Workload API source replaced by the revision fetched
+/// from it, and what was fetched, one line each; any other request as it
+/// is. An agent that cannot be reached, or a context the sidecar could not
+/// use at all, is the error.
+pub(super) fn resolve(req: Request) -> Result<(Request, Vec<String>), String> {
+    let Input::Source(CredentialSource::WorkloadApi { endpoint, svid }) = &req.input else {
+        return Ok((req, Vec::new()));
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a runtime: {e}"))?;
+    let ctx = rt.block_on(async {
+        let fetch = async {
+            let client = WorkloadApiClient::connect_to(endpoint).await?;
+            client.fetch_x509_context().await
+        };
+        tokio::time::timeout(FETCH_TIMEOUT, fetch).await
+    });
+    let ctx = match ctx {
+        Err(_) => {
+            return Err(format!(
+                "{endpoint}: no X.509 context within {FETCH_TIMEOUT:?}"
+            ))
+        }
+        Ok(Err(e)) => return Err(format!("{endpoint}: {e}")),
+        Ok(Ok(ctx)) => ctx,
+    };
+    let mut said = vec![format!("fetched from {endpoint}:")];
+    for s in ctx.svids() {
+        said.push(format!("  SVID {}", s.spiffe_id()));
+    }
+    for (td, bundle) in ctx.bundle_set().iter() {
+        said.push(format!(
+            "  bundle of {td}: {} authorities",
+            bundle.authorities().len()
+        ));
+    }
+    let (raw, federated) = revision_from_context(&ctx, svid.as_deref(), endpoint);
+    if !federated.is_empty() {
+        said.push(format!(
+            "  federated bundles not trusted (not supported yet): {}",
+            federated.join(", ")
+        ));
+    }
+    let raw = raw.map_err(|e| e.to_string())?;
+    said.push(format!("  judged: {}", raw.cert.path.display()));
+    let req = Request {
+        input: Input::Fetched(raw),
+        ..req
+    };
+    Ok((req, said))
+}
