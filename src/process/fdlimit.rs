@@ -92,6 +92,17 @@ mod tests {
         assert_eq!(tiny.connections(), 0);
     }
 
+    /// The kernel never lets the hard limit exceed `fs.nr_open`, so what
+    /// `nr_open` reads bounds the hard limit this process runs under: a
+    /// reader returning nothing, 0 or 1 is caught.
+    #[test]
+    fn nr_open_reads_the_kernel_bound_of_the_hard_limit() {
+        let (_, hard) = Resource::NOFILE.get().expect("getrlimit");
+        let read = nr_open().expect("/proc/sys/fs/nr_open");
+        assert!(read >= hard, "nr_open {read} < hard limit {hard}");
+        assert!(read > 1024, "nr_open {read}");
+    }
+
     #[test]
     fn needed_counts_both_limits_and_saturates() {
         assert_eq!(needed([(4096, 1024)]), RESERVED + 2 * 5120);
