@@ -8,6 +8,7 @@
 
 pub mod resolve;
 pub mod resumption;
+pub mod stream;
 pub mod verify;
 
 use std::sync::Arc;

@@ -30,6 +30,9 @@ pub struct PeerReport {
     pub verified_with: Option<Arc<Trust>>,
     /// What the session ticketer saw in this handshake (`--resumption`).
     pub ticket: TicketNote,
+    /// The server name the client asked for (server side; noted by the
+    /// certificate resolver, which rustls calls on resumed handshakes too).
+    pub sni: Option<String>,
 }
 
 /// What the session ticketer ([`crate::tls::resumption`]) saw during one

@@ -10,6 +10,7 @@ use rustls::AlertDescription;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::supervise::Settle;
+use crate::tls::stream::ClientStream;
 
 /// A client route's TLS stream to its server, until the server has shown
 /// that it accepted our certificate. Over TLS 1.3 our handshake finishes
@@ -23,7 +24,7 @@ use super::supervise::Settle;
 /// Watched as the forwarding reads, in place: no timer, no task, and
 /// nothing read or written is held back.
 pub(super) struct ServerVerdict<'m, IO> {
-    tls: Box<tokio_rustls::client::TlsStream<IO>>,
+    tls: Box<ClientStream<IO>>,
     handshakes: &'m metrics::Counter,
     verdict: Verdict,
 }
@@ -40,7 +41,7 @@ enum Verdict {
 
 impl<'m, IO: AsyncRead + AsyncWrite + Unpin> ServerVerdict<'m, IO> {
     pub(super) fn new(
-        tls: Box<tokio_rustls::client::TlsStream<IO>>,
+        tls: Box<ClientStream<IO>>,
         handshakes: &'m metrics::Counter,
     ) -> Self {
         let mut s = ServerVerdict {
@@ -156,7 +157,7 @@ mod tests {
 
     use rustls_pki_types::{CertificateDer, ServerName};
     use tokio::io::AsyncWriteExt;
-    use tokio_rustls::{TlsAcceptor, TlsConnector};
+    use tokio_rustls::TlsAcceptor;
 
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::PrivateKeyDer;
@@ -203,7 +204,7 @@ mod tests {
     async fn connect(
         setup: Setup,
     ) -> (
-        Box<tokio_rustls::client::TlsStream<DuplexStream>>,
+        Box<ClientStream<DuplexStream>>,
         Option<Server>,
     ) {
         let ca = DevCa::new("test CA", 1).unwrap();
@@ -236,8 +237,7 @@ mod tests {
         let (ours, theirs) = duplex(64 * 1024);
         let server = tokio::spawn(TlsAcceptor::from(Arc::new(sc)).accept(theirs));
         let name = ServerName::try_from(NAME).unwrap();
-        let client = TlsConnector::from(Arc::new(cc))
-            .connect(name, ours)
+        let client = crate::tls::stream::connect(Arc::new(cc), name, ours)
             .await
             .unwrap();
         let server = server.await.unwrap().ok();

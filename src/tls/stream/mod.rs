@@ -1,0 +1,392 @@
+//! TLS over a byte stream, driven through rustls's unbuffered API, for the
+//! handshake and the data phase alike.
+//!
+//! Why not tokio-rustls: it drives rustls's buffered connection, whose
+//! read buffer (`DeframerVecBuffer`) is at least 4 KiB from the first read
+//! on and is never given back; with the connection's other buffers, an
+//! idle connection held ~11.6 KiB per side (benches/README.md, "Idle
+//! connections"). Here the caller owns every buffer: received bytes,
+//! plaintext not yet read and records not yet sent each live in a
+//! [`buf::Buf`] that goes back to a small per-thread pool as soon as it is
+//! empty, so an idle connection holds none of them. No conversion from a
+//! buffered connection exists, so the handshake is driven here too.
+//!
+//! What it keeps of the buffered stream's behaviour, which forwarding,
+//! HTTP identity and the close paths rely on:
+//! - a read returns the plaintext of the records received so far, EOF
+//!   once the peer's close_notify came (a half-close: writing goes on), and
+//!   `UnexpectedEof` when the socket ended without one;
+//! - a write encrypts at once and starts sending; a flush sends the rest
+//!   (every chunk goes out when forwarding flushes it, nothing is held
+//!   back), and records produced while reading (the answer to a key
+//!   update, an alert) are sent without waiting for a write;
+//! - a shutdown sends close_notify, then shuts the socket's write side;
+//! - a rustls error sends its alert (best effort) and is returned as
+//!   `InvalidData` wrapping the `rustls::Error`, as tokio-rustls does, so
+//!   the refusal counters classify it the same way;
+//! - what a peer can make us hold is bounded: before authentication the
+//!   bytes of a record still arriving are kept in memory of exactly their
+//!   size (the pre-authentication byte cap wraps the socket, as before),
+//!   after it at most one pooled buffer ([`buf::SIZE`]); anything larger is
+//!   refused.
+
+mod buf;
+mod engine;
+
+use std::future::Future;
+use std::io;
+use std::ops::DerefMut;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
+use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
+use rustls::unbuffered::{UnbufferedConnectionCommon, UnbufferedStatus};
+use rustls::{ClientConfig, ServerConfig};
+use rustls_pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use engine::{Intent, Progress};
+
+/// The most plaintext one write encrypts: four full records, forwarding's
+/// whole chunk.
+const MAX_PLAIN: usize = 4 * 16 * 1024;
+
+/// A server or client connection of rustls's unbuffered API.
+pub trait Side: DerefMut<Target = UnbufferedConnectionCommon<Self::Data>> + Unpin {
+    type Data;
+    /// `process_tls_records`, which rustls defines for each side apart.
+    fn process<'c, 'i>(&'c mut self, incoming: &'i mut [u8])
+        -> UnbufferedStatus<'c, 'i, Self::Data>;
+}
+
+impl Side for UnbufferedServerConnection {
+    type Data = ServerConnectionData;
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, ServerConnectionData> {
+        self.process_tls_records(incoming)
+    }
+}
+
+impl Side for UnbufferedClientConnection {
+    type Data = ClientConnectionData;
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, ClientConnectionData> {
+        self.process_tls_records(incoming)
+    }
+}
+
+/// A server route's TLS stream.
+pub type ServerStream<IO> = TlsStream<IO, UnbufferedServerConnection>;
+/// A client route's TLS stream.
+pub type ClientStream<IO> = TlsStream<IO, UnbufferedClientConnection>;
+
+/// A TLS connection over `io`.
+pub struct TlsStream<IO, C> {
+    io: IO,
+    conn: C,
+    /// Bytes received and not yet processed (a record still arriving).
+    incoming: buf::Buf,
+    /// Plaintext decrypted and not yet read.
+    plain: buf::Buf,
+    /// Records queued and not yet sent.
+    out: buf::Buf,
+    /// The peer's close_notify came.
+    read_closed: bool,
+    /// The socket ended.
+    io_eof: bool,
+    /// Our close_notify is queued.
+    close_sent: bool,
+    /// The server name the client asked for (server side, noted by the
+    /// certificate resolver).
+    sni: Option<Box<str>>,
+}
+
+impl<IO, C: Side> TlsStream<IO, C> {
+    fn new(io: IO, conn: C) -> Self {
+        TlsStream {
+            io,
+            conn,
+            incoming: buf::Buf::default(),
+            plain: buf::Buf::default(),
+            out: buf::Buf::default(),
+            read_closed: false,
+            io_eof: false,
+            close_sent: false,
+            sni: None,
+        }
+    }
+
+    /// The socket and the rustls connection.
+    pub fn get_ref(&self) -> (&IO, &C) {
+        (&self.io, &self.conn)
+    }
+
+    /// The socket and the rustls connection.
+    pub fn get_mut(&mut self) -> (&mut IO, &mut C) {
+        (&mut self.io, &mut self.conn)
+    }
+
+    /// The SNI the client sent, when noted ([`Self::note_sni`]).
+    pub fn sni(&self) -> Option<&str> {
+        self.sni.as_deref()
+    }
+
+    /// Keeps the SNI seen during the handshake (rustls's unbuffered server
+    /// connection does not expose it).
+    pub fn note_sni(&mut self, sni: Option<String>) {
+        self.sni = sni.map(String::into_boxed_str);
+    }
+
+    /// Lets go of the receive buffer while waiting for the socket: all of
+    /// it when empty; before authentication, all but the bytes held.
+    fn park(&mut self) {
+        if self.conn.is_handshaking() {
+            self.incoming.shrink();
+        } else {
+            self.incoming.release();
+        }
+    }
+}
+
+fn unexpected_eof(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, what.to_string())
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin, C: Side> TlsStream<IO, C> {
+    /// Sends what is queued; the buffer goes back once empty.
+    fn drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.out.is_empty() {
+            match ready!(Pin::new(&mut self.io).poll_write(cx, self.out.data())) {
+                Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Ok(n) => self.out.consume(n),
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+        self.out.release();
+        Poll::Ready(Ok(()))
+    }
+
+    /// Reads what the socket has into the receive buffer.
+    fn read_io(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.incoming.len() >= buf::SIZE {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a TLS message larger than the receive buffer",
+            )));
+        }
+        let mut room = ReadBuf::new(self.incoming.spare(1));
+        match Pin::new(&mut self.io).poll_read(cx, &mut room) {
+            Poll::Ready(Ok(())) => {
+                let n = room.filled().len();
+                self.incoming.filled(n);
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                self.park();
+                Poll::Pending
+            }
+        }
+    }
+
+    /// rustls failed the connection: its alert goes out (best effort) and
+    /// the error is returned as tokio-rustls returns it.
+    fn failed(&mut self, cx: &mut Context<'_>, e: rustls::Error) -> io::Error {
+        self.queue_alert();
+        let _ = self.drain(cx);
+        io::Error::new(io::ErrorKind::InvalidData, e)
+    }
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin, C: Side> AsyncRead for TlsStream<IO, C> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        if !this.plain.is_empty() {
+            let n = this.plain.len().min(buf.remaining());
+            buf.put_slice(&this.plain.data()[..n]);
+            this.plain.consume(n);
+            this.plain.release();
+            return Poll::Ready(Ok(()));
+        }
+        let before = buf.filled().len();
+        loop {
+            if this.read_closed {
+                return Poll::Ready(Ok(()));
+            }
+            if this.io_eof {
+                return Poll::Ready(Err(unexpected_eof(
+                    "peer closed connection without sending TLS close_notify",
+                )));
+            }
+            let progress = match this.step(Some(buf), Intent::Read) {
+                Ok(p) => p,
+                Err(e) => return Poll::Ready(Err(this.failed(cx, e))),
+            };
+            // What reading produced (a key update's answer) goes out now;
+            // a failure to send is the writer's to find.
+            if !this.out.is_empty() {
+                let _ = this.drain(cx);
+            }
+            if buf.filled().len() > before || progress == Progress::Delivered {
+                return Poll::Ready(Ok(()));
+            }
+            if this.read_closed {
+                continue;
+            }
+            match ready!(this.read_io(cx)) {
+                Ok(0) => this.io_eof = true,
+                Ok(_) => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin, C: Side> AsyncWrite for TlsStream<IO, C> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        ready!(this.drain(cx))?;
+        if data.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        if this.close_sent {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "TLS close_notify already sent",
+            )));
+        }
+        let n = data.len().min(MAX_PLAIN);
+        match this.step(None, Intent::Write(&data[..n])) {
+            Ok(Progress::Done) => {}
+            Ok(_) => {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::NotConnected,
+                    "the TLS connection cannot send",
+                )))
+            }
+            Err(e) => return Poll::Ready(Err(this.failed(cx, e))),
+        }
+        // Sending starts now; what the socket does not take is sent by the
+        // flush that follows every chunk.
+        if let Poll::Ready(Err(e)) = this.drain(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.drain(cx))?;
+        Pin::new(&mut this.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.close_sent {
+            this.close_sent = true;
+            // A connection rustls failed has nothing to say: only its
+            // socket is shut.
+            let _ = this.step(None, Intent::Close);
+        }
+        ready!(this.drain(cx))?;
+        Pin::new(&mut this.io).poll_shutdown(cx)
+    }
+}
+
+/// A handshake in progress; resolves to the connected stream.
+pub struct Handshake<IO, C> {
+    stream: Option<TlsStream<IO, C>>,
+    error: Option<io::Error>,
+}
+
+impl<IO, C> Handshake<IO, C> {
+    fn start(conn: Result<C, rustls::Error>, io: IO) -> Self
+    where
+        C: Side,
+    {
+        match conn {
+            Ok(conn) => Handshake {
+                stream: Some(TlsStream::new(io, conn)),
+                error: None,
+            },
+            Err(e) => Handshake {
+                stream: None,
+                error: Some(io::Error::other(e)),
+            },
+        }
+    }
+}
+
+/// The server side of a handshake over `io`.
+pub fn accept<IO>(config: Arc<ServerConfig>, io: IO) -> Handshake<IO, UnbufferedServerConnection> {
+    Handshake::start(UnbufferedServerConnection::new(config), io)
+}
+
+/// The client side of a handshake over `io` with the server `name`.
+pub fn connect<IO>(
+    config: Arc<ClientConfig>,
+    name: ServerName<'static>,
+    io: IO,
+) -> Handshake<IO, UnbufferedClientConnection> {
+    Handshake::start(UnbufferedClientConnection::new(config, name), io)
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin, C: Side> Future for Handshake<IO, C> {
+    type Output = io::Result<TlsStream<IO, C>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let Some(e) = this.error.take() {
+            return Poll::Ready(Err(e));
+        }
+        let Some(s) = this.stream.as_mut() else {
+            return Poll::Ready(Err(io::Error::other("TLS handshake polled after it ended")));
+        };
+        loop {
+            match s.step(None, Intent::Handshake) {
+                Err(e) => {
+                    let e = s.failed(cx, e);
+                    this.stream = None;
+                    return Poll::Ready(Err(e));
+                }
+                Ok(Progress::Done) => {
+                    ready!(s.drain(cx))?;
+                    s.park();
+                    return Poll::Ready(this.stream.take().ok_or_else(|| io::Error::other("lost")));
+                }
+                Ok(_) => {
+                    if s.read_closed {
+                        return Poll::Ready(Err(unexpected_eof("tls handshake close_notify")));
+                    }
+                    // Our flight goes out before we wait for the answer.
+                    ready!(s.drain(cx))?;
+                    match ready!(s.read_io(cx)) {
+                        Ok(0) => return Poll::Ready(Err(unexpected_eof("tls handshake eof"))),
+                        Ok(_) => {}
+                        Err(e) => return Poll::Ready(Err(e)),
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
