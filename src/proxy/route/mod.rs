@@ -149,10 +149,7 @@ impl Route {
                     cfg.tls_min_version,
                     &peer,
                 )?;
-                RouteTls::Server {
-                    config,
-                    policy,
-                }
+                RouteTls::Server { config, policy }
             }
             Mode::Client if cfg.transparent.is_some() => {
                 let rules = cfg.transparent.clone().unwrap_or_default();

@@ -40,10 +40,7 @@ enum Verdict {
 }
 
 impl<'m, IO: AsyncRead + AsyncWrite + Unpin> ServerVerdict<'m, IO> {
-    pub(super) fn new(
-        tls: Box<ClientStream<IO>>,
-        handshakes: &'m metrics::Counter,
-    ) -> Self {
+    pub(super) fn new(tls: Box<ClientStream<IO>>, handshakes: &'m metrics::Counter) -> Self {
         let mut s = ServerVerdict {
             tls,
             handshakes,
@@ -201,12 +198,7 @@ mod tests {
 
     /// Runs the handshake; returns our side once the server is done with
     /// its own, and the server's side if it accepted us.
-    async fn connect(
-        setup: Setup,
-    ) -> (
-        Box<ClientStream<DuplexStream>>,
-        Option<Server>,
-    ) {
+    async fn connect(setup: Setup) -> (Box<ClientStream<DuplexStream>>, Option<Server>) {
         let ca = DevCa::new("test CA", 1).unwrap();
         let other = DevCa::new("another CA", 1).unwrap();
         let server_id = ca.issue(&LeafSpec::dns(NAME, Role::Server, 1)).unwrap();

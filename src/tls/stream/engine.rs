@@ -76,7 +76,11 @@ fn encode<D>(e: &mut EncodeTlsData<'_, D>, out: &mut Buf) -> Result<(), Error> {
 }
 
 /// Encrypts `data` (or a close_notify when `None`) into the outgoing buffer.
-fn encrypt<D>(w: &mut WriteTraffic<'_, D>, data: Option<&[u8]>, out: &mut Buf) -> Result<(), Error> {
+fn encrypt<D>(
+    w: &mut WriteTraffic<'_, D>,
+    data: Option<&[u8]>,
+    out: &mut Buf,
+) -> Result<(), Error> {
     let mut want = data.map_or(64, |d| d.len().saturating_add(64));
     loop {
         let room = out.spare(want);
@@ -108,12 +112,16 @@ impl<IO, C: Side> TlsStream<IO, C> {
         mut dst: Option<&mut ReadBuf<'_>>,
         intent: Intent<'_>,
     ) -> Result<Progress, Error> {
+        if self.failed {
+            return Err(Error::General("the TLS connection failed earlier".into()));
+        }
         loop {
             let UnbufferedStatus { discard, state } = self.conn.process(self.incoming.data_mut());
             let mut stop = None;
             match state {
                 Err(e) => {
                     self.incoming.consume(discard);
+                    self.failed = true;
                     return Err(e);
                 }
                 Ok(ConnectionState::ReadTraffic(mut t)) => {
@@ -151,6 +159,7 @@ impl<IO, C: Side> TlsStream<IO, C> {
                 // exists in this rustls version.
                 Ok(_) => {
                     self.incoming.consume(discard);
+                    self.failed = true;
                     return Err(Error::General("unexpected TLS state".into()));
                 }
             }
@@ -171,22 +180,13 @@ impl<IO, C: Side> TlsStream<IO, C> {
 
     /// After rustls failed the connection: queues the alert it has for the
     /// peer (sent best-effort by the caller, as a buffered connection does).
+    /// rustls hands out what it queued before looking at the input again,
+    /// and the alert is the one record it queued: one more turn, never a
+    /// second (that would feed it the offending bytes again).
     pub(super) fn queue_alert(&mut self) {
-        // Each alert is one record to encode, then one transmit.
-        for _ in 0..4 {
-            let UnbufferedStatus { discard, state } = self.conn.process(self.incoming.data_mut());
-            let more = match state {
-                Ok(ConnectionState::EncodeTlsData(mut e)) => encode(&mut e, &mut self.out).is_ok(),
-                Ok(ConnectionState::TransmitTlsData(t)) => {
-                    t.done();
-                    true
-                }
-                _ => false,
-            };
-            self.incoming.consume(discard);
-            if !more {
-                return;
-            }
+        let UnbufferedStatus { discard: _, state } = self.conn.process(self.incoming.data_mut());
+        if let Ok(ConnectionState::EncodeTlsData(mut e)) = state {
+            let _ = encode(&mut e, &mut self.out);
         }
     }
 }

@@ -57,8 +57,10 @@ const MAX_PLAIN: usize = 4 * 16 * 1024;
 pub trait Side: DerefMut<Target = UnbufferedConnectionCommon<Self::Data>> + Unpin {
     type Data;
     /// `process_tls_records`, which rustls defines for each side apart.
-    fn process<'c, 'i>(&'c mut self, incoming: &'i mut [u8])
-        -> UnbufferedStatus<'c, 'i, Self::Data>;
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, Self::Data>;
 }
 
 impl Side for UnbufferedServerConnection {
@@ -102,6 +104,8 @@ pub struct TlsStream<IO, C> {
     io_eof: bool,
     /// Our close_notify is queued.
     close_sent: bool,
+    /// rustls failed the connection: it is not turned again.
+    failed: bool,
     /// The server name the client asked for (server side, noted by the
     /// certificate resolver).
     sni: Option<Box<str>>,
@@ -118,6 +122,7 @@ impl<IO, C: Side> TlsStream<IO, C> {
             read_closed: false,
             io_eof: false,
             close_sent: false,
+            failed: false,
             sni: None,
         }
     }
