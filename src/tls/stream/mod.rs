@@ -24,10 +24,12 @@
 //! - a rustls error sends its alert (best effort) and is returned as
 //!   `InvalidData` wrapping the `rustls::Error`, as tokio-rustls does, so
 //!   the refusal counters classify it the same way;
-//! - what a peer can make us hold is bounded: before authentication the
-//!   bytes of a record still arriving are kept in memory of exactly their
-//!   size (the pre-authentication byte cap wraps the socket, as before),
-//!   after it at most one pooled buffer ([`buf::SIZE`]); anything larger is
+//! - what a peer can make us hold is bounded: while we wait, the bytes of
+//!   a record still arriving are kept in memory of exactly their size (a
+//!   record is at most ~18 KiB; before authentication the byte cap that
+//!   wraps the socket still bounds a handshake message joined across
+//!   records); while bytes are processed, at most one pooled buffer
+//!   ([`buf::SIZE`]) of received bytes, and anything that needs more is
 //!   refused.
 
 mod buf;
@@ -149,13 +151,12 @@ impl<IO, C: Side> TlsStream<IO, C> {
     }
 
     /// Lets go of the receive buffer while waiting for the socket: all of
-    /// it when empty; before authentication, all but the bytes held.
+    /// it when empty, else all but the bytes of the record still arriving
+    /// (at most one record's worth, a pooled buffer being four): a peer
+    /// that stops mid-record pins what it sent, not a whole buffer. On a
+    /// bulk stream that costs a copy of the partial record per wait.
     fn park(&mut self) {
-        if self.conn.is_handshaking() {
-            self.incoming.shrink();
-        } else {
-            self.incoming.release();
-        }
+        self.incoming.shrink();
     }
 }
 

@@ -232,3 +232,17 @@ async fn a_peer_that_stops_mid_handshake_holds_only_its_bytes() {
     assert_eq!(s.incoming.capacity(), 8);
     assert_eq!(held(s), 8);
 }
+
+#[tokio::test]
+async fn a_peer_that_stops_mid_record_holds_only_its_bytes() {
+    let (mut s, c) = pair(ALL_VERSIONS, 4096).await;
+    let mut raw = c.io;
+    // An application-data record of 1,000 bytes, 10 of them sent.
+    raw.write_all(&[23, 3, 3, 0x03, 0xE8, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
+        .await
+        .unwrap();
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let mut b = [0u8; 64];
+    assert!(s.read_now(&mut cx, &mut b).is_pending());
+    assert_eq!(held(&s), 15);
+}
