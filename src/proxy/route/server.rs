@@ -87,7 +87,11 @@ impl Route {
             }
         }
         if let Some(settings) = self.cfg.http {
-            return self.carry_http(reg, tls, target, settings).await;
+            // Boxed: HTTP's serving state (hyper's connection) is several
+            // times the byte copy's, and a task keeps the size of its
+            // largest state for the life of the connection, so inline it
+            // made every server route's idle connection pay for it.
+            return Box::pin(self.carry_http(reg, tls, target, settings)).await;
         }
         self.supervise(reg, tls, target).await
     }

@@ -217,43 +217,54 @@ impl<IO: AsyncRead + AsyncWrite + Unpin, C: Side> AsyncRead for TlsStream<IO, C>
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        let read = this.read(cx, buf);
+        // Whatever the read returned (EOF and errors included: a half-closed
+        // connection lingers), a receive buffer with nothing left in it goes
+        // back now.
+        this.incoming.release();
+        read
+    }
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin, C: Side> TlsStream<IO, C> {
+    fn read(&mut self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         if buf.remaining() == 0 {
             return Poll::Ready(Ok(()));
         }
-        if !this.plain.is_empty() {
-            let n = this.plain.len().min(buf.remaining());
-            buf.put_slice(&this.plain.data()[..n]);
-            this.plain.consume(n);
-            this.plain.release();
+        if !self.plain.is_empty() {
+            let n = self.plain.len().min(buf.remaining());
+            buf.put_slice(&self.plain.data()[..n]);
+            self.plain.consume(n);
+            self.plain.release();
             return Poll::Ready(Ok(()));
         }
         let before = buf.filled().len();
         loop {
-            if this.read_closed {
+            if self.read_closed {
                 return Poll::Ready(Ok(()));
             }
-            if this.io_eof {
+            if self.io_eof {
                 return Poll::Ready(Err(unexpected_eof(
                     "peer closed connection without sending TLS close_notify",
                 )));
             }
-            let progress = match this.step(Some(buf), Intent::Read) {
+            let progress = match self.step(Some(buf), Intent::Read) {
                 Ok(p) => p,
-                Err(e) => return Poll::Ready(Err(this.failed(cx, e))),
+                Err(e) => return Poll::Ready(Err(self.failed(cx, e))),
             };
             // What reading produced (a key update's answer) goes out now;
             // a failure to send is the writer's to find.
-            if !this.out.is_empty() {
-                let _ = this.drain(cx);
+            if !self.out.is_empty() {
+                let _ = self.drain(cx);
             }
             if buf.filled().len() > before || progress == Progress::Delivered {
                 return Poll::Ready(Ok(()));
             }
-            if this.read_closed {
+            if self.read_closed {
                 continue;
             }
-            match ready!(this.read_io(cx)) {
-                Ok(0) => this.io_eof = true,
+            match ready!(self.read_io(cx)) {
+                Ok(0) => self.io_eof = true,
                 Ok(_) => {}
                 Err(e) => return Poll::Ready(Err(e)),
             }
