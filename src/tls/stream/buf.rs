@@ -13,9 +13,12 @@ use std::cell::RefCell;
 /// read or one write of forwarding's 64 KiB chunk fits in one buffer.
 pub(crate) const SIZE: usize = 72 * 1024;
 
-/// Buffers each thread keeps for reuse: a bounded, fixed cost per thread,
-/// not per connection.
-const KEEP: usize = 4;
+/// Buffers each thread keeps for reuse: a bounded, fixed cost per thread
+/// (72 KiB of resident memory each, which also counts in the baseline once
+/// a thread has served a connection), not per connection. One covers a
+/// connection moving bytes one way (the buffer goes back between reading
+/// and writing); a second one in use at once is allocated and freed.
+const KEEP: usize = 1;
 
 thread_local! {
     static POOL: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };

@@ -178,15 +178,44 @@ impl<IO, C: Side> TlsStream<IO, C> {
         }
     }
 
-    /// After rustls failed the connection: queues the alert it has for the
-    /// peer (sent best-effort by the caller, as a buffered connection does).
-    /// rustls hands out what it queued before looking at the input again,
-    /// and the alert is the one record it queued: one more turn, never a
-    /// second (that would feed it the offending bytes again).
-    pub(super) fn queue_alert(&mut self) {
-        let UnbufferedStatus { discard: _, state } = self.conn.process(self.incoming.data_mut());
-        if let Ok(ConnectionState::EncodeTlsData(mut e)) = state {
-            let _ = encode(&mut e, &mut self.out);
+    /// After rustls failed the connection: queues the records it still
+    /// has for the peer, its alert last (sent best-effort by the caller,
+    /// as a buffered connection does). rustls hands out what it queued
+    /// before it looks at the input again, so each turn here yields one
+    /// queued record until none is left. The turn after the last one reads
+    /// the input again, which is harmless after a message was refused (the
+    /// connection's state is poisoned: rustls only reports the error) but
+    /// not after a record could not be read at all: rustls would read the
+    /// same bytes and raise a second alert. Those errors queue nothing but
+    /// their alert, so they get one turn. (Left: a refused message followed
+    /// in the same read by an unreadable record makes rustls queue a second
+    /// alert, never sent; its debug builds assert on it.)
+    pub(super) fn queue_alert(&mut self, e: &Error) {
+        let turns = if record_unreadable(e) { 1 } else { 8 };
+        for _ in 0..turns {
+            let UnbufferedStatus { discard, state } = self.conn.process(self.incoming.data_mut());
+            let encoded = match state {
+                Ok(ConnectionState::EncodeTlsData(mut record)) => {
+                    encode(&mut record, &mut self.out).is_ok()
+                }
+                _ => false,
+            };
+            self.incoming.consume(discard);
+            if !encoded {
+                return;
+            }
         }
     }
+}
+
+/// Errors rustls raises while reading a record (before any message in it
+/// is handled): the offending bytes stay in the input.
+fn record_unreadable(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::InvalidMessage(_)
+            | Error::PeerSentOversizedRecord
+            | Error::DecryptError
+            | Error::PeerMisbehaved(rustls::PeerMisbehaved::IllegalMiddleboxChangeCipherSpec)
+    )
 }

@@ -204,7 +204,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin, C: Side> TlsStream<IO, C> {
     /// rustls failed the connection: its alert goes out (best effort) and
     /// the error is returned as tokio-rustls returns it.
     fn failed(&mut self, cx: &mut Context<'_>, e: rustls::Error) -> io::Error {
-        self.queue_alert();
+        self.queue_alert(&e);
         let _ = self.drain(cx);
         io::Error::new(io::ErrorKind::InvalidData, e)
     }
@@ -217,7 +217,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin, C: Side> AsyncRead for TlsStream<IO, C>
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        let read = this.read(cx, buf);
+        let read = this.read_plain(cx, buf);
         // Whatever the read returned (EOF and errors included: a half-closed
         // connection lingers), a receive buffer with nothing left in it goes
         // back now.
@@ -227,7 +227,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin, C: Side> AsyncRead for TlsStream<IO, C>
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin, C: Side> TlsStream<IO, C> {
-    fn read(&mut self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn read_plain(&mut self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         if buf.remaining() == 0 {
             return Poll::Ready(Ok(()));
         }

@@ -246,3 +246,31 @@ async fn a_peer_that_stops_mid_record_holds_only_its_bytes() {
     assert!(s.read_now(&mut cx, &mut b).is_pending());
     assert_eq!(held(&s), 15);
 }
+
+/// A refusal inside the handshake reaches the peer as its alert (here
+/// ALPN: the server offers only a protocol the client does not).
+#[tokio::test]
+async fn a_refused_handshake_sends_its_alert() {
+    let (sc, cc) = configs(ALL_VERSIONS);
+    let mut sc = (*sc).clone();
+    sc.alpn_protocols = vec![b"x-proto".to_vec()];
+    let mut cc = (*cc).clone();
+    cc.alpn_protocols = vec![b"other".to_vec()];
+    let (a, b) = duplex(4096);
+    let server = tokio::spawn(accept(Arc::new(sc), a));
+    let client = tokio_rustls::TlsConnector::from(Arc::new(cc))
+        .connect(name(), b)
+        .await;
+    let e = client.err().unwrap();
+    let tls = e.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>());
+    assert!(
+        matches!(
+            tls,
+            Some(rustls::Error::AlertReceived(
+                rustls::AlertDescription::NoApplicationProtocol
+            ))
+        ),
+        "{e:?}"
+    );
+    assert!(server.await.unwrap().is_err());
+}
