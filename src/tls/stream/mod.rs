@@ -51,6 +51,13 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use engine::{Intent, Progress};
 
+/// The most one socket read takes while the handshake runs: what follows
+/// the peer's last handshake flight (a client's first data, sent with its
+/// Finished) is left in the socket rather than counted against the
+/// pre-authentication byte cap that wraps it, as rustls's buffered
+/// connection read 4 KiB at a time.
+const HANDSHAKE_READ: usize = 4096;
+
 /// The most plaintext one write encrypts: four full records, forwarding's
 /// whole chunk.
 const MAX_PLAIN: usize = 4 * 16 * 1024;
@@ -186,7 +193,14 @@ impl<IO: AsyncRead + AsyncWrite + Unpin, C: Side> TlsStream<IO, C> {
                 "a TLS message larger than the receive buffer",
             )));
         }
-        let mut room = ReadBuf::new(self.incoming.spare(1));
+        let handshaking = self.conn.is_handshaking();
+        let room = self.incoming.spare(1);
+        let take = if handshaking {
+            HANDSHAKE_READ.min(room.len())
+        } else {
+            room.len()
+        };
+        let mut room = ReadBuf::new(&mut room[..take]);
         match Pin::new(&mut self.io).poll_read(cx, &mut room) {
             Poll::Ready(Ok(())) => {
                 let n = room.filled().len();

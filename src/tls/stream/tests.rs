@@ -274,3 +274,24 @@ async fn a_refused_handshake_sends_its_alert() {
     );
     assert!(server.await.unwrap().is_err());
 }
+
+/// A client sends its first data right behind its Finished; the server's
+/// handshake reads only what it needs, so that data is not counted
+/// against the pre-authentication cap wrapping the socket (with reads of
+/// a whole buffer, 200 KiB arrived "before the handshake completed").
+#[tokio::test]
+async fn data_behind_the_last_flight_is_not_read_by_the_handshake() {
+    use crate::proxy::preauth::Capped;
+    let (sc, cc) = configs(&[&rustls::version::TLS13]);
+    let (a, b) = duplex(512 * 1024);
+    let server = tokio::spawn(accept(sc, Capped::with_limit(a, 16 * 1024)));
+    let mut c = connect(cc, name(), b).await.unwrap();
+    // No yield before this: the server has not seen our Finished yet.
+    c.write_all(&[7u8; 200 * 1024]).await.unwrap();
+    c.flush().await.unwrap();
+    let mut s = server.await.unwrap().expect("the handshake completes");
+    s.get_mut().0.lift();
+    let mut got = vec![0u8; 200 * 1024];
+    s.read_exact(&mut got).await.unwrap();
+    assert!(got.iter().all(|&b| b == 7));
+}
