@@ -34,19 +34,18 @@
 
 mod buf;
 mod engine;
+mod handshake;
 
-use std::future::Future;
+pub use handshake::{accept, connect, Handshake};
+
 use std::io;
 use std::ops::DerefMut;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
 use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
 use rustls::unbuffered::{UnbufferedConnectionCommon, UnbufferedStatus};
-use rustls::{ClientConfig, ServerConfig};
-use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use engine::{Intent, Progress};
@@ -338,84 +337,6 @@ impl<IO: AsyncRead + AsyncWrite + Unpin, C: Side> AsyncWrite for TlsStream<IO, C
         }
         ready!(this.drain(cx))?;
         Pin::new(&mut this.io).poll_shutdown(cx)
-    }
-}
-
-/// A handshake in progress; resolves to the connected stream.
-pub struct Handshake<IO, C> {
-    stream: Option<TlsStream<IO, C>>,
-    error: Option<io::Error>,
-}
-
-impl<IO, C> Handshake<IO, C> {
-    fn start(conn: Result<C, rustls::Error>, io: IO) -> Self
-    where
-        C: Side,
-    {
-        match conn {
-            Ok(conn) => Handshake {
-                stream: Some(TlsStream::new(io, conn)),
-                error: None,
-            },
-            Err(e) => Handshake {
-                stream: None,
-                error: Some(io::Error::other(e)),
-            },
-        }
-    }
-}
-
-/// The server side of a handshake over `io`.
-pub fn accept<IO>(config: Arc<ServerConfig>, io: IO) -> Handshake<IO, UnbufferedServerConnection> {
-    Handshake::start(UnbufferedServerConnection::new(config), io)
-}
-
-/// The client side of a handshake over `io` with the server `name`.
-pub fn connect<IO>(
-    config: Arc<ClientConfig>,
-    name: ServerName<'static>,
-    io: IO,
-) -> Handshake<IO, UnbufferedClientConnection> {
-    Handshake::start(UnbufferedClientConnection::new(config, name), io)
-}
-
-impl<IO: AsyncRead + AsyncWrite + Unpin, C: Side> Future for Handshake<IO, C> {
-    type Output = io::Result<TlsStream<IO, C>>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        if let Some(e) = this.error.take() {
-            return Poll::Ready(Err(e));
-        }
-        let Some(s) = this.stream.as_mut() else {
-            return Poll::Ready(Err(io::Error::other("TLS handshake polled after it ended")));
-        };
-        loop {
-            match s.step(None, Intent::Handshake) {
-                Err(e) => {
-                    let e = s.failed(cx, e);
-                    this.stream = None;
-                    return Poll::Ready(Err(e));
-                }
-                Ok(Progress::Done) => {
-                    ready!(s.drain(cx))?;
-                    s.park();
-                    return Poll::Ready(this.stream.take().ok_or_else(|| io::Error::other("lost")));
-                }
-                Ok(_) => {
-                    if s.read_closed {
-                        return Poll::Ready(Err(unexpected_eof("tls handshake close_notify")));
-                    }
-                    // Our flight goes out before we wait for the answer.
-                    ready!(s.drain(cx))?;
-                    match ready!(s.read_io(cx)) {
-                        Ok(0) => return Poll::Ready(Err(unexpected_eof("tls handshake eof"))),
-                        Ok(_) => {}
-                        Err(e) => return Poll::Ready(Err(e)),
-                    }
-                }
-            }
-        }
     }
 }
 

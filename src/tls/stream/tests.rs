@@ -4,6 +4,12 @@
 //! blocked), half-close, key updates, and what hostile bytes get.
 use super::*;
 
+use std::future::Future;
+use std::sync::Arc;
+
+use rustls::{ClientConfig, ServerConfig};
+use rustls_pki_types::ServerName;
+
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{SupportedProtocolVersion, ALL_VERSIONS};
