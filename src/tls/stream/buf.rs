@@ -2,37 +2,45 @@
 //! handed to a small per-thread pool) whenever it holds nothing, so an
 //! idle connection owns no buffer at all.
 //!
-//! Pooled buffers stay initialised between uses: the encrypter and the
-//! socket read write into plain `&mut [u8]`, so memory taken from the pool
-//! needs no zeroing, only a fresh allocation does.
+//! Memory is never zeroed ahead of use: socket reads fill a buffer's spare
+//! capacity (tokio's `read_buf`), and only room handed to rustls to write
+//! into (records to send) is initialised, once, and stays so while the
+//! buffer is reused. A page is resident only once bytes were put in it,
+//! so a handshake's few KiB cost a few KiB, not a whole buffer.
 
 use std::cell::RefCell;
+use std::future::Future;
+use std::io;
+use std::pin::pin;
+use std::task::{Context, Poll};
 
-/// The size of a pooled buffer: four full TLS records (16 KiB of
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// The capacity of a pooled buffer: four full TLS records (16 KiB of
 /// plaintext each, with header and tag) and room to spare, so one socket
 /// read or one write of forwarding's 64 KiB chunk fits in one buffer.
 pub(crate) const SIZE: usize = 72 * 1024;
 
 /// Buffers each thread keeps for reuse: a bounded, fixed cost per thread
-/// (72 KiB of resident memory each, which also counts in the baseline once
-/// a thread has served a connection), not per connection. One covers a
-/// connection moving bytes one way (the buffer goes back between reading
-/// and writing); a second one in use at once is allocated and freed.
+/// (up to 72 KiB of resident memory each, once bulk data went through),
+/// not per connection. One covers a connection moving bytes one way (the
+/// buffer goes back between reading and writing); a second one in use at
+/// once is allocated and freed.
 const KEEP: usize = 1;
 
 thread_local! {
-    static POOL: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
+    static POOL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
 }
 
-fn take() -> Box<[u8]> {
+fn take() -> Vec<u8> {
     POOL.try_with(|p| p.borrow_mut().pop())
         .ok()
         .flatten()
-        .unwrap_or_else(|| vec![0; SIZE].into_boxed_slice())
+        .unwrap_or_else(|| Vec::with_capacity(SIZE))
 }
 
-fn give(mem: Box<[u8]>) {
-    if mem.len() != SIZE {
+fn give(mem: Vec<u8>) {
+    if mem.capacity() != SIZE {
         return;
     }
     let _ = POOL.try_with(|p| {
@@ -43,10 +51,11 @@ fn give(mem: Box<[u8]>) {
     });
 }
 
-/// Bytes `mem[start..end]`, the rest of `mem` free to fill.
+/// Bytes `mem[start..end]`; `mem[end..]` is initialised room, and the
+/// capacity past `mem.len()` room a read may fill.
 #[derive(Default)]
 pub(crate) struct Buf {
-    mem: Box<[u8]>,
+    mem: Vec<u8>,
     start: usize,
     end: usize,
 }
@@ -80,24 +89,36 @@ impl Buf {
         }
     }
 
-    /// Free room after the bytes held, at least `want` bytes of it: the
-    /// held bytes are moved to the front, or into a pooled buffer (or one
-    /// just large enough, past the pool's size).
-    pub(crate) fn spare(&mut self, want: usize) -> &mut [u8] {
-        if self.mem.len() - self.end < want {
+    /// Makes capacity for at least `want` more bytes after those held: they
+    /// are moved to the front, or into a pooled buffer (or one just large
+    /// enough, past the pool's size).
+    fn room(&mut self, want: usize) {
+        if self.mem.capacity() - self.end < want && self.start > 0 {
             self.mem.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
         }
         let need = self.end.saturating_add(want);
-        if self.mem.len() < need || (self.mem.len() < SIZE && need <= SIZE) {
+        let cap = self.mem.capacity();
+        if cap < need || (cap < SIZE && need <= SIZE) {
             let mut mem = if need <= SIZE {
                 take()
             } else {
-                vec![0; need].into_boxed_slice()
+                Vec::with_capacity(need)
             };
-            mem[..self.end].copy_from_slice(&self.mem[..self.end]);
+            mem.clear();
+            mem.extend_from_slice(&self.mem[..self.end]);
             give(std::mem::replace(&mut self.mem, mem));
+        }
+    }
+
+    /// Initialised room after the bytes held, at least `want` bytes of it,
+    /// for rustls to write records into.
+    pub(crate) fn spare(&mut self, want: usize) -> &mut [u8] {
+        self.room(want);
+        let need = self.end + want;
+        if self.mem.len() < need {
+            self.mem.resize(need, 0);
         }
         &mut self.mem[self.end..]
     }
@@ -109,13 +130,32 @@ impl Buf {
 
     /// Appends `bytes`.
     pub(crate) fn push(&mut self, bytes: &[u8]) {
-        self.spare(bytes.len())[..bytes.len()].copy_from_slice(bytes);
-        self.filled(bytes.len());
+        if bytes.is_empty() {
+            return;
+        }
+        self.room(bytes.len());
+        self.mem.truncate(self.end);
+        self.mem.extend_from_slice(bytes);
+        self.end = self.mem.len();
+    }
+
+    /// Reads what `io` has into the room after the bytes held (a pooled
+    /// buffer's worth), without initialising that room first.
+    pub(crate) fn read_from<R: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut R,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        self.room(1);
+        self.mem.truncate(self.end);
+        let read = pin!(io.read_buf(&mut self.mem)).poll(cx);
+        self.end = self.mem.len();
+        read
     }
 
     /// Lets go of the memory if nothing is held.
     pub(crate) fn release(&mut self) {
-        if self.is_empty() && !self.mem.is_empty() {
+        if self.is_empty() && self.mem.capacity() > 0 {
             give(std::mem::take(&mut self.mem));
             self.start = 0;
             self.end = 0;
@@ -123,14 +163,13 @@ impl Buf {
     }
 
     /// Keeps what is held in memory of exactly its size (the pooled buffer
-    /// goes back): what a connection waiting mid-record holds before its
-    /// peer is authenticated.
+    /// goes back): what a connection waiting mid-record holds.
     pub(crate) fn shrink(&mut self) {
         if self.is_empty() {
             return self.release();
         }
-        if self.mem.len() > self.len() {
-            let small: Box<[u8]> = self.data().into();
+        if self.mem.capacity() > self.len() {
+            let small = self.data().to_vec();
             self.end = small.len();
             self.start = 0;
             give(std::mem::replace(&mut self.mem, small));
@@ -140,7 +179,7 @@ impl Buf {
     /// The memory this buffer holds (tests).
     #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
-        self.mem.len()
+        self.mem.capacity()
     }
 }
 
@@ -177,5 +216,21 @@ mod tests {
         let room = b.spare(SIZE).len();
         assert!(room >= SIZE);
         assert_eq!(b.data(), &[1; 10]);
+    }
+
+    #[tokio::test]
+    async fn a_read_appends_after_the_bytes_held() {
+        let (mut tx, mut rx) = tokio::io::duplex(64);
+        tokio::io::AsyncWriteExt::write_all(&mut tx, b"world")
+            .await
+            .unwrap();
+        let mut b = Buf::default();
+        b.push(b"xhello ");
+        b.consume(1);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(matches!(b.read_from(&mut rx, &mut cx), Poll::Ready(Ok(5))));
+        assert_eq!(b.data(), b"hello world");
+        assert!(b.read_from(&mut rx, &mut cx).is_pending());
+        assert_eq!(b.data(), b"hello world");
     }
 }

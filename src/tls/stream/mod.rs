@@ -192,26 +192,19 @@ impl<IO: AsyncRead + AsyncWrite + Unpin, C: Side> TlsStream<IO, C> {
                 "a TLS message larger than the receive buffer",
             )));
         }
-        let handshaking = self.conn.is_handshaking();
-        let room = self.incoming.spare(1);
-        let take = if handshaking {
-            HANDSHAKE_READ.min(room.len())
+        let read = if self.conn.is_handshaking() {
+            let mut some = [0u8; HANDSHAKE_READ];
+            let mut room = ReadBuf::new(&mut some);
+            let read = Pin::new(&mut self.io).poll_read(cx, &mut room);
+            self.incoming.push(room.filled());
+            read.map_ok(|()| room.filled().len())
         } else {
-            room.len()
+            self.incoming.read_from(&mut self.io, cx)
         };
-        let mut room = ReadBuf::new(&mut room[..take]);
-        match Pin::new(&mut self.io).poll_read(cx, &mut room) {
-            Poll::Ready(Ok(())) => {
-                let n = room.filled().len();
-                self.incoming.filled(n);
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => {
-                self.park();
-                Poll::Pending
-            }
+        if read.is_pending() {
+            self.park();
         }
+        read
     }
 
     /// rustls failed the connection: its alert goes out (best effort) and
