@@ -76,7 +76,11 @@ impl<IO: AsyncRead + AsyncWrite + Unpin, C: Side> Future for Handshake<IO, C> {
                 Ok(Progress::Done) => {
                     ready!(s.drain(cx))?;
                     s.park();
-                    return Poll::Ready(this.stream.take().ok_or_else(|| io::Error::other("lost")));
+                    return Poll::Ready(
+                        this.stream
+                            .take()
+                            .ok_or_else(|| io::Error::other("TLS handshake polled after it ended")),
+                    );
                 }
                 Ok(_) => {
                     if s.read_closed {
