@@ -149,7 +149,8 @@ impl FailureReason {
         }
     }
 
-    /// Classifies a handshake error as returned by tokio-rustls.
+    /// Classifies a handshake error as the TLS driver returns it
+    /// ([`crate::tls::stream`]; the shapes tokio-rustls used).
     pub fn from_io(err: &io::Error) -> FailureReason {
         if let Some(inner) = err.get_ref() {
             if let Some(tls) = inner.downcast_ref::<TlsError>() {

@@ -265,12 +265,48 @@ struct Source {
     code: String,
 }
 
+/// The files of test modules declared apart (`#[cfg(test)] mod NAME;`):
+/// test code like an inline `#[cfg(test)] mod tests { .. }`.
+fn test_module_files(files: &[PathBuf]) -> BTreeSet<PathBuf> {
+    let mut out = BTreeSet::new();
+    for f in files {
+        let code = code_only(&std::fs::read_to_string(f).unwrap());
+        let dir = match f.file_stem().and_then(|s| s.to_str()) {
+            Some("mod" | "lib" | "main") => f.parent().unwrap().to_path_buf(),
+            Some(stem) => f.parent().unwrap().join(stem),
+            None => continue,
+        };
+        let mut rest = code.as_str();
+        while let Some(at) = rest.find("#[cfg(test)]") {
+            rest = &rest[at + "#[cfg(test)]".len()..];
+            let item = rest.trim_start();
+            let Some(decl) = item.strip_prefix("mod ") else {
+                continue;
+            };
+            let name: String = decl
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if decl.trim_start()[name.len()..]
+                .trim_start()
+                .starts_with(';')
+            {
+                out.insert(dir.join(format!("{name}.rs")));
+            }
+        }
+    }
+    out
+}
+
 fn sources() -> Vec<Source> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
+    let tests = test_module_files(&files);
     files
         .into_iter()
+        .filter(|f| !tests.contains(f))
         .filter(|f| {
             !matches!(
                 f.file_name().and_then(|n| n.to_str()),

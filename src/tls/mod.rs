@@ -9,6 +9,7 @@
 pub mod resolve;
 pub mod resumption;
 mod spiffe;
+pub mod stream;
 pub mod verify;
 
 use std::sync::Arc;

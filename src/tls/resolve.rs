@@ -23,7 +23,12 @@ impl IdentityResolver {
 }
 
 impl ResolvesServerCert for IdentityResolver {
-    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        // The driver's unbuffered server connection does not expose the
+        // SNI; the PROXY header (`--proxy-protocol`) carries it.
+        crate::tls::verify::with_current_report(|r| {
+            r.sni = hello.server_name().map(str::to_string);
+        });
         Some(self.store.current().identity.clone())
     }
 }

@@ -33,7 +33,6 @@ use rustls::client::{ClientSessionMemoryCache, Resumption, Tls12Resumption};
 use rustls::server::ProducesTickets;
 use rustls::ClientConfig;
 use rustls_pki_types::CertificateDer;
-use tokio_rustls::TlsConnector;
 
 use super::verify::{with_current_report, PeerReport};
 use crate::credentials::{CredentialStore, Credentials};
@@ -212,11 +211,11 @@ pub enum ClientTls {
 }
 
 impl ClientTls {
-    /// A connector for one handshake.
-    pub fn connector(&self) -> TlsConnector {
+    /// The config of one handshake.
+    pub fn config(&self) -> Arc<ClientConfig> {
         match self {
-            ClientTls::Fixed(c) => TlsConnector::from(c.clone()),
-            ClientTls::Resuming(r) => TlsConnector::from(r.config()),
+            ClientTls::Fixed(c) => c.clone(),
+            ClientTls::Resuming(r) => r.config(),
         }
     }
 }

@@ -31,6 +31,9 @@ pub struct PeerReport {
     pub verified_with: Option<Arc<Trust>>,
     /// What the session ticketer saw in this handshake (`--resumption`).
     pub ticket: TicketNote,
+    /// The server name the client asked for (server side; noted by the
+    /// certificate resolver, which rustls calls on resumed handshakes too).
+    pub sni: Option<String>,
 }
 
 /// What the session ticketer ([`crate::tls::resumption`]) saw during one
@@ -69,7 +72,12 @@ tokio::task_local! {
 pub async fn with_report<F: std::future::Future>(fut: F) -> (F::Output, PeerReport) {
     let slot = Arc::new(Mutex::new(PeerReport::default()));
     let out = REPORT.scope(slot.clone(), fut).await;
-    let report = slot.lock().map(|r| r.clone()).unwrap_or_default();
+    // Taken, not cloned: the scope has ended, so nothing else reads the
+    // slot, and the chain moves on to the registry as its one copy of ours.
+    let report = slot
+        .lock()
+        .map(|mut r| std::mem::take(&mut *r))
+        .unwrap_or_default();
     (out, report)
 }
 

@@ -16,6 +16,7 @@ use crate::proxy::conn::{LiveConn, Registration};
 use crate::proxy::pending::Ticket;
 use crate::proxy::settings::Mode;
 use crate::reason::{CloseReason, FailureReason};
+use crate::tls::stream::{ClientStream, ServerStream};
 use crate::tls::verify::{with_report, PeerReport};
 
 /// How long an `--exclusive` newcomer waits, at most, for the incumbent it
@@ -64,6 +65,9 @@ pub(super) trait Resumable {
     /// The peer chain stored with the session when the handshake resumed
     /// one; `None` after a full handshake.
     fn resumed_chain(&self) -> Option<Vec<CertificateDer<'static>>>;
+
+    /// Keeps what the handshake's report says the stream cannot tell.
+    fn note(&mut self, _report: &mut PeerReport) {}
 }
 
 /// The chain rustls kept for a resumed session (empty when it kept none,
@@ -76,13 +80,18 @@ fn resumed_chain(conn: &rustls::CommonState) -> Option<Vec<CertificateDer<'stati
     })
 }
 
-impl<IO> Resumable for tokio_rustls::server::TlsStream<IO> {
+impl<IO> Resumable for ServerStream<IO> {
     fn resumed_chain(&self) -> Option<Vec<CertificateDer<'static>>> {
         resumed_chain(self.get_ref().1)
     }
+
+    /// The SNI, for the PROXY header.
+    fn note(&mut self, report: &mut PeerReport) {
+        self.note_sni(report.sni.take());
+    }
 }
 
-impl<IO> Resumable for tokio_rustls::client::TlsStream<IO> {
+impl<IO> Resumable for ClientStream<IO> {
     fn resumed_chain(&self) -> Option<Vec<CertificateDer<'static>>> {
         resumed_chain(self.get_ref().1)
     }
@@ -158,9 +167,10 @@ impl Route {
                 r = tokio::time::timeout(self.cfg.handshake_timeout, handshake) => handshake_ended(r),
             }
         };
-        let (result, report) = with_report(bounded).await;
+        let (result, mut report) = with_report(bounded).await;
         let (reason, error) = match result {
-            Ok(stream) => {
+            Ok(mut stream) => {
+                stream.note(&mut report);
                 let took = started.elapsed();
                 // No verifier ran on a resumed session: its stored chain is
                 // what admission judges.

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rustls_pki_types::ServerName;
-use tokio_rustls::TlsConnector;
 use tracing::debug;
 
 use super::verdict::ServerVerdict;
@@ -68,7 +67,7 @@ impl Route {
             ticket,
             live,
         };
-        let connector = tls.client.connector();
+        let connector = tls.client.config();
         use tracing::Instrument;
         self.clone()
             .handle_client(connector, server_name, connect, to.to_string(), local)
@@ -85,7 +84,7 @@ impl Route {
     /// included) would have sat in every live client connection's task.
     pub(super) async fn handle_client<K>(
         self: Arc<Self>,
-        connector: TlsConnector,
+        connector: Arc<rustls::ClientConfig>,
         server_name: ServerName<'static>,
         connect: Dial<K>,
         target: String,
@@ -115,7 +114,11 @@ impl Route {
             Ok(r) => r,
             Err(e) => return self.target_unreachable_at(&local_addr, &target, &e),
         };
-        let handshake = Box::pin(connector.connect(server_name, Capped::new(remote)));
+        let handshake = Box::pin(crate::tls::stream::connect(
+            connector,
+            server_name,
+            Capped::new(remote),
+        ));
         if let Some((mut tls, reg, _)) = self.authenticate(target, handshake, &ticket).await {
             drop(ticket);
             tls.get_mut().0.lift();

@@ -74,11 +74,11 @@ impl Route {
     pub(super) async fn carry_http<P>(
         &self,
         reg: Registration,
-        tls: Box<tokio_rustls::server::TlsStream<P>>,
+        tls: Box<crate::tls::stream::ServerStream<P>>,
         target: Stream,
         settings: HttpSettings,
     ) where
-        Box<tokio_rustls::server::TlsStream<P>>: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        Box<crate::tls::stream::ServerStream<P>>: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         P: AsyncRead + AsyncWrite + Unpin,
     {
         let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");

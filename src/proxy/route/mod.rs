@@ -29,7 +29,6 @@ use std::time::Duration;
 
 use rustls_pki_types::ServerName;
 use tokio::sync::{watch, Semaphore};
-use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
 use super::settings::{Mode, RouteConfig};
@@ -62,7 +61,7 @@ mod verdict;
 /// The TLS side of a route.
 enum RouteTls {
     Server {
-        acceptor: TlsAcceptor,
+        config: Arc<rustls::ServerConfig>,
         policy: Arc<ClientCertPolicy>,
     },
     Client {
@@ -150,10 +149,7 @@ impl Route {
                     cfg.tls_min_version,
                     &peer,
                 )?;
-                RouteTls::Server {
-                    acceptor: TlsAcceptor::from(config),
-                    policy,
-                }
+                RouteTls::Server { config, policy }
             }
             Mode::Client if cfg.transparent.is_some() => {
                 let rules = cfg.transparent.clone().unwrap_or_default();
@@ -331,16 +327,16 @@ impl Route {
         live: crate::process::memtrim::Live,
     ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         match &self.tls {
-            RouteTls::Server { acceptor, .. } => {
-                let acceptor = acceptor.clone();
-                Box::pin(self.handle_server(acceptor, stream, peer_addr, ticket, live))
+            RouteTls::Server { config, .. } => {
+                let config = config.clone();
+                Box::pin(self.handle_server(config, stream, peer_addr, ticket, live))
             }
             RouteTls::Client {
                 client,
                 server_name,
                 ..
             } => {
-                let (connector, server_name) = (client.connector(), server_name.clone());
+                let (connector, server_name) = (client.config(), server_name.clone());
                 let route = self.clone();
                 let connect: Dial<()> = Box::pin(async move {
                     let cfg = &route.cfg;

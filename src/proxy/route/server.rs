@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use tokio::io::AsyncWriteExt;
-use tokio_rustls::TlsAcceptor;
 use tracing::debug;
 
 use super::Route;
@@ -19,7 +18,7 @@ use crate::reason::CloseReason;
 impl Route {
     pub(super) async fn handle_server(
         self: Arc<Self>,
-        acceptor: TlsAcceptor,
+        config: Arc<rustls::ServerConfig>,
         stream: Stream,
         peer_addr: String,
         ticket: Ticket,
@@ -29,7 +28,7 @@ impl Route {
             Stream::Tcp(s) => s.peer_addr().ok().zip(s.local_addr().ok()),
             Stream::Unix(_) => None,
         };
-        let handshake = Box::pin(acceptor.accept(Capped::new(stream)));
+        let handshake = Box::pin(crate::tls::stream::accept(config, Capped::new(stream)));
         let Some((mut tls, reg, displaced)) =
             self.authenticate(peer_addr, handshake, &ticket).await
         else {
@@ -72,7 +71,7 @@ impl Route {
             }
         };
         if self.cfg.proxy_protocol {
-            let header = self.handoff(&reg, tls.get_ref().1, addresses);
+            let header = self.handoff(&reg, tls.get_ref().1, tls.sni(), addresses);
             let sent = match header {
                 Ok(h) => tokio::time::timeout(self.cfg.connect_timeout, target.write_all(&h)).await,
                 Err(e) => Ok(Err(e)),
@@ -88,7 +87,11 @@ impl Route {
             }
         }
         if let Some(settings) = self.cfg.http {
-            return self.carry_http(reg, tls, target, settings).await;
+            // Boxed: HTTP's serving state (hyper's connection) is several
+            // times the byte copy's, and a task keeps the size of its
+            // largest state for the life of the connection, so inline it
+            // made every server route's idle connection pay for it.
+            return Box::pin(self.carry_http(reg, tls, target, settings)).await;
         }
         self.supervise(reg, tls, target).await
     }
@@ -97,7 +100,8 @@ impl Route {
     fn handoff(
         &self,
         reg: &Registration,
-        conn: &rustls::ServerConnection,
+        conn: &rustls::CommonState,
+        sni: Option<&str>,
         addresses: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
     ) -> std::io::Result<Vec<u8>> {
         let peer = reg.conn.peer.as_ref();
@@ -116,7 +120,7 @@ impl Route {
             version: conn.protocol_version(),
             cipher: conn.negotiated_cipher_suite().map(|c| c.suite()),
             alpn: conn.alpn_protocol().map(<[u8]>::to_vec),
-            sni: conn.server_name().map(str::to_string),
+            sni: sni.map(str::to_string),
             unique_id: reg.conn.id.to_string(),
             peer_cert: reg.conn.chain.first().map(|c| c.as_ref().to_vec()),
             // The identity in force now: the one presented in this handshake

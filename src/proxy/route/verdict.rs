@@ -10,6 +10,7 @@ use rustls::AlertDescription;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::supervise::Settle;
+use crate::tls::stream::ClientStream;
 
 /// A client route's TLS stream to its server, until the server has shown
 /// that it accepted our certificate. Over TLS 1.3 our handshake finishes
@@ -23,7 +24,7 @@ use super::supervise::Settle;
 /// Watched as the forwarding reads, in place: no timer, no task, and
 /// nothing read or written is held back.
 pub(super) struct ServerVerdict<'m, IO> {
-    tls: Box<tokio_rustls::client::TlsStream<IO>>,
+    tls: Box<ClientStream<IO>>,
     handshakes: &'m metrics::Counter,
     verdict: Verdict,
 }
@@ -39,10 +40,7 @@ enum Verdict {
 }
 
 impl<'m, IO: AsyncRead + AsyncWrite + Unpin> ServerVerdict<'m, IO> {
-    pub(super) fn new(
-        tls: Box<tokio_rustls::client::TlsStream<IO>>,
-        handshakes: &'m metrics::Counter,
-    ) -> Self {
+    pub(super) fn new(tls: Box<ClientStream<IO>>, handshakes: &'m metrics::Counter) -> Self {
         let mut s = ServerVerdict {
             tls,
             handshakes,
@@ -156,7 +154,7 @@ mod tests {
 
     use rustls_pki_types::{CertificateDer, ServerName};
     use tokio::io::AsyncWriteExt;
-    use tokio_rustls::{TlsAcceptor, TlsConnector};
+    use tokio_rustls::TlsAcceptor;
 
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::PrivateKeyDer;
@@ -200,12 +198,7 @@ mod tests {
 
     /// Runs the handshake; returns our side once the server is done with
     /// its own, and the server's side if it accepted us.
-    async fn connect(
-        setup: Setup,
-    ) -> (
-        Box<tokio_rustls::client::TlsStream<DuplexStream>>,
-        Option<Server>,
-    ) {
+    async fn connect(setup: Setup) -> (Box<ClientStream<DuplexStream>>, Option<Server>) {
         let ca = DevCa::new("test CA", 1).unwrap();
         let other = DevCa::new("another CA", 1).unwrap();
         let server_id = ca.issue(&LeafSpec::dns(NAME, Role::Server, 1)).unwrap();
@@ -236,8 +229,7 @@ mod tests {
         let (ours, theirs) = duplex(64 * 1024);
         let server = tokio::spawn(TlsAcceptor::from(Arc::new(sc)).accept(theirs));
         let name = ServerName::try_from(NAME).unwrap();
-        let client = TlsConnector::from(Arc::new(cc))
-            .connect(name, ours)
+        let client = crate::tls::stream::connect(Arc::new(cc), name, ours)
             .await
             .unwrap();
         let server = server.await.unwrap().ok();
