@@ -29,7 +29,7 @@ pub use store::{
 pub use trust::{Anchor, Trust};
 pub use validate::{
     parse, parse_certs, parse_deny_file, parse_key, root_store, validate, verify_chain,
-    ParsedRevision, ValidRevision,
+    FederatedBundle, ParsedRevision, ValidRevision,
 };
 
 /// Why a revision could not be used. Every variant names the file.

@@ -14,7 +14,7 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
-use super::spiffe::check_trust_domain;
+use super::spiffe::{check_trust_domain, federated_peer_allowed, PeerDomain};
 use crate::credentials::{CredentialStore, Trust, Usage};
 use crate::identity::{CertInfo, SanPolicy};
 
@@ -116,6 +116,8 @@ struct LastVerified(Mutex<Option<Remembered>>);
 struct Remembered {
     der: Vec<u8>,
     trust: Arc<Trust>,
+    /// The trust domain whose root store the chain was built against.
+    domain: Option<String>,
     not_before: u64,
     not_after: u64,
 }
@@ -126,6 +128,7 @@ impl LastVerified {
         ee: &CertificateDer<'_>,
         intermediates: &[CertificateDer<'_>],
         trust: &Arc<Trust>,
+        domain: Option<&str>,
         now: UnixTime,
     ) -> bool {
         let Ok(last) = self.0.lock() else {
@@ -134,6 +137,7 @@ impl LastVerified {
         last.as_ref().is_some_and(|r| {
             intermediates.is_empty()
                 && Arc::ptr_eq(&r.trust, trust)
+                && r.domain.as_deref() == domain
                 && r.der == ee.as_ref()
                 && (r.not_before..=r.not_after).contains(&now.as_secs())
         })
@@ -144,21 +148,23 @@ impl LastVerified {
     /// trust last time. Each call logs at DEBUG which of the two it was
     /// (`chain=verified` or `chain=remembered`): the shortcut's saving is
     /// observable, and tests count it.
+    #[allow(clippy::too_many_arguments)]
     fn check(
         &self,
         trust: &Arc<Trust>,
+        domain: Option<&str>,
         ee: &CertificateDer<'_>,
         intermediates: &[CertificateDer<'_>],
         now: UnixTime,
         info: Option<&CertInfo>,
         usage: Usage,
     ) -> Result<(), Error> {
-        if self.covers(ee, intermediates, trust, now) {
+        if self.covers(ee, intermediates, trust, domain, now) {
             tracing::debug!(chain = "remembered", "peer chain judged");
             return Ok(());
         }
-        trust.verify_peer(ee, intermediates, now, usage)?;
-        self.record(ee, intermediates, trust, info);
+        trust.verify_peer_in(domain, ee, intermediates, now, usage)?;
+        self.record(ee, intermediates, trust, domain, info);
         tracing::debug!(chain = "verified", "peer chain judged");
         Ok(())
     }
@@ -168,6 +174,7 @@ impl LastVerified {
         ee: &CertificateDer<'_>,
         intermediates: &[CertificateDer<'_>],
         trust: &Arc<Trust>,
+        domain: Option<&str>,
         info: Option<&CertInfo>,
     ) {
         let Some(info) = info.filter(|_| intermediates.is_empty()) else {
@@ -177,6 +184,7 @@ impl LastVerified {
             *last = Some(Remembered {
                 der: ee.as_ref().to_vec(),
                 trust: trust.clone(),
+                domain: domain.map(str::to_string),
                 not_before: u64::try_from(info.not_before).unwrap_or(u64::MAX),
                 not_after: u64::try_from(info.not_after).unwrap_or(0),
             });
@@ -234,6 +242,27 @@ pub fn check_route_policy(
 ) -> Result<(), Error> {
     check_san(sans, info)?;
     crate::identity::pin::check(pins, ee.as_ref())
+}
+
+/// [`check_route_policy`] for a peer of `domain`: a federated peer must be
+/// named by a `spiffe://` allow entry (`bad_san` otherwise), then pinned
+/// like any other.
+fn check_peer_policy(
+    sans: &SanPolicy,
+    pins: &[[u8; 32]],
+    ee: &CertificateDer<'_>,
+    info: Option<&CertInfo>,
+    domain: &PeerDomain,
+) -> Result<(), Error> {
+    match domain {
+        PeerDomain::Local => check_route_policy(sans, pins, ee, info),
+        PeerDomain::Federated(_) => {
+            if !info.is_some_and(|i| federated_peer_allowed(sans, i)) {
+                return Err(Error::InvalidCertificate(CertificateError::NotValidForName));
+            }
+            crate::identity::pin::check(pins, ee.as_ref())
+        }
+    }
 }
 
 /// A peer's handshake signature (CertificateVerify, or the TLS 1.2 key
@@ -346,11 +375,18 @@ impl ClientCertPolicy {
         info: Option<&CertInfo>,
     ) -> Result<(), Error> {
         let creds = self.store.current();
-        check_trust_domain(&self.store, &creds, info)?;
+        let domain = check_trust_domain(&self.store, &creds, info)?;
         let trust = creds.trust.clone();
-        self.last
-            .check(&trust, ee, intermediates, now, info, Usage::ClientAuth)?;
-        check_route_policy(&self.allowed, &self.pins, ee, info)?;
+        self.last.check(
+            &trust,
+            domain.roots(),
+            ee,
+            intermediates,
+            now,
+            info,
+            Usage::ClientAuth,
+        )?;
+        check_peer_policy(&self.allowed, &self.pins, ee, info, &domain)?;
         note_verified(trust);
         Ok(())
     }
@@ -427,11 +463,18 @@ impl ServerCertPolicy {
         info: Option<&CertInfo>,
     ) -> Result<(), Error> {
         let creds = self.store.current();
-        check_trust_domain(&self.store, &creds, info)?;
+        let domain = check_trust_domain(&self.store, &creds, info)?;
         let trust = creds.trust.clone();
-        self.last
-            .check(&trust, ee, intermediates, now, info, Usage::ServerAuth)?;
-        check_route_policy(&self.expected, &self.pins, ee, info)?;
+        self.last.check(
+            &trust,
+            domain.roots(),
+            ee,
+            intermediates,
+            now,
+            info,
+            Usage::ServerAuth,
+        )?;
+        check_peer_policy(&self.expected, &self.pins, ee, info, &domain)?;
         note_verified(trust);
         Ok(())
     }
