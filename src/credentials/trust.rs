@@ -52,13 +52,13 @@ impl Anchor {
             .collect()
     }
 
-    /// The anchors of trust domain `domain`'s federated bundle, none of
-    /// them retiring.
+    /// The anchors of trust domain `domain`'s federated bundle (the name
+    /// lower-cased, as peers' SPIFFE IDs are read), none of them retiring.
     pub fn federated(domain: &str, bundle: &[(CertificateDer<'static>, CertInfo)]) -> Vec<Anchor> {
         Anchor::bundle(bundle)
             .into_iter()
             .map(|a| Anchor {
-                domain: Some(domain.to_string()),
+                domain: Some(domain.to_ascii_lowercase()),
                 ..a
             })
             .collect()

@@ -141,4 +141,50 @@ mod tests {
         assert_eq!(peer_spiffe_id(&info(&["https://td/a"])), None);
         assert_eq!(peer_spiffe_id(&info(&["https://x", "spiffe://td/a"])), None);
     }
+
+    #[test]
+    fn ours_is_local_a_federated_one_is_federated_any_other_is_unknown() {
+        let fed = |td: &str| td == "partner.test";
+        let some = |s: &str| Some(s.to_string());
+        assert_eq!(
+            pick_domain(some("prod.test"), some("prod.test"), fed),
+            Ok(PeerDomain::Local)
+        );
+        assert_eq!(
+            pick_domain(some("partner.test"), some("prod.test"), fed),
+            Ok(PeerDomain::Federated("partner.test".into()))
+        );
+        let unknown = Err(Error::InvalidCertificate(CertificateError::UnknownIssuer));
+        assert_eq!(
+            pick_domain(some("stranger.test"), some("prod.test"), fed),
+            unknown
+        );
+        // Without an SVID of our own, nothing is ours (the placeholder).
+        assert_eq!(pick_domain(some("partner.test"), None, fed), unknown);
+        assert_eq!(pick_domain(None, some("prod.test"), fed), unknown);
+        assert_eq!(PeerDomain::Local.roots(), None);
+        assert_eq!(PeerDomain::Federated("p.td".into()).roots(), Some("p.td"));
+    }
+
+    #[test]
+    fn only_uri_entries_name_a_federated_peer() {
+        let mut peer = info(&["spiffe://partner.test/app"]);
+        peer.dns_sans = vec!["controller.env-1.svc".into()];
+        let policy = |entries: &[&str]| {
+            SanPolicy::OneOf(entries.iter().map(|e| e.parse().unwrap()).collect())
+        };
+        assert!(federated_peer_allowed(
+            &policy(&["spiffe://partner.test/app"]),
+            &peer
+        ));
+        assert!(!federated_peer_allowed(
+            &policy(&["controller.env-1.svc", "*.env-1.svc"]),
+            &peer
+        ));
+        assert!(!federated_peer_allowed(
+            &policy(&["spiffe://partner.test/other"]),
+            &peer
+        ));
+        assert!(!federated_peer_allowed(&SanPolicy::Any, &peer));
+    }
 }
