@@ -80,10 +80,10 @@ async fn wait_domains(sc: &Sidecar, want: &[(&str, bool, u64, u64)]) -> serde_js
     }
 }
 
-/// Seen failing with the check removed: with `Trust::build` putting every
-/// anchor (federated ones too) in the local root store, partner.test's CA
-/// vouched for a prod.test ID and the forgery was admitted; with
-/// `check_trust_domain` taking every peer as local, the unknown trust
+/// Seen failing with the check removed: with `Trust::build` making one
+/// root store of every trust domain's anchors, partner.test's CA vouched
+/// for a prod.test ID and the forgery was admitted; with `pick_domain`
+/// taking a trust domain without a bundle as ours, the unknown trust
 /// domain's ID (signed by our CA) was admitted.
 #[tokio::test]
 async fn each_bundle_vouches_for_its_own_trust_domain_only() {
@@ -131,7 +131,7 @@ async fn each_bundle_vouches_for_its_own_trust_domain_only() {
 /// Seen failing with the check removed: with `check_peer_policy` judging a
 /// federated peer by the whole allow-list (as a local one), the DNS entry
 /// admitted the partner's peer; with `federated_peer_allowed` always true,
-/// the unlisted partner ID was admitted.
+/// the same peer was admitted (the first assertion).
 #[tokio::test]
 async fn only_spiffe_allow_entries_name_a_federated_peer() {
     if skip_unless(&["python3", "grpcio"]) {
@@ -181,7 +181,8 @@ async fn only_spiffe_allow_entries_name_a_federated_peer() {
 
 /// Seen failing with the check removed: with `Trust::merge_anchors`
 /// skipping federated anchors when it judges a shrink, the partner's live
-/// connection outlived its bundle.
+/// connection outlived its bundle (and the next test's anchor was not
+/// graced but dropped at once).
 #[tokio::test]
 async fn a_removed_federated_bundle_closes_the_connections_it_admitted() {
     if skip_unless(&["python3", "grpcio"]) {
@@ -259,8 +260,9 @@ async fn a_federated_bundle_that_does_not_parse_rejects_the_revision() {
 
 /// A client route on prod.test expecting a partner.test server: verified
 /// against partner.test's bundle. Seen failing with the check removed:
-/// with `Trust::build` putting every anchor in the local root store, the
-/// server whose partner.test ID our own CA minted was accepted.
+/// with `Trust::build` making one root store of every trust domain's
+/// anchors, the server whose partner.test ID our own CA minted was
+/// accepted.
 #[tokio::test]
 async fn a_client_route_verifies_a_federated_server_against_its_bundle() {
     if skip_unless(&["python3", "grpcio"]) {
