@@ -3,6 +3,7 @@
 //! handshake. Swapping the store's contents is how rotation happens.
 
 pub mod deny;
+mod grace;
 pub mod reload;
 pub mod revocation;
 mod source;
