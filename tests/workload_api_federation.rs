@@ -262,7 +262,8 @@ async fn a_federated_bundle_that_does_not_parse_rejects_the_revision() {
 /// against partner.test's bundle. Seen failing with the check removed:
 /// with `Trust::build` making one root store of every trust domain's
 /// anchors, the server whose partner.test ID our own CA minted was
-/// accepted.
+/// accepted; with `Trust::merge_anchors` skipping federated anchors, the
+/// client's live connection outlived partner.test's bundle.
 #[tokio::test]
 async fn a_client_route_verifies_a_federated_server_against_its_bundle() {
     if skip_unless(&["python3", "grpcio"]) {
@@ -288,8 +289,8 @@ async fn a_client_route_verifies_a_federated_server_against_its_bundle() {
         .push(&[&client_svid], &[(PARTNER, &partner_ca)])
         .await;
     let cli = client(&our_agent, &srv.addr("server")).await;
-    let mut s = connect_plain(&cli).await;
-    assert_eq!(roundtrip(&mut s, b"across").await, b"across");
+    let mut live = connect_plain(&cli).await;
+    assert_eq!(roundtrip(&mut live, b"across").await, b"across");
 
     // A server whose partner.test ID our own CA minted: refused.
     let forged_dir = tempfile::tempdir().unwrap();
@@ -298,15 +299,22 @@ async fn a_client_route_verifies_a_federated_server_against_its_bundle() {
     forged_agent.push(&[&forged], &[("prod.test", &ca)]).await;
     let fake = server(&forged_agent, &[]).await;
     get_until(&fake.admin(), "/readyz", 200).await;
-    let cli = client(&our_agent, &fake.addr("server")).await;
-    let mut s = connect_plain(&cli).await;
+    let cli2 = client(&our_agent, &fake.addr("server")).await;
+    let mut s = connect_plain(&cli2).await;
     assert!(refused(&mut s).await, "a forged partner server accepted");
-    cli.wait_log(&[
+    cli2.wait_log(&[
         "handshake refused",
         "reason=\"unknown_ca\"",
         PARTNER_SERVER_ID,
     ])
     .await;
+
+    // Our agent stops federating partner.test: the client's live
+    // connection to the partner's server is re-verified and closed.
+    our_agent.push(&[&client_svid], &[]).await;
+    read_until_closed(&mut live).await;
+    cli.wait_log(&["connection closed", "reason=\"revoked\""])
+        .await;
 }
 
 /// A client sidecar on `agent` to `target`, expecting PARTNER_SERVER_ID.
