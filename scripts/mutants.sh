@@ -42,10 +42,13 @@ cd "$(dirname "$0")/.."
 # file below it. Keep the targets few: each mutant runs all of them. The
 # owner of an entry's section in docs/mutants.md keeps its line here right.
 declare -A TARGETS=(
-    [src/tls/verify.rs]="--test client_reverify --test ca_hints --test rotation --test refusals --test eku --test crl --test identity_proof --test chain_memo"
+    [src/tls/verify.rs]="--test client_reverify --test ca_hints --test rotation --test refusals --test eku --test crl --test identity_proof --test chain_memo --test workload_api_federation"
+    [src/tls/last_verified.rs]="--test chain_memo --test client_reverify --test rotation"
+    [src/tls/spiffe.rs]="--lib --test workload_api --test workload_api_federation"
     [src/identity/]="--lib --test patterns --test eku"
     [src/credentials/validate.rs]="--test revision_validation --test store --test check --test certs"
-    [src/credentials/trust.rs]="--test trust_anchors --test store"
+    [src/credentials/trust.rs]="--test trust_anchors --test store --test workload_api_federation"
+    [src/credentials/grace.rs]="--test trust_anchors --test store --test rotation --test workload_api_federation"
     [src/credentials/store/]="--test store --test store_signals"
     [src/credentials/revocation/]="--lib --test crl --test revocation_judge --test revocation_store --test revocation_e2e"
     [src/proxy/transparent/]="--lib --test transparent"
@@ -79,9 +82,12 @@ declare -A TARGETS=(
 # The order they run and are reported in (the order of docs/mutants.md).
 ORDER=(
     src/tls/verify.rs
+    src/tls/last_verified.rs
+    src/tls/spiffe.rs
     src/identity/
     src/credentials/validate.rs
     src/credentials/trust.rs
+    src/credentials/grace.rs
     src/credentials/store/
     src/credentials/revocation/
     src/proxy/transparent/

@@ -264,3 +264,72 @@ fn chains_are_judged_against_the_anchors_and_the_crls_with_their_scope() {
         assert_eq!(judge(&no_crl, &below.cert_der, inters), Ok(()));
     }
 }
+
+/// Per-trust-domain root stores (Workload API federation): a federated
+/// anchor vouches only in its own trust domain's store, ours only in the
+/// local one, a domain without a bundle has no store; an anchor moved from
+/// one domain's bundle to another's counts as dropped (graced), and a
+/// federated anchor past its grace retires. Kills `Anchor::same_as`
+/// comparing the certificate alone, `Trust::build` putting federated
+/// anchors in the local store (or `federated_roots` returning nothing),
+/// `roots_for` ignoring its domain, and `has_domain -> true`.
+#[test]
+fn each_trust_domain_has_its_own_root_store_and_its_own_grace() {
+    let (ours, partner) = (ca("prod.test CA", 30), ca("partner.test CA", 30));
+    let leaf = |ca: &DevCa| {
+        ca.issue(&LeafSpec::dns("x.test", Role::Both, 1))
+            .expect("leaf")
+            .cert_der
+    };
+    let (our_leaf, partner_leaf) = (leaf(&ours), leaf(&partner));
+    let mut anchors = Anchor::bundle(&[anchor(&ours)]);
+    anchors.extend(Anchor::federated("Partner.Test", &[anchor(&partner)]));
+    let trust = plain(anchors);
+    let judge = |domain: Option<&str>, leaf: &CertificateDer<'static>| {
+        trust.verify_peer_in(domain, leaf, &[], UnixTime::now(), Usage::ClientAuth)
+    };
+    let unknown = Err(rustls::Error::InvalidCertificate(
+        CertificateError::UnknownIssuer,
+    ));
+    assert_eq!(judge(None, &our_leaf), Ok(()));
+    assert_eq!(judge(Some("partner.test"), &partner_leaf), Ok(()));
+    assert_eq!(
+        judge(None, &partner_leaf),
+        unknown,
+        "federated CA vouched locally"
+    );
+    assert_eq!(
+        judge(Some("partner.test"), &our_leaf),
+        unknown,
+        "our CA vouched for partner"
+    );
+    assert_eq!(judge(Some("stranger.test"), &our_leaf), unknown);
+    assert!(trust.has_domain("partner.test"));
+    assert!(!trust.has_domain("stranger.test"));
+    let domains: Vec<(&str, usize)> = trust
+        .federated_domains()
+        .into_iter()
+        .map(|(td, a)| (td, a.len()))
+        .collect();
+    assert_eq!(domains, vec![("partner.test", 1)]);
+
+    // The partner's CA now in our own bundle and no longer federated:
+    // dropped from partner.test (graced), not kept.
+    let t0 = SystemTime::now();
+    let moved = Anchor::bundle(&[anchor(&ours), anchor(&partner)]);
+    let (next, shrank) = trust.merge_anchors(moved, GRACE, t0);
+    assert!(!shrank);
+    let graced: Vec<_> = next
+        .iter()
+        .filter(|a| a.domain.as_deref() == Some("partner.test"))
+        .map(|a| a.retire_at)
+        .collect();
+    assert_eq!(graced, vec![Some(t0 + GRACE)]);
+    // Without a grace, the federated bundle's removal shrinks the trust.
+    let (next, shrank) = trust.merge_anchors(Anchor::bundle(&[anchor(&ours)]), Duration::ZERO, t0);
+    assert!(
+        shrank,
+        "a removed federated bundle did not shrink the trust"
+    );
+    assert!(next.iter().all(|a| a.is_local()));
+}

@@ -207,11 +207,7 @@ async fn scoped() -> Scoped {
         ],
     )
     .await;
-    let st = wait_serial(&sc, &svid.leaf).await;
-    assert_eq!(
-        st["credentials"][0]["workload_api"]["federated_ignored"],
-        serde_json::json!(["partner.test"])
-    );
+    wait_serial(&sc, &svid.leaf).await;
     // Our own trust domain's ID from our CA is admitted.
     assert!(admitted(&sc, &svid_leaf(&ca, &[CLIENT_ID]), &ca).await);
     Scoped {
@@ -237,10 +233,9 @@ async fn a_peer_of_another_trust_domain_is_refused_even_if_our_ca_signed_it() {
     );
     s.sc.wait_log(&["reason=\"unknown_ca\"", "spiffe://partner.test"])
         .await;
-    // The partner's CA for its own ID: its (federated) bundle is not
-    // trusted.
+    // The partner's CA for its own ID: its federated bundle vouches.
     let partner = svid_leaf(&s.fed_ca, &[PARTNER_ID]);
-    assert!(!admitted(&s.sc, &partner, &s.ca).await);
+    assert!(admitted(&s.sc, &partner, &s.ca).await);
 }
 
 #[tokio::test]
@@ -424,7 +419,8 @@ async fn check_fetches_a_context_says_what_it_holds_and_judges_it_like_a_directo
         "fetched from unix://",
         &format!("SVID {SERVER_ID}"),
         "bundle of prod.test: 1 authorities",
-        "federated bundles not trusted (not supported yet): partner.test",
+        "bundle of partner.test: 1 authorities",
+        "federated bundles, each trusted for its own trust domain's IDs only: partner.test",
         "the sidecar accepts this revision",
     ] {
         assert!(out.contains(needle), "{needle:?} missing:\n{out}");

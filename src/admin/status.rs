@@ -102,10 +102,18 @@ fn credentials_blocker(source: String, creds: &Credentials, now: SystemTime) -> 
             fmt_time(leaf.not_before)
         ));
     }
-    if creds.trust.anchors.is_empty() {
+    // Our own trust domain's anchors: federated ones vouch only for
+    // other trust domains' peers.
+    let own: Vec<_> = creds
+        .trust
+        .anchors
+        .iter()
+        .filter(|a| a.is_local())
+        .collect();
+    if own.is_empty() {
         return Some(format!("no trust anchors are in force from {source}"));
     }
-    if !creds.trust.anchors.iter().any(|a| a.info.valid_at(now)) {
+    if !own.iter().any(|a| a.info.valid_at(now)) {
         return Some(format!("no trust anchor from {source} is currently valid"));
     }
     None
@@ -304,6 +312,10 @@ pub struct AnchorStatus {
     pub not_after: String,
     /// Set while an anchor removed from `ca.crt` is kept for `--trust-grace`.
     pub retire_at: Option<String>,
+    /// The federated trust domain whose bundle holds it (absent for the
+    /// source's own bundle).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trust_domain: Option<String>,
 }
 
 /// One CRL in force.
@@ -434,6 +446,7 @@ fn store_status(store: &CredentialStore, now: SystemTime) -> StoreStatus {
                 serial: a.info.serial.clone(),
                 not_after: fmt_time(a.info.not_after),
                 retire_at: a.retire_at.map(rfc),
+                trust_domain: a.domain.clone(),
             })
             .collect(),
         crls: crl_statuses(&creds.trust.crls, now),

@@ -1,20 +1,23 @@
 //! The Workload API part of `/status` and `/readyz`: what the agent sent
-//! (the SPIFFE ID in force, its trust domain, the federated bundles not
-//! trusted) and whether it is reachable.
+//! (the SPIFFE ID in force, its trust domain, the trust domains whose
+//! bundles are in force) and whether it is reachable.
 
 use std::time::SystemTime;
 
 use serde::Serialize;
 
-use crate::credentials::CredentialStore;
+use crate::credentials::{Anchor, CredentialStore, Trust};
 
 /// A Workload API source's state, beside its store's revision.
 #[derive(Debug, Serialize)]
 pub struct WorkloadApiStatus {
     /// The SPIFFE ID of the SVID in force (none before the first context).
     pub spiffe_id: Option<String>,
-    /// Its trust domain: the only one whose bundle vouches for peers.
+    /// Its trust domain: its bundle vouches for peers of this domain.
     pub trust_domain: Option<String>,
+    /// Every trust domain with a bundle in force, ours first then the
+    /// federated ones in name order, each with its anchors.
+    pub trust_domains: Vec<TrustDomainStatus>,
     /// A stream is open and delivering.
     pub agent_up: bool,
     /// Since when the agent is up (or down).
@@ -23,8 +26,42 @@ pub struct WorkloadApiStatus {
     pub last_update: Option<String>,
     /// Why the last connection or stream ended.
     pub last_error: Option<String>,
-    /// Trust domains of federated bundles received and not trusted.
-    pub federated_ignored: Vec<String>,
+}
+
+/// One trust domain's bundle in force.
+#[derive(Debug, Serialize)]
+pub struct TrustDomainStatus {
+    pub trust_domain: String,
+    /// False for the SVID's own trust domain.
+    pub federated: bool,
+    /// Anchors in force, those in their `--trust-grace` included.
+    pub anchors: usize,
+    /// Of those, anchors dropped from the bundle and kept until their
+    /// grace ends.
+    pub retiring: usize,
+}
+
+/// The trust domains of the trust in force: ours (named `own`), then each
+/// federated one.
+fn trust_domains(trust: &Trust, own: Option<&str>) -> Vec<TrustDomainStatus> {
+    let entry = |td: &str, federated: bool, anchors: Vec<&Anchor>| TrustDomainStatus {
+        trust_domain: td.to_string(),
+        federated,
+        anchors: anchors.len(),
+        retiring: anchors.iter().filter(|a| a.retire_at.is_some()).count(),
+    };
+    let mut out = Vec::new();
+    if let Some(own) = own {
+        out.push(entry(
+            own,
+            false,
+            trust.anchors.iter().filter(|a| a.is_local()).collect(),
+        ));
+    }
+    for (td, anchors) in trust.federated_domains() {
+        out.push(entry(td, true, anchors));
+    }
+    out
 }
 
 /// The status of `store`'s Workload API client, when it has one.
@@ -40,14 +77,18 @@ pub fn status(store: &CredentialStore) -> Option<WorkloadApiStatus> {
         let rest = id.strip_prefix("spiffe://")?;
         rest.split('/').next().map(str::to_string)
     });
+    let trust_domains = match store.has_revision() {
+        true => trust_domains(&store.current().trust, trust_domain.as_deref()),
+        false => Vec::new(),
+    };
     Some(WorkloadApiStatus {
         spiffe_id,
         trust_domain,
+        trust_domains,
         agent_up: agent.up,
         since: agent.since.map(rfc),
         last_update: agent.last_update.map(rfc),
         last_error: agent.last_error,
-        federated_ignored: agent.federated_ignored,
     })
 }
 

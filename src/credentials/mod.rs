@@ -3,6 +3,7 @@
 //! handshake. Swapping the store's contents is how rotation happens.
 
 pub mod deny;
+mod grace;
 pub mod reload;
 pub mod revocation;
 mod source;
@@ -29,7 +30,7 @@ pub use store::{
 pub use trust::{Anchor, Trust};
 pub use validate::{
     parse, parse_certs, parse_deny_file, parse_key, root_store, validate, verify_chain,
-    ParsedRevision, ValidRevision,
+    FederatedBundle, ParsedRevision, ValidRevision,
 };
 
 /// Why a revision could not be used. Every variant names the file.

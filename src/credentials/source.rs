@@ -92,6 +92,10 @@ pub struct RawRevision {
     pub intermediates: Option<RawFile>,
     /// `deny` (or `--deny-file`), when there is one (it may be empty).
     pub deny: Option<RawFile>,
+    /// Federated bundles (Workload API `federated_bundles`): a trust
+    /// domain and its bundle's certificates (PEM, possibly none), in
+    /// trust-domain order. Empty for directory and file sources.
+    pub federated: Vec<(String, RawFile)>,
     /// Hex SHA-256 over the contents: the revision's identity.
     pub hash: String,
 }
@@ -116,8 +120,25 @@ impl RawRevision {
             crl,
             intermediates: None,
             deny: None,
+            federated: Vec::new(),
             hash,
         }
+    }
+
+    /// The same revision with these federated bundles, hashed with them
+    /// (without any, the hash stays what it was before they existed).
+    pub fn with_federated(mut self, mut bundles: Vec<(String, RawFile)>) -> RawRevision {
+        bundles.sort_by(|a, b| a.0.cmp(&b.0));
+        for (td, file) in &bundles {
+            self.hash = content_hash(&[
+                self.hash.as_bytes(),
+                b"federated",
+                td.as_bytes(),
+                &file.bytes,
+            ]);
+        }
+        self.federated = bundles;
+        self
     }
 
     /// The same revision with an `intermediates` file, hashed with it

@@ -6,6 +6,7 @@
 //! path, then the deny-list ([`super::deny`]) and the revocation judgement
 //! ([`super::revocation`]) look at that path.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -30,6 +31,11 @@ pub struct Anchor {
     /// Set when the anchor was dropped from `ca.crt` and is only trusted
     /// until this moment.
     pub retire_at: Option<SystemTime>,
+    /// `None` for the source's own bundle (`ca.crt`, or the Workload API
+    /// SVID's trust domain); the trust domain of a federated bundle
+    /// (Workload API `federated_bundles`) otherwise. A federated anchor
+    /// vouches only for peers whose SPIFFE ID is of its trust domain.
+    pub domain: Option<String>,
 }
 
 impl Anchor {
@@ -41,8 +47,31 @@ impl Anchor {
                 der: der.clone(),
                 info: info.clone(),
                 retire_at: None,
+                domain: None,
             })
             .collect()
+    }
+
+    /// The anchors of trust domain `domain`'s federated bundle (the name
+    /// lower-cased, as peers' SPIFFE IDs are read), none of them retiring.
+    pub fn federated(domain: &str, bundle: &[(CertificateDer<'static>, CertInfo)]) -> Vec<Anchor> {
+        Anchor::bundle(bundle)
+            .into_iter()
+            .map(|a| Anchor {
+                domain: Some(domain.to_ascii_lowercase()),
+                ..a
+            })
+            .collect()
+    }
+
+    /// True for an anchor of the source's own bundle.
+    pub fn is_local(&self) -> bool {
+        self.domain.is_none()
+    }
+
+    /// The same certificate in the same trust domain's bundle.
+    pub(super) fn same_as(&self, other: &Anchor) -> bool {
+        self.der == other.der && self.domain == other.domain
     }
 }
 
@@ -50,7 +79,12 @@ impl Anchor {
 #[derive(Debug)]
 pub struct Trust {
     pub anchors: Vec<Anchor>,
+    /// The root store of the source's own anchors.
     pub roots: Arc<RootCertStore>,
+    /// One root store per federated trust domain (Workload API
+    /// `federated_bundles`), so that one domain's CA never vouches for
+    /// another's IDs. Empty for directory and file sources.
+    pub federated: Arc<BTreeMap<String, RootCertStore>>,
     /// The CRLs in force (part of the trust: a changed CRL is a new trust).
     pub crls: Arc<CrlSet>,
     /// Which certificates of a chain the CRLs judge.
@@ -77,11 +111,17 @@ impl Trust {
         scope: CrlScope,
         provider: &Arc<CryptoProvider>,
     ) -> Result<Trust, CredError> {
-        let ders: Vec<_> = anchors.iter().map(|a| a.der.clone()).collect();
-        let roots = Arc::new(super::root_store(std::path::Path::new("ca.crt"), &ders)?);
+        let local: Vec<_> = anchors
+            .iter()
+            .filter(|a| a.is_local())
+            .map(|a| a.der.clone())
+            .collect();
+        let roots = Arc::new(super::root_store(std::path::Path::new("ca.crt"), &local)?);
+        let federated = Arc::new(federated_roots(&anchors)?);
         Ok(Trust {
             anchors,
             roots,
+            federated,
             crls,
             scope,
             intermediates: Arc::from(Vec::new()),
@@ -139,33 +179,18 @@ impl Trust {
     /// Every key a CRL may be signed by, with how trusted it is.
     pub(crate) fn known(&self) -> Known {
         let mut known = Known::default();
-        let (graced, in_force): (Vec<&Anchor>, Vec<&Anchor>) =
-            self.anchors.iter().partition(|a| a.retire_at.is_some());
+        // Only the source's own anchors sign its CRLs.
+        let (graced, in_force): (Vec<&Anchor>, Vec<&Anchor>) = self
+            .anchors
+            .iter()
+            .filter(|a| a.is_local())
+            .partition(|a| a.retire_at.is_some());
         let ders = |v: Vec<&Anchor>| v.into_iter().map(|a| a.der.clone()).collect::<Vec<_>>();
         known.add(&ders(in_force), SignerKind::Anchor);
         known.add(&ders(graced), SignerKind::Graced);
         known.add(&self.intermediates, SignerKind::Intermediate);
         known.add(&self.retired, SignerKind::Retired);
         known
-    }
-
-    /// The retired-anchor history once `next` replaces the anchors: every
-    /// anchor not in `next` joins it, the oldest leave past
-    /// `MAX_RETIRED`.
-    pub fn retired_after(&self, next: &[Anchor]) -> Arc<[CertificateDer<'static>]> {
-        let mut retired: Vec<_> = self
-            .retired
-            .iter()
-            .filter(|r| !next.iter().any(|a| &a.der == *r))
-            .cloned()
-            .collect();
-        for a in &self.anchors {
-            if !next.iter().any(|n| n.der == a.der) && !retired.contains(&a.der) {
-                retired.push(a.der.clone());
-            }
-        }
-        let excess = retired.len().saturating_sub(MAX_RETIRED);
-        Arc::from(retired.split_off(excess))
     }
 
     /// THE peer judgement: `end_entity` (with the `intermediates` the peer
@@ -182,6 +207,41 @@ impl Trust {
         now: UnixTime,
         usage: Usage,
     ) -> Result<(), rustls::Error> {
+        self.verify_peer_in(None, end_entity, intermediates, now, usage)
+    }
+
+    /// The root store that may vouch for a peer of `domain`: the source's
+    /// own for `None`, that federated trust domain's otherwise (none for a
+    /// trust domain without a bundle).
+    pub fn roots_for(&self, domain: Option<&str>) -> Option<&RootCertStore> {
+        match domain {
+            None => Some(&self.roots),
+            Some(td) => self.federated.get(td),
+        }
+    }
+
+    /// True when a federated bundle of `domain` is in force (graced
+    /// anchors included).
+    pub fn has_domain(&self, domain: &str) -> bool {
+        self.federated.contains_key(domain)
+    }
+
+    /// [`verify_peer`](Self::verify_peer) with the chain built only
+    /// against `domain`'s root store (see [`roots_for`](Self::roots_for)):
+    /// a trust domain without a bundle is an unknown issuer.
+    pub fn verify_peer_in(
+        &self,
+        domain: Option<&str>,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+        usage: Usage,
+    ) -> Result<(), rustls::Error> {
+        let roots = self
+            .roots_for(domain)
+            .ok_or(rustls::Error::InvalidCertificate(
+                CertificateError::UnknownIssuer,
+            ))?;
         let ee = webpki::EndEntityCert::try_from(end_entity).map_err(pki_error)?;
         let denied: std::cell::RefCell<Option<DenyEntry>> = Default::default();
         let judge = |path: &webpki::VerifiedPath<'_>| {
@@ -195,7 +255,7 @@ impl Trust {
         };
         let verdict = ee.verify_for_usage(
             self.provider.signature_verification_algorithms.all,
-            &self.roots.roots,
+            &roots.roots,
             intermediates,
             now,
             usage.key_usage(),
@@ -222,58 +282,6 @@ impl Trust {
         ));
         let facts = deny::path_facts(path, anchor, self.deny.has_sans());
         self.deny.first_match(&facts).cloned()
-    }
-
-    /// The anchors for a new `ca.crt` bundle: all of the bundle, plus every
-    /// current anchor the bundle dropped, kept until `now + grace` (or its
-    /// earlier retirement). Returns the list and whether trust shrank.
-    pub fn merge(
-        &self,
-        bundle: &[(CertificateDer<'static>, CertInfo)],
-        grace: std::time::Duration,
-        now: SystemTime,
-    ) -> (Vec<Anchor>, bool) {
-        let mut next = Anchor::bundle(bundle);
-        let mut shrank = false;
-        for old in &self.anchors {
-            if next.iter().any(|a| a.der == old.der) {
-                continue;
-            }
-            let retire_at = old.retire_at.unwrap_or(now + grace);
-            if retire_at > now {
-                next.push(Anchor {
-                    retire_at: Some(retire_at),
-                    ..old.clone()
-                });
-            } else {
-                shrank = true;
-            }
-        }
-        (next, shrank)
-    }
-
-    /// The anchors left once every retirement due by `now` has happened, or
-    /// `None` when nothing is due.
-    pub fn expire(&self, now: SystemTime) -> Option<Vec<Anchor>> {
-        if !self
-            .anchors
-            .iter()
-            .any(|a| a.retire_at.is_some_and(|t| t <= now))
-        {
-            return None;
-        }
-        Some(
-            self.anchors
-                .iter()
-                .filter(|a| a.retire_at.is_none_or(|t| t > now))
-                .cloned()
-                .collect(),
-        )
-    }
-
-    /// The earliest pending retirement, so a poller can wake for it.
-    pub fn next_retirement(&self) -> Option<SystemTime> {
-        self.anchors.iter().filter_map(|a| a.retire_at).min()
     }
 
     /// Our own certificate chain (leaf first) judged as a peer holding
@@ -303,10 +311,43 @@ impl Trust {
         !self.crls.same_as(&other.crls)
     }
 
+    /// The trust domains of the federated bundles in force, each with its
+    /// anchors (graced ones included), in name order.
+    pub fn federated_domains(&self) -> Vec<(&str, Vec<&Anchor>)> {
+        self.federated
+            .keys()
+            .map(|td| {
+                let anchors = self
+                    .anchors
+                    .iter()
+                    .filter(|a| a.domain.as_deref() == Some(td))
+                    .collect();
+                (td.as_str(), anchors)
+            })
+            .collect()
+    }
+
     /// The earliest expiry among the anchors (for the `trust` expiry gauge).
     pub fn earliest_not_after(&self) -> Option<i64> {
         self.anchors.iter().map(|a| a.info.not_after).min()
     }
+}
+
+/// One root store per trust domain of the federated anchors.
+fn federated_roots(anchors: &[Anchor]) -> Result<BTreeMap<String, RootCertStore>, CredError> {
+    let mut by_domain: BTreeMap<String, Vec<CertificateDer<'static>>> = BTreeMap::new();
+    for a in anchors {
+        if let Some(td) = &a.domain {
+            by_domain.entry(td.clone()).or_default().push(a.der.clone());
+        }
+    }
+    by_domain
+        .into_iter()
+        .map(|(td, ders)| {
+            let path = std::path::PathBuf::from(format!("federated bundle of {td}"));
+            Ok((td, super::root_store(&path, &ders)?))
+        })
+        .collect()
 }
 
 /// The handshake error of a denied peer (failure and close reason

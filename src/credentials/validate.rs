@@ -41,7 +41,12 @@ pub struct ValidRevision {
     pub crl_path: Option<PathBuf>,
     /// The deny-list (empty without a deny file).
     pub deny: Arc<DenyList>,
+    /// Federated bundles: each trust domain with its anchors.
+    pub federated: Arc<[FederatedBundle]>,
 }
+
+/// One federated trust domain's bundle, parsed (it may hold no anchor).
+pub type FederatedBundle = (String, Vec<(CertificateDer<'static>, CertInfo)>);
 
 /// Parses every PEM certificate in a file.
 pub fn parse_certs(file: &RawFile) -> Result<Vec<CertificateDer<'static>>, CredError> {
@@ -104,6 +109,7 @@ pub struct ParsedRevision {
     pub crl_list: Arc<[Arc<Crl>]>,
     pub intermediates: Arc<[CertificateDer<'static>]>,
     pub deny: Arc<DenyList>,
+    pub federated: Arc<[FederatedBundle]>,
     crl_path: Option<PathBuf>,
     chain: Vec<CertificateDer<'static>>,
     roots: RootCertStore,
@@ -141,6 +147,7 @@ pub fn parse(raw: &RawRevision, provider: &CryptoProvider) -> Result<ParsedRevis
         Some(file) => parse_deny_file(file)?,
         None => DenyList::default(),
     };
+    let federated = parse_federated(&raw.federated)?;
     Ok(ParsedRevision {
         hash: raw.hash.clone(),
         identity: Arc::new(identity),
@@ -149,12 +156,36 @@ pub fn parse(raw: &RawRevision, provider: &CryptoProvider) -> Result<ParsedRevis
         crl_list: Arc::from(crl_list),
         intermediates,
         deny: Arc::new(deny),
+        federated,
         crl_path: raw.crl.as_ref().map(|f| f.path.clone()),
         chain,
         roots,
         cert_path: raw.cert.path.clone(),
         ca_path: raw.ca.path.clone(),
     })
+}
+
+/// Parses the federated bundles: every certificate parses and is a usable
+/// trust anchor (one that is not rejects the whole revision, naming its
+/// trust domain); a bundle may be empty (the trust domain then vouches for
+/// nobody).
+fn parse_federated(files: &[(String, RawFile)]) -> Result<Arc<[FederatedBundle]>, CredError> {
+    let mut out = Vec::with_capacity(files.len());
+    for (td, file) in files {
+        let ders = CertificateDer::pem_slice_iter(&file.bytes)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| CredError::Pem {
+                path: file.path.clone(),
+                detail: e.to_string(),
+            })?;
+        let mut anchors = Vec::with_capacity(ders.len());
+        for der in &ders {
+            anchors.push((der.clone(), parse_info(file, der)?));
+        }
+        root_store(&file.path, &ders)?;
+        out.push((td.clone(), anchors));
+    }
+    Ok(Arc::from(out))
 }
 
 /// Parses a deny file (UTF-8, validated whole), naming the file and the
@@ -279,6 +310,7 @@ impl ParsedRevision {
             intermediates: self.intermediates.clone(),
             crl_path: self.crl_path.clone(),
             deny: self.deny.clone(),
+            federated: self.federated.clone(),
         })
     }
 }

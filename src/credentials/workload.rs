@@ -49,9 +49,6 @@ pub struct AgentState {
     pub last_update: Option<SystemTime>,
     /// Why the last connection or stream ended.
     pub last_error: Option<String>,
-    /// Trust domains of the last context's federated bundles, which are
-    /// not trusted (see the README's Workload API section).
-    pub federated_ignored: Vec<String>,
 }
 
 impl Feed {
@@ -65,9 +62,8 @@ impl Feed {
         lock(&self.agent).clone()
     }
 
-    fn push(&self, rev: Result<RawRevision, CredError>, federated: Vec<String>, now: SystemTime) {
+    fn push(&self, rev: Result<RawRevision, CredError>, now: SystemTime) {
         *lock(&self.latest) = Some(rev);
-        lock(&self.agent).federated_ignored = federated;
         lock(&self.agent).last_update = Some(now);
         self.wake.notify_one();
     }
@@ -130,38 +126,43 @@ pub fn pick_svid<'a>(
 }
 
 /// One X.509 context as a revision: the chosen SVID's chain (`tls.crt`),
-/// its key (`tls.key`) and its own trust domain's bundle (`ca.crt`), named
-/// after where they came from. Federated bundles are returned apart (not
-/// trusted; listed in `/status`).
+/// its key (`tls.key`), its own trust domain's bundle (`ca.crt`) and every
+/// other trust domain's bundle (federated, each trusted for its own trust
+/// domain's IDs only), named after where they came from.
 pub fn revision_from_context(
     ctx: &X509Context,
     want: Option<&str>,
     endpoint: &str,
-) -> (Result<RawRevision, CredError>, Vec<String>) {
+) -> Result<RawRevision, CredError> {
     let at = |what: &str| PathBuf::from(format!("{endpoint} {what}"));
     let svid = match pick_svid(ctx.svids(), want) {
         Ok(s) => s,
         Err(detail) => {
-            let err = CredError::Parse {
+            return Err(CredError::Parse {
                 path: at("X509-SVID"),
                 detail,
-            };
-            return (Err(err), Vec::new());
+            });
         }
     };
     let own = svid.spiffe_id().trust_domain();
-    let federated: Vec<String> = ctx
+    let federated: Vec<(String, RawFile)> = ctx
         .bundle_set()
         .iter()
         .filter(|(td, _)| *td != own)
-        .map(|(td, _)| td.to_string())
+        .map(|(td, bundle)| {
+            let ders: Vec<&[u8]> = bundle.authorities().iter().map(|c| c.as_bytes()).collect();
+            let file = RawFile {
+                path: at(&format!("federated bundle of {td}")),
+                bytes: pem("CERTIFICATE", &ders),
+            };
+            (td.to_string(), file)
+        })
         .collect();
     let Some(bundle) = ctx.bundle_set().get_ref(own) else {
-        let err = CredError::Parse {
+        return Err(CredError::Parse {
             path: at("bundle"),
             detail: format!("no bundle for the SVID's trust domain {own}"),
-        };
-        return (Err(err), federated);
+        });
     };
     let chain: Vec<&[u8]> = svid.cert_chain().iter().map(|c| c.as_bytes()).collect();
     let anchors: Vec<&[u8]> = bundle.authorities().iter().map(|c| c.as_bytes()).collect();
@@ -177,7 +178,7 @@ pub fn revision_from_context(
         path: at(&format!("bundle of {own}")),
         bytes: pem("CERTIFICATE", &anchors),
     };
-    (Ok(RawRevision::new(cert, key, ca)), federated)
+    Ok(RawRevision::new(cert, key, ca).with_federated(federated))
 }
 
 /// DER blocks as PEM text of one label.
@@ -252,22 +253,19 @@ async fn session(endpoint: &str, want: Option<&str>, feed: &Feed) -> (bool, Stri
     let mut delivered = false;
     while let Some(item) = stream.next().await {
         let now = SystemTime::now();
-        let (rev, federated) = match item {
+        let rev = match item {
             Ok(ctx) => revision_from_context(&ctx, want, endpoint),
             Err(e) if ends_stream(&e) => return (delivered, format!("stream failed: {e}")),
-            Err(e) => {
-                let err = CredError::Parse {
-                    path: PathBuf::from(format!("{endpoint} X.509 context")),
-                    detail: e.to_string(),
-                };
-                (Err(err), Vec::new())
-            }
+            Err(e) => Err(CredError::Parse {
+                path: PathBuf::from(format!("{endpoint} X.509 context")),
+                detail: e.to_string(),
+            }),
         };
         delivered = true;
         if feed.mark(true, None, now) {
             info!(target: "mtls_sidecar::workload_api", endpoint = %endpoint, "Workload API agent reached; X.509 contexts streaming");
         }
-        feed.push(rev, federated, now);
+        feed.push(rev, now);
         publish(feed);
     }
     (delivered, "the agent ended the stream".to_string())

@@ -14,7 +14,8 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
-use super::spiffe::check_trust_domain;
+use super::last_verified::LastVerified;
+use super::spiffe::{check_trust_domain, federated_peer_allowed, PeerDomain};
 use crate::credentials::{CredentialStore, Trust, Usage};
 use crate::identity::{CertInfo, SanPolicy};
 
@@ -107,91 +108,6 @@ fn note_peer(
     info
 }
 
-/// The last peer certificate a policy found chaining to the trust. A
-/// sidecar's peer reconnects with the same certificate every time, so the
-/// chain check (a signature verification, a third of a handshake's
-/// verification work) is skipped when the very same DER comes back while
-/// the very same trust is in force (any reload, CRL change or retirement
-/// swaps in a new `Arc<Trust>`, and the CRLs live in the trust, so the
-/// revocation state is part of what is compared; the one kept here pins the old allocation, so the pointer
-/// comparison cannot be fooled) and `now` is inside its validity. The
-/// handshake's own signature (CertificateVerify) and the SAN check always
-/// run. Only leaves issued directly by an anchor are remembered.
-#[derive(Debug, Default)]
-struct LastVerified(Mutex<Option<Remembered>>);
-
-#[derive(Debug)]
-struct Remembered {
-    der: Vec<u8>,
-    trust: Arc<Trust>,
-    not_before: u64,
-    not_after: u64,
-}
-
-impl LastVerified {
-    fn covers(
-        &self,
-        ee: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        trust: &Arc<Trust>,
-        now: UnixTime,
-    ) -> bool {
-        let Ok(last) = self.0.lock() else {
-            return false;
-        };
-        last.as_ref().is_some_and(|r| {
-            intermediates.is_empty()
-                && Arc::ptr_eq(&r.trust, trust)
-                && r.der == ee.as_ref()
-                && (r.not_before..=r.not_after).contains(&now.as_secs())
-        })
-    }
-
-    /// The chain check of a handshake or a re-verification: trust's full
-    /// judgement, skipped when this very chain passed against this very
-    /// trust last time. Each call logs at DEBUG which of the two it was
-    /// (`chain=verified` or `chain=remembered`): the shortcut's saving is
-    /// observable, and tests count it.
-    fn check(
-        &self,
-        trust: &Arc<Trust>,
-        ee: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        now: UnixTime,
-        info: Option<&CertInfo>,
-        usage: Usage,
-    ) -> Result<(), Error> {
-        if self.covers(ee, intermediates, trust, now) {
-            tracing::debug!(chain = "remembered", "peer chain judged");
-            return Ok(());
-        }
-        trust.verify_peer(ee, intermediates, now, usage)?;
-        self.record(ee, intermediates, trust, info);
-        tracing::debug!(chain = "verified", "peer chain judged");
-        Ok(())
-    }
-
-    fn record(
-        &self,
-        ee: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        trust: &Arc<Trust>,
-        info: Option<&CertInfo>,
-    ) {
-        let Some(info) = info.filter(|_| intermediates.is_empty()) else {
-            return;
-        };
-        if let Ok(mut last) = self.0.lock() {
-            *last = Some(Remembered {
-                der: ee.as_ref().to_vec(),
-                trust: trust.clone(),
-                not_before: u64::try_from(info.not_before).unwrap_or(u64::MAX),
-                not_after: u64::try_from(info.not_after).unwrap_or(0),
-            });
-        }
-    }
-}
-
 /// Records, in a handshake's report, the trust its chain passed against
 /// (outside a handshake, e.g. when re-verifying, there is no report).
 fn note_verified(trust: Arc<Trust>) {
@@ -242,6 +158,27 @@ pub fn check_route_policy(
 ) -> Result<(), Error> {
     check_san(sans, info)?;
     crate::identity::pin::check(pins, ee.as_ref())
+}
+
+/// [`check_route_policy`] for a peer of `domain`: a federated peer must be
+/// named by a `spiffe://` allow entry (`bad_san` otherwise), then pinned
+/// like any other.
+fn check_peer_policy(
+    sans: &SanPolicy,
+    pins: &[[u8; 32]],
+    ee: &CertificateDer<'_>,
+    info: Option<&CertInfo>,
+    domain: &PeerDomain,
+) -> Result<(), Error> {
+    match domain {
+        PeerDomain::Local => check_route_policy(sans, pins, ee, info),
+        PeerDomain::Federated(_) => {
+            if !info.is_some_and(|i| federated_peer_allowed(sans, i)) {
+                return Err(Error::InvalidCertificate(CertificateError::NotValidForName));
+            }
+            crate::identity::pin::check(pins, ee.as_ref())
+        }
+    }
 }
 
 /// A peer's handshake signature (CertificateVerify, or the TLS 1.2 key
@@ -354,11 +291,18 @@ impl ClientCertPolicy {
         info: Option<&CertInfo>,
     ) -> Result<(), Error> {
         let creds = self.store.current();
-        check_trust_domain(&self.store, &creds, info)?;
+        let domain = check_trust_domain(&self.store, &creds, info)?;
         let trust = creds.trust.clone();
-        self.last
-            .check(&trust, ee, intermediates, now, info, Usage::ClientAuth)?;
-        check_route_policy(&self.allowed, &self.pins, ee, info)?;
+        self.last.check(
+            &trust,
+            domain.roots(),
+            ee,
+            intermediates,
+            now,
+            info,
+            Usage::ClientAuth,
+        )?;
+        check_peer_policy(&self.allowed, &self.pins, ee, info, &domain)?;
         note_verified(trust);
         Ok(())
     }
@@ -435,11 +379,18 @@ impl ServerCertPolicy {
         info: Option<&CertInfo>,
     ) -> Result<(), Error> {
         let creds = self.store.current();
-        check_trust_domain(&self.store, &creds, info)?;
+        let domain = check_trust_domain(&self.store, &creds, info)?;
         let trust = creds.trust.clone();
-        self.last
-            .check(&trust, ee, intermediates, now, info, Usage::ServerAuth)?;
-        check_route_policy(&self.expected, &self.pins, ee, info)?;
+        self.last.check(
+            &trust,
+            domain.roots(),
+            ee,
+            intermediates,
+            now,
+            info,
+            Usage::ServerAuth,
+        )?;
+        check_peer_policy(&self.expected, &self.pins, ee, info, &domain)?;
         note_verified(trust);
         Ok(())
     }

@@ -134,7 +134,7 @@ impl Svid {
         }
     }
 
-    fn json(&self) -> Value {
+    pub fn json(&self) -> Value {
         let key = PrivateKeyDer::from_pem_slice(self.leaf.key_pem.as_bytes()).unwrap();
         json!({
             "id": self.id,
@@ -154,6 +154,15 @@ pub fn svid_leaf(ca: &DevCa, uris: &[&str]) -> Issued {
 
 /// Like [`svid_leaf`], valid for `lifetime` from now.
 pub fn svid_leaf_for(ca: &DevCa, uris: &[&str], lifetime: time::Duration) -> Issued {
+    svid_leaf_with(ca, uris, &[], lifetime)
+}
+
+/// Like [`svid_leaf`], also carrying these DNS SANs.
+pub fn svid_leaf_dns(ca: &DevCa, uris: &[&str], dns: &[&str]) -> Issued {
+    svid_leaf_with(ca, uris, dns, time::Duration::DAY)
+}
+
+fn svid_leaf_with(ca: &DevCa, uris: &[&str], dns: &[&str], lifetime: time::Duration) -> Issued {
     use rcgen::{
         CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
         SanType,
@@ -165,6 +174,10 @@ pub fn svid_leaf_for(ca: &DevCa, uris: &[&str], lifetime: time::Duration) -> Iss
     params.subject_alt_names = uris
         .iter()
         .map(|u| SanType::URI((*u).try_into().unwrap()))
+        .chain(
+            dns.iter()
+                .map(|d| SanType::DnsName((*d).try_into().unwrap())),
+        )
         .collect();
     params.is_ca = IsCa::ExplicitNoCa;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
@@ -199,6 +212,6 @@ pub fn ca_der(ca: &DevCa) -> Vec<u8> {
         .to_vec()
 }
 
-fn b64(bytes: &[u8]) -> String {
+pub fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }

@@ -18,6 +18,12 @@ pub const CLIENT_ID: &str = "spiffe://prod.test/ns/app/sa/controller";
 
 /// A server sidecar on the agent's Workload API, admitting CLIENT_ID.
 pub async fn server(agent: &Agent, extra: &[&str]) -> Sidecar {
+    server_admitting(agent, &["--allow-san", CLIENT_ID], extra).await
+}
+
+/// A server sidecar on the agent's Workload API with this admission
+/// policy (`--allow-san …` or `--allow-any-san`).
+pub async fn server_admitting(agent: &Agent, policy: &[&str], extra: &[&str]) -> Sidecar {
     let echo = echo_target().await;
     let target = echo.addr.to_string();
     let endpoint = agent.endpoint();
@@ -29,11 +35,10 @@ pub async fn server(agent: &Agent, extra: &[&str]) -> Sidecar {
         &target,
         "--workload-api",
         &endpoint,
-        "--allow-san",
-        CLIENT_ID,
         "--admin",
         "127.0.0.1:0",
     ];
+    args.extend_from_slice(policy);
     args.extend_from_slice(extra);
     let sc = Sidecar::start(&args, 1).await;
     std::mem::forget(echo);

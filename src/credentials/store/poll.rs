@@ -341,7 +341,10 @@ impl CredentialStore {
             candidate.stage = Stage::Rejected;
             return self.reject(state, key, error, now);
         }
-        let (anchors, trust_shrank) = current.trust.merge(&valid.anchors, self.trust_grace, now);
+        let (anchors, trust_shrank) =
+            current
+                .trust
+                .merge_anchors(revision_anchors(&valid), self.trust_grace, now);
         let inters = valid.intermediates.clone();
         let (trust, dropped) = match self.trust_for(current, anchors, inters, &valid.crl_list, now)
         {
@@ -389,6 +392,16 @@ impl CredentialStore {
             error,
         }
     }
+}
+
+/// Every anchor a revision brings: its own bundle's, then each federated
+/// trust domain's, tagged with that domain.
+fn revision_anchors(valid: &super::super::ValidRevision) -> Vec<Anchor> {
+    let mut anchors = Anchor::bundle(&valid.anchors);
+    for (td, bundle) in valid.federated.iter() {
+        anchors.extend(Anchor::federated(td, bundle));
+    }
+    anchors
 }
 
 /// When content first seen at `first_seen` has been stable for `window`

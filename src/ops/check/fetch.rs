@@ -51,14 +51,14 @@ pub(super) fn resolve(req: Request) -> Result<(Request, Vec<String>), String> {
             bundle.authorities().len()
         ));
     }
-    let (raw, federated) = revision_from_context(&ctx, svid.as_deref(), endpoint);
-    if !federated.is_empty() {
+    let raw = revision_from_context(&ctx, svid.as_deref(), endpoint).map_err(|e| e.to_string())?;
+    if !raw.federated.is_empty() {
+        let domains: Vec<&str> = raw.federated.iter().map(|(td, _)| td.as_str()).collect();
         said.push(format!(
-            "  federated bundles not trusted (not supported yet): {}",
-            federated.join(", ")
+            "  federated bundles, each trusted for its own trust domain's IDs only: {}",
+            domains.join(", ")
         ));
     }
-    let raw = raw.map_err(|e| e.to_string())?;
     said.push(format!("  judged: {}", raw.cert.path.display()));
     let req = Request {
         input: Input::Fetched(raw),
