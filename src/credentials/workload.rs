@@ -220,10 +220,11 @@ pub async fn run(store: Arc<CredentialStore>, mut halt: watch::Receiver<bool>) {
         return;
     };
     let mut wait = Duration::ZERO;
+    let mut pinned = None;
     publish(&feed);
     loop {
         let (delivered, why) = tokio::select! {
-            r = session(endpoint, svid.as_deref(), &feed) => r,
+            r = session(endpoint, svid.as_deref(), &feed, &mut pinned) => r,
             _ = halt.wait_for(|h| *h) => return,
         };
         let now = SystemTime::now();
@@ -241,7 +242,12 @@ pub async fn run(store: Arc<CredentialStore>, mut halt: watch::Receiver<bool>) {
 
 /// One connection and its stream: true when it delivered a context, and
 /// why it ended.
-async fn session(endpoint: &str, want: Option<&str>, feed: &Feed) -> (bool, String) {
+async fn session(
+    endpoint: &str,
+    want: Option<&str>,
+    feed: &Feed,
+    pinned: &mut Option<String>,
+) -> (bool, String) {
     let client = match WorkloadApiClient::connect_to(endpoint).await {
         Ok(c) => c,
         Err(e) => return (false, format!("cannot connect: {e}")),
@@ -254,14 +260,27 @@ async fn session(endpoint: &str, want: Option<&str>, feed: &Feed) -> (bool, Stri
     while let Some(item) = stream.next().await {
         let now = SystemTime::now();
         let rev = match item {
-            Ok(ctx) => revision_from_context(&ctx, want, endpoint),
+            Ok(ctx) => revision_from_context(&ctx, want, endpoint).and_then(|rev| {
+                let domain = pick_svid(ctx.svids(), want)
+                    .map(|s| s.spiffe_id().trust_domain().to_string())
+                    .unwrap_or_default();
+                keep_trust_domain(pinned, &domain)
+                    .map(|()| rev)
+                    .map_err(|detail| CredError::Parse {
+                        path: PathBuf::from(format!("{endpoint} X509-SVID")),
+                        detail,
+                    })
+            }),
             Err(e) if ends_stream(&e) => return (delivered, format!("stream failed: {e}")),
             Err(e) => Err(CredError::Parse {
                 path: PathBuf::from(format!("{endpoint} X.509 context")),
                 detail: e.to_string(),
             }),
         };
-        delivered = true;
+        // Only a context that parsed resets the backoff: an agent sending
+        // one bad context and hanging up would otherwise be redialled
+        // every 200 ms.
+        delivered |= rev.is_ok();
         if feed.mark(true, None, now) {
             info!(target: "mtls_sidecar::workload_api", endpoint = %endpoint, "Workload API agent reached; X.509 contexts streaming");
         }
@@ -269,6 +288,25 @@ async fn session(endpoint: &str, want: Option<&str>, feed: &Feed) -> (bool, Stri
         publish(feed);
     }
     (delivered, "the agent ended the stream".to_string())
+}
+
+/// Holds the source to the trust domain of the first context that parsed.
+/// Our own bundle's anchors belong to "our" trust domain, whichever that
+/// is now: were the SVID to move from a.td to b.td, a trust grace would
+/// keep a.td's CA among our own anchors, vouching for b.td's IDs. So a
+/// context in another trust domain is a rejected revision (the last good
+/// one stays); moving trust domains takes a restart.
+fn keep_trust_domain(pinned: &mut Option<String>, domain: &str) -> Result<(), String> {
+    match pinned {
+        None => {
+            *pinned = Some(domain.to_string());
+            Ok(())
+        }
+        Some(p) if p.as_str() == domain => Ok(()),
+        Some(p) => Err(format!(
+            "the SVID's trust domain changed from {p} to {domain}: restart the sidecar to move to another trust domain"
+        )),
+    }
 }
 
 fn publish(feed: &Feed) {
@@ -283,6 +321,16 @@ fn publish(feed: &Feed) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_trust_domain_holds() {
+        let mut pinned = None;
+        assert_eq!(keep_trust_domain(&mut pinned, "a.td"), Ok(()));
+        assert_eq!(keep_trust_domain(&mut pinned, "a.td"), Ok(()));
+        let moved = keep_trust_domain(&mut pinned, "b.td").unwrap_err();
+        assert!(moved.contains("from a.td to b.td"), "{moved}");
+        assert_eq!(pinned.as_deref(), Some("a.td"));
+    }
 
     #[test]
     fn backoff_doubles_from_the_minimum_to_the_cap_and_resets_after_a_delivery() {

@@ -19,12 +19,30 @@ pub(crate) fn trust_domain_of(id: &str) -> Option<String> {
 
 /// The peer's one SPIFFE ID: a certificate with none, or with several URI
 /// SANs of which one is a SPIFFE ID (the SPIFFE X.509-SVID rule: exactly
-/// one URI SAN), is no SVID.
+/// one URI SAN), is no SVID; nor is a malformed one (an upper-case scheme
+/// or trust domain, an empty segment, a query): the strict parser URI
+/// allow entries match against decides, so what XFCC and the PROXY header
+/// carry is a well-formed ID.
 fn peer_spiffe_id(info: &CertInfo) -> Option<&str> {
     match info.uri_sans.as_slice() {
-        [one] if trust_domain_of(one).is_some() => Some(one),
+        [one] if is_spiffe_id(one) => Some(one),
         _ => None,
     }
+}
+
+/// A well-formed SPIFFE ID: the scheme `spiffe` and a trust domain of
+/// lower-case letters, digits, `.`, `-` and `_` only (the SPIFFE ID
+/// spec), and a path the strict URI parser accepts.
+fn is_spiffe_id(uri: &str) -> bool {
+    let Some(rest) = uri.strip_prefix("spiffe://") else {
+        return false;
+    };
+    let td = rest.split('/').next().unwrap_or_default();
+    !td.is_empty()
+        && td
+            .bytes()
+            .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'.' | b'-' | b'_'))
+        && crate::identity::Uri::parse(uri).is_ok()
 }
 
 /// Which root store may vouch for a peer.
@@ -140,6 +158,15 @@ mod tests {
         );
         assert_eq!(peer_spiffe_id(&info(&["https://td/a"])), None);
         assert_eq!(peer_spiffe_id(&info(&["https://x", "spiffe://td/a"])), None);
+        for bad in [
+            "spiffe://td/",
+            "spiffe://td/a//b",
+            "spiffe://td/a?q",
+            "SPIFFE://td/a",
+            "spiffe://TD/a",
+        ] {
+            assert_eq!(peer_spiffe_id(&info(&[bad])), None, "{bad}");
+        }
     }
 
     #[test]

@@ -191,6 +191,9 @@ impl<IO, C: Side> TlsStream<IO, C> {
     /// in the same read by an unreadable record makes rustls queue a second
     /// alert, never sent; its debug builds assert on it.)
     pub(super) fn queue_alert(&mut self, e: &Error) {
+        if std::mem::replace(&mut self.alerted, true) {
+            return;
+        }
         let turns = if record_unreadable(e) { 1 } else { 8 };
         for _ in 0..turns {
             let UnbufferedStatus { discard, state } = self.conn.process(self.incoming.data_mut());

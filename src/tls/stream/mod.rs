@@ -114,6 +114,9 @@ pub struct TlsStream<IO, C> {
     close_sent: bool,
     /// rustls failed the connection: it is not turned again.
     failed: bool,
+    /// The fatal alert was queued: rustls is never turned for a second
+    /// one (it would re-read the offending bytes still in the input).
+    alerted: bool,
     /// The server name the client asked for (server side, noted by the
     /// certificate resolver).
     sni: Option<Box<str>>,
@@ -131,6 +134,7 @@ impl<IO, C: Side> TlsStream<IO, C> {
             io_eof: false,
             close_sent: false,
             failed: false,
+            alerted: false,
             sni: None,
         }
     }

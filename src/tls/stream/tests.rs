@@ -221,6 +221,11 @@ async fn a_record_longer_than_allowed_is_refused_without_reading_it() {
     let mut b = [0u8; 8];
     let e = s.read(&mut b).await.unwrap_err();
     assert!(e.get_ref().unwrap().is::<rustls::Error>(), "{e}");
+    // Used again (forwarding's other direction writes to it): an error,
+    // and rustls is not turned for a second alert over the same bytes
+    // (its debug builds assert on a second fatal alert).
+    let e = s.write_all(b"after").await.unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
 }
 
 #[tokio::test]
