@@ -18,8 +18,10 @@
 //!   `UnexpectedEof` when the socket ended without one;
 //! - a write encrypts at once and starts sending; a flush sends the rest
 //!   (every chunk goes out when forwarding flushes it, nothing is held
-//!   back), and records produced while reading (the answer to a key
-//!   update, an alert) are sent without waiting for a write;
+//!   back), and records produced while reading (an alert) are sent
+//!   without waiting for a write; rustls holds the answer to a peer's key
+//!   update until our next write, which it precedes (RFC 8446 4.6.3
+//!   allows that);
 //! - a shutdown sends close_notify, then shuts the socket's write side;
 //! - a rustls error sends its alert (best effort) and is returned as
 //!   `InvalidData` wrapping the `rustls::Error`, as tokio-rustls does, so
