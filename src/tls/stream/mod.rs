@@ -7,7 +7,7 @@
 //! idle connection held ~11.6 KiB per side (benches/README.md, "Idle
 //! connections"). Here the caller owns every buffer: received bytes,
 //! plaintext not yet read and records not yet sent each live in a
-//! [`buf::Buf`] that goes back to a small per-thread pool as soon as it is
+//! `buf::Buf` that goes back to a small per-thread pool as soon as it is
 //! empty, so an idle connection holds none of them. No conversion from a
 //! buffered connection exists, so the handshake is driven here too.
 //!
@@ -31,7 +31,7 @@
 //!   record is at most ~18 KiB; before authentication the byte cap that
 //!   wraps the socket still bounds a handshake message joined across
 //!   records); while bytes are processed, at most one pooled buffer
-//!   ([`buf::SIZE`]) of received bytes, and anything that needs more is
+//!   (`buf::SIZE`) of received bytes, and anything that needs more is
 //!   refused.
 
 mod buf;
