@@ -18,8 +18,8 @@ use common::{get, get_until, roundtrip, run_bin, Sidecar, DEADLINE};
 use harness::{dns_leaf, svid_leaf, Agent, Svid};
 use mtls_sidecar::ops::pki::DevCa;
 use sidecar::{
-    admitted, connect_as, fixture, metric, server, status, wait_serial, Fixture, CLIENT_ID,
-    SERVER_ID,
+    admitted, connect_as, fixture, metric, running, server, status, wait_serial, Fixture,
+    CLIENT_ID, SERVER_ID,
 };
 
 #[tokio::test]
@@ -439,6 +439,85 @@ async fn check_fetches_a_context_says_what_it_holds_and_judges_it_like_a_directo
     let (code, out) = check(&[]).await.unwrap();
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("error: --workload-api"), "{out}");
+}
+
+/// `check --workload-api ENDPOINT --against ADMIN` (and a `--config`
+/// naming `workload_api`) previews what that agent hands out now against
+/// a running sidecar: fetched, not refused as a source with no file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_against_previews_what_another_agent_hands_out_now() {
+    if skip_unless(&["python3", "grpcio"]) {
+        return;
+    }
+    let (f, sc) = running(&[]).await;
+    let client = svid_leaf(&f.ca, &[CLIENT_ID]);
+    let mut live = connect_as(&sc, &client, &f.ca).await;
+    assert_eq!(roundtrip(&mut live, b"before").await, b"before");
+    // The candidate comes from a second agent: the running sidecar's own
+    // agent must not hand it out.
+    let cand_dir = tempfile::tempdir().unwrap();
+    let cand = Agent::start(cand_dir.path(), true);
+    let admin = format!("http://{}", sc.admin());
+    let check = |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            run_bin(&args)
+        })
+    };
+    let against = |extra: Vec<String>| {
+        let mut args: Vec<String> = vec!["check".into()];
+        args.extend(extra);
+        args.extend(["--against".to_string(), admin.clone()]);
+        check(args)
+    };
+    let flags = || vec!["--workload-api".to_string(), cand.endpoint()];
+
+    // A rotated SVID under the same bundle: nothing cut.
+    cand.push(&[&Svid::new(&f.ca, SERVER_ID)], &[]).await;
+    let (code, out) = against(flags()).await.unwrap();
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("route server: 0 of 1 live connection(s)"),
+        "{out}"
+    );
+
+    // A bundle of another CA only: the live peer is untrusted now.
+    let next = DevCa::new("prod.test CA 2", 30).unwrap();
+    cand.push(&[&Svid::new(&next, SERVER_ID)], &[]).await;
+    let (code, out) = against(flags()).await.unwrap();
+    assert_eq!(code, 1, "{out}");
+    let cut: Vec<&str> = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with("CLOSE"))
+        .collect();
+    assert_eq!(cut.len(), 1, "{out}");
+    assert!(cut[0].starts_with("  CLOSE untrusted now: "), "{out}");
+    assert!(cut[0].contains(CLIENT_ID), "{out}");
+
+    // The same candidate as a configuration's `workload_api`.
+    let cfg = cand_dir.path().join("candidate.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "workload_api = {:?}\n[[route]]\nname = \"server\"\nmode = \"server\"\n\
+             listen = \"127.0.0.1:0\"\ntarget = \"127.0.0.1:9\"\nallow_san = [{CLIENT_ID:?}]\n",
+            cand.endpoint()
+        ),
+    )
+    .unwrap();
+    let (code, out) = against(vec!["--config".into(), cfg.display().to_string()])
+        .await
+        .unwrap();
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("CLOSE untrusted at restart: "), "{out}");
+
+    // The preview changed nothing: the live connection still forwards.
+    assert_eq!(roundtrip(&mut live, b"after").await, b"after");
+    // An agent that is not there: the candidate cannot be read (exit 2).
+    cand.op("stop").await;
+    let (code, out) = against(flags()).await.unwrap();
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains(&cand.endpoint()), "{out}");
 }
 
 #[test]

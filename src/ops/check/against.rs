@@ -122,7 +122,10 @@ fn trust_candidate(args: &CheckArgs, now: SystemTime) -> Result<(Candidate, Stri
     }
     let req = Request::from_args(args).map_err(|e| bad(&e))?;
     let (raw, shown) = match &req.input {
-        Input::Source(source) => (source.read().map_err(|e| bad(&e))?, source.to_string()),
+        Input::Source(source) => (
+            super::fetch::read(source).map_err(|e| bad(&e))?,
+            source.to_string(),
+        ),
         Input::Fetched(raw) => (raw.clone(), raw.cert.path.display().to_string()),
         Input::Secret { from, ca } => {
             let (report, files) = super::secret::files(from, ca.as_deref());

@@ -1,6 +1,9 @@
 //! `check --workload-api [ENDPOINT]`: one X.509 context fetched from the
 //! agent, said what it holds, then judged by the same checks as a
-//! directory (the revision is what the sidecar would build from it).
+//! directory (the revision is what the sidecar would build from it). The
+//! previews (`--against`, alone or with `--config`) read a Workload API
+//! candidate through [`read`] too, so they judge what the agent hands out
+//! now rather than refuse a source that has no file to read.
 
 use std::time::Duration;
 
@@ -8,7 +11,7 @@ use spiffe::WorkloadApiClient;
 
 use super::{Input, Request};
 use crate::credentials::workload::revision_from_context;
-use crate::credentials::CredentialSource;
+use crate::credentials::{CredentialSource, RawRevision};
 
 /// How long `check` waits for the agent's first context.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -18,8 +21,32 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 /// is. An agent that cannot be reached, or a context the sidecar could not
 /// use at all, is the error.
 pub(super) fn resolve(req: Request) -> Result<(Request, Vec<String>), String> {
-    let Input::Source(CredentialSource::WorkloadApi { endpoint, svid }) = &req.input else {
+    let Input::Source(source @ CredentialSource::WorkloadApi { .. }) = &req.input else {
         return Ok((req, Vec::new()));
+    };
+    let (raw, said) = fetch(source)?;
+    let req = Request {
+        input: Input::Fetched(raw),
+        ..req
+    };
+    Ok((req, said))
+}
+
+/// The revision `source` holds now: its files read, or, for a Workload API
+/// source, one context fetched from the agent (its error prefixed with
+/// the endpoint).
+pub(super) fn read(source: &CredentialSource) -> Result<RawRevision, String> {
+    match source {
+        CredentialSource::WorkloadApi { .. } => fetch(source).map(|(raw, _)| raw),
+        _ => source.read().map_err(|e| e.to_string()),
+    }
+}
+
+/// One context fetched from a Workload API source as a revision, and what
+/// it held, one line each.
+fn fetch(source: &CredentialSource) -> Result<(RawRevision, Vec<String>), String> {
+    let CredentialSource::WorkloadApi { endpoint, svid } = source else {
+        return Err(format!("{source}: not a Workload API source"));
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -60,9 +87,5 @@ pub(super) fn resolve(req: Request) -> Result<(Request, Vec<String>), String> {
         ));
     }
     said.push(format!("  judged: {}", raw.cert.path.display()));
-    let req = Request {
-        input: Input::Fetched(raw),
-        ..req
-    };
-    Ok((req, said))
+    Ok((raw, said))
 }

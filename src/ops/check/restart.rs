@@ -77,7 +77,7 @@ pub fn load(path: &std::path::Path, now: SystemTime) -> Result<ConfigCandidate, 
         let credentials = match loaded.iter().find(|(s, _)| *s == source) {
             Some((_, c)) => c.clone(),
             None => {
-                let raw = r.credentials.read().map_err(|e| route_error(r, &e))?;
+                let raw = super::fetch::read(&r.credentials).map_err(|e| route_error(r, &e))?;
                 let c = RevisionFiles::of(&raw, now).map_err(|e| route_error(r, &e))?;
                 loaded.push((source, c.clone()));
                 c
