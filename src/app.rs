@@ -100,6 +100,8 @@ pub struct Prepared {
     metrics: PrometheusHandle,
     reload_interval: Duration,
     drain_timeout: Duration,
+    /// `--workload-api-keepalive`.
+    workload_api_keepalive: Duration,
 }
 
 /// Loads credentials and binds every route and the admin endpoint, without
@@ -149,6 +151,7 @@ pub fn prepare(settings: Settings) -> Result<Prepared, StartError> {
         metrics,
         reload_interval: settings.reload_interval,
         drain_timeout: settings.drain_timeout,
+        workload_api_keepalive: settings.workload_api_keepalive,
     })
 }
 
@@ -219,6 +222,7 @@ impl Prepared {
             metrics,
             reload_interval,
             drain_timeout,
+            workload_api_keepalive,
         } = self;
         crate::metrics::spawn_process_refresh();
         let mut listening = Vec::with_capacity(bound.len());
@@ -272,6 +276,7 @@ impl Prepared {
                 tasks.push(tokio::spawn(crate::credentials::workload::run(
                     store.clone(),
                     halt.subscribe(),
+                    workload_api_keepalive,
                 )));
             }
             let wake = Arc::new(Notify::new());

@@ -133,6 +133,9 @@ pub struct CommonArgs {
     /// How long a CA removed from ca.crt stays trusted (max 24h).
     #[arg(long, value_name = "DUR", default_value = "0s")]
     pub trust_grace: String,
+    /// How often a quiet connection to the SPIFFE Workload API agent is pinged (an unanswered ping marks the agent down; gRPC servers refuse pings more often than every 5m unless configured to allow them).
+    #[arg(long, value_name = "DUR", default_value = "6m")]
+    pub workload_api_keepalive: String,
     /// Which certificates of a peer chain are checked against the CRLs: the leaf, or every CA-issued one.
     #[arg(long, value_name = "SCOPE", default_value = "leaf", value_parser = ["leaf", "chain"])]
     pub crl_scope: String,
@@ -484,6 +487,7 @@ impl CommonArgs {
             admin_connections: self.admin_connections.clone(),
             reload_interval: Some(self.reload_interval.clone()),
             trust_grace: Some(self.trust_grace.clone()),
+            workload_api_keepalive: Some(self.workload_api_keepalive.clone()),
             crl_scope: Some(self.crl_scope.clone()),
             drain_timeout: Some(self.drain_timeout.clone()),
             worker_threads: self.worker_threads,

@@ -22,6 +22,8 @@
 //! (.ci/run); `scripts/test.sh` checks for them before it builds.
 
 mod common;
+#[path = "spiffe/harness.rs"]
+mod spiffe_agent;
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -1701,4 +1703,101 @@ async fn the_sidecar_warns_while_the_application_listens_outside_loopback() {
     let st = status(admin).await;
     assert_eq!(st["target_exposure"], serde_json::json!([]), "{st}");
     drop(other);
+}
+
+/// A transparent client route whose identity comes from the SPIFFE
+/// Workload API: a diverted connection reaches the replica with the
+/// agent's SVID, a rule that names no SPIFFE ID is refused at start-up
+/// (SVIDs carry no DNS name), and a bundle update dropping the server's
+/// CA closes the live diverted connection (`revoked`, re-verified as a
+/// `ca.crt` shrink is).
+#[tokio::test]
+async fn a_workload_api_identity_on_a_transparent_route() {
+    if skip_without(
+        "a_workload_api_identity_on_a_transparent_route",
+        &["ip", "nft", "python3", "grpcio"],
+    ) {
+        return;
+    }
+    use spiffe_agent::{svid_leaf, Agent, Svid};
+    const CLIENT_ID: &str = "spiffe://prod.test/ns/app/sa/controller";
+    const SERVER_ID: &str = "spiffe://prod.test/ns/db/sa/replica";
+    let (a, b, c, app, _other) = hosts_and_apps().await;
+    // B's server sidecar holds an SVID from files, signed by the same CA.
+    let leaf = svid_leaf(&c.pki.ca, &[SERVER_ID]);
+    let dir = c.root.join("replica-svid");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("tls.crt"), &leaf.cert_pem).unwrap();
+    std::fs::write(dir.join("tls.key"), &leaf.key_pem).unwrap();
+    std::fs::write(dir.join("ca.crt"), &c.pki.ca.cert_pem).unwrap();
+    let _server = b
+        .sidecar(&[
+            "server",
+            "--listen",
+            "[::]:6877",
+            "--target",
+            "127.0.0.1:2100",
+            "--tls-dir",
+            dir.to_str().unwrap(),
+            "--allow-san",
+            CLIENT_ID,
+        ])
+        .await;
+    let agent = Agent::start(&c.root, true);
+    agent.push(&[&Svid::new(&c.pki.ca, CLIENT_ID)], &[]).await;
+    a.nft(&outbound_rules("{ 2100 }"));
+    let config = |expect: &str| {
+        format!(
+            "workload_api = \"{endpoint}\"\nadmin = \"127.0.0.1:9902\"\nmark = {MARK}\n\
+             [[route]]\nname = \"out\"\nmode = \"client\"\nlisten = \"[::]:15001\"\n\
+             unsafe_listen = true\ntransparent = true\n\
+             [[route.destination]]\nmatch = \"10.77.0.0/24:2100\"\ntls_port = 6877\n\
+             expect_san = [\"{expect}\"]\n",
+            endpoint = agent.endpoint()
+        )
+    };
+
+    // A rule expecting a DNS name: exit 2 before anything listens.
+    let path = c.root.join("dns.toml");
+    std::fs::write(&path, config(REPLICA)).unwrap();
+    let (code, out) = run_bin(&["check", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("rule 10.77.0.0/24:2100"), "{out}");
+    assert!(out.contains("SPIFFE ID"), "{out}");
+
+    let client = client_sidecar(&a, &c, &config(SERVER_ID)).await;
+    a.enter();
+    let admin = "127.0.0.1:9902";
+    get_until(admin, "/readyz", 200).await;
+    let mut live = dial("10.77.0.2:2100").await;
+    assert_eq!(roundtrip(&mut live, b"before").await, b"before");
+    assert_eq!(app.peers().len(), 1);
+    let st = status(admin).await;
+    assert_eq!(
+        st["credentials"][0]["workload_api"]["spiffe_id"], CLIENT_ID,
+        "{st}"
+    );
+
+    // The agent rotates to another CA: the bundle no longer holds the
+    // server's CA, so the live diverted connection is closed now.
+    let next = mtls_sidecar::ops::pki::DevCa::new("prod.test CA 2", 30).unwrap();
+    agent.push(&[&Svid::new(&next, CLIENT_ID)], &[]).await;
+    assert!(
+        read_until_closed(&mut live).await.is_empty(),
+        "the untrusted server's connection forwarded more"
+    );
+    client
+        .wait_field("connection closed", "reason", "revoked")
+        .await;
+    metric_reaches(
+        admin,
+        CLOSED,
+        &[("route", "out"), ("reason", "revoked")],
+        1.0,
+    )
+    .await;
+    // And a new diverted connection is refused in its handshake.
+    let s = dial("10.77.0.2:2100").await;
+    assert_eq!(closed_after(s, b"secret").await, b"");
+    assert_eq!(app.peers().len(), 1, "nothing more reached the replica");
 }

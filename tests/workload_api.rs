@@ -301,6 +301,12 @@ async fn command_line_rules() {
     assert_eq!(code, 2, "{out}");
     let (code, out) = with(&["--workload-api", sock, "--svid", "not-an-id"]);
     assert_eq!(code, 2, "{out}");
+    // The keepalive: at least a second, at most an hour.
+    for bad in ["0s", "500ms", "2h", "soon"] {
+        let (code, out) = with(&["--workload-api", sock, "--workload-api-keepalive", bad]);
+        assert_eq!(code, 2, "{bad}: {out}");
+        assert!(out.contains("--workload-api-keepalive"), "{out}");
+    }
     // A client route on the Workload API must expect a SPIFFE ID.
     let (code, out) = run_bin(&[
         "client",

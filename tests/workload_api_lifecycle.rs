@@ -161,6 +161,49 @@ async fn agent_restart_keeps_the_last_good_revision_and_logs_once_per_change() {
     assert_eq!(sc.log_count("Workload API agent reached"), 3);
 }
 
+/// An agent that hangs with its socket open (SIGSTOP: nothing answers,
+/// nothing closes) is seen down by the keepalive ping, not only when the
+/// SVID expires: the gauge drops to 0 and one line says so, the last good
+/// revision stays in force, and once the agent answers again the client
+/// reconnects. Seen failing with the keepalive removed from the channel.
+#[tokio::test]
+async fn a_hung_agent_is_seen_down_by_the_keepalive_ping() {
+    if skip_unless(&["python3", "grpcio"]) {
+        return;
+    }
+    let (f, sc) = running(&["--workload-api-keepalive", "2s"]).await;
+    let (agent, ca) = (&f.agent, &f.ca);
+    let client = svid_leaf(ca, &[CLIENT_ID]);
+    let mut live = connect_as(&sc, &client, ca).await;
+    assert_eq!(roundtrip(&mut live, b"before").await, b"before");
+    assert_eq!(metric(&sc, "mtls_sidecar_workload_api_up").await, Some(1.0));
+
+    agent.pause();
+    sc.wait_log(&["Workload API agent unreachable"]).await;
+    let deadline = std::time::Instant::now() + common::DEADLINE;
+    while metric(&sc, "mtls_sidecar_workload_api_up").await != Some(0.0) {
+        assert!(std::time::Instant::now() < deadline, "up gauge never 0");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // The last good revision stays: the live connection forwards, a new
+    // peer is admitted, the sidecar stays ready.
+    assert_eq!(roundtrip(&mut live, b"during").await, b"during");
+    assert!(admitted(&sc, &client, ca).await);
+    assert_eq!(get(&sc.admin(), "/readyz").await.code, 200);
+
+    agent.resume();
+    sc.wait_log_count("Workload API agent reached", 2).await;
+    let deadline = std::time::Instant::now() + common::DEADLINE;
+    while metric(&sc, "mtls_sidecar_workload_api_up").await != Some(1.0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "up gauge never 1 again"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(roundtrip(&mut live, b"after").await, b"after");
+}
+
 #[tokio::test]
 async fn a_client_and_a_server_each_pick_their_svid() {
     if skip_unless(&["python3", "grpcio"]) {

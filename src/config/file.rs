@@ -25,6 +25,8 @@ pub struct FileSpec {
     pub admin_connections: Option<String>,
     pub reload_interval: Option<String>,
     pub trust_grace: Option<String>,
+    /// `--workload-api-keepalive`: the ping interval on a quiet agent connection.
+    pub workload_api_keepalive: Option<String>,
     /// `leaf` (default) or `chain`.
     pub crl_scope: Option<String>,
     pub drain_timeout: Option<String>,
@@ -114,6 +116,13 @@ impl FileSpec {
             )?,
             reload_interval,
             trust_grace,
+            workload_api_keepalive: opt_duration(
+                "--workload-api-keepalive",
+                &self.workload_api_keepalive,
+                crate::credentials::workload::KEEPALIVE_DEFAULT,
+                Duration::from_secs(1),
+                bounds::WORKLOAD_API_KEEPALIVE,
+            )?,
             crl_scope,
             drain_timeout: opt_duration(
                 "--drain-timeout",

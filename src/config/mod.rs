@@ -57,6 +57,8 @@ pub mod bounds {
     pub const RELOAD_INTERVAL: Duration = HOUR;
     /// `--drain-timeout`.
     pub const DRAIN_TIMEOUT: Duration = HOUR;
+    /// `--workload-api-keepalive`.
+    pub const WORKLOAD_API_KEEPALIVE: Duration = HOUR;
     /// `--max-connection-lifetime`.
     pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
     /// The hidden `--half-close-linger`.
@@ -78,6 +80,9 @@ pub struct Settings {
     pub admin_connections: bool,
     pub reload_interval: Duration,
     pub trust_grace: Duration,
+    /// `--workload-api-keepalive`: how often a quiet connection to a
+    /// Workload API agent is pinged.
+    pub workload_api_keepalive: Duration,
     /// Which certificates of a peer chain are checked against the CRLs.
     pub crl_scope: CrlScope,
     pub drain_timeout: Duration,

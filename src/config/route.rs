@@ -185,6 +185,18 @@ impl RouteSpec {
                 }
                 if let Some(rules) = &transparent {
                     // Each rule carries its own; see transparent_rules.
+                    if let CredentialSource::WorkloadApi { .. } = &credentials {
+                        for rule in &rules.rules {
+                            let sans: Vec<String> =
+                                rule.expect_san.iter().map(|s| s.to_string()).collect();
+                            super::credentials::spiffe_expectation(&sans).map_err(|e| {
+                                invalid(
+                                    p("destination.expect_san"),
+                                    format!("rule {}: {e}", rule.matches),
+                                )
+                            })?;
+                        }
+                    }
                     server_name = None;
                     SanPolicy::OneOf(rules.all_sans())
                 } else {

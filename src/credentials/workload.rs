@@ -14,12 +14,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use futures_util::StreamExt;
-use spiffe::{WorkloadApiClient, WorkloadApiError, X509Context, X509Svid};
+use spiffe::{WorkloadApiError, X509Context, X509Svid};
 use tokio::sync::{watch, Notify};
 use tracing::{info, warn};
 
 use super::source::{RawFile, RawRevision};
 use super::{CredError, CredentialSource, CredentialStore};
+
+pub use super::agent_channel::KEEPALIVE_DEFAULT;
 
 /// The environment variable a bare `--workload-api` reads.
 pub const ENDPOINT_ENV: &str = "SPIFFE_ENDPOINT_SOCKET";
@@ -212,8 +214,14 @@ pub fn ends_stream(e: &WorkloadApiError) -> bool {
     )
 }
 
-/// Runs the client of `store` (a Workload API source) until `halt`.
-pub async fn run(store: Arc<CredentialStore>, mut halt: watch::Receiver<bool>) {
+/// Runs the client of `store` (a Workload API source) until `halt`; a
+/// quiet connection is pinged every `keepalive`
+/// ([`super::agent_channel`]).
+pub async fn run(
+    store: Arc<CredentialStore>,
+    mut halt: watch::Receiver<bool>,
+    keepalive: Duration,
+) {
     let (Some(feed), CredentialSource::WorkloadApi { endpoint, svid }) =
         (store.feed(), store.source())
     else {
@@ -224,7 +232,7 @@ pub async fn run(store: Arc<CredentialStore>, mut halt: watch::Receiver<bool>) {
     publish(&feed);
     loop {
         let (delivered, why) = tokio::select! {
-            r = session(endpoint, svid.as_deref(), &feed, &mut pinned) => r,
+            r = session(endpoint, keepalive, svid.as_deref(), &feed, &mut pinned) => r,
             _ = halt.wait_for(|h| *h) => return,
         };
         let now = SystemTime::now();
@@ -244,11 +252,12 @@ pub async fn run(store: Arc<CredentialStore>, mut halt: watch::Receiver<bool>) {
 /// why it ended.
 async fn session(
     endpoint: &str,
+    keepalive: Duration,
     want: Option<&str>,
     feed: &Feed,
     pinned: &mut Option<String>,
 ) -> (bool, String) {
-    let client = match WorkloadApiClient::connect_to(endpoint).await {
+    let client = match super::agent_channel::connect(endpoint, keepalive).await {
         Ok(c) => c,
         Err(e) => return (false, format!("cannot connect: {e}")),
     };

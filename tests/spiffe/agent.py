@@ -169,7 +169,15 @@ class Agent:
         handler = grpc.method_handlers_generic_handler(SERVICE, {
             METHOD: grpc.unary_stream_rpc_method_handler(self.fetch),
         })
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=32))
+        # Pings as often as the client likes: the tests set a keepalive of
+        # a second, which a default gRPC server would answer with GOAWAY
+        # too_many_pings (it wants five minutes between pings).
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=32), options=[
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", 0),
+            ("grpc.http2.min_ping_interval_without_data_ms", 0),
+            ("grpc.http2.max_ping_strikes", 0),
+            ("grpc.keepalive_permit_without_calls", 1),
+        ])
         server.add_generic_rpc_handlers((handler,))
         server.add_insecure_port("unix:" + self.path)
         server.start()

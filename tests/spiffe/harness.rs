@@ -90,6 +90,26 @@ impl Agent {
             .await;
     }
 
+    /// Freezes the agent (SIGSTOP): its sockets stay open, nothing answers.
+    pub fn pause(&self) {
+        assert_eq!(self.signal(libc::SIGSTOP), 0, "SIGSTOP the agent");
+    }
+
+    /// Thaws a [`Agent::pause`]d agent (SIGCONT).
+    pub fn resume(&self) {
+        assert_eq!(self.signal(libc::SIGCONT), 0, "SIGCONT the agent");
+    }
+
+    /// `kill(2)`'s result.
+    fn signal(&self, sig: i32) -> i32 {
+        let Ok(pid) = i32::try_from(self.child.id()) else {
+            return -1;
+        };
+        // SAFETY: a signal to our own child, which we have not waited for
+        // (its pid cannot have been reused).
+        unsafe { libc::kill(pid, sig) }
+    }
+
     pub async fn op(&self, op: &str) -> Value {
         self.control(json!({ "op": op })).await
     }
@@ -110,6 +130,7 @@ impl Agent {
 
 impl Drop for Agent {
     fn drop(&mut self) {
+        let _ = self.signal(libc::SIGCONT);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
