@@ -123,17 +123,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ServerVerdict<'_, IO> {
         Pin::new(&mut *self.get_mut().tls).poll_write(cx, buf)
     }
 
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut *self.get_mut().tls).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.tls.is_write_vectored()
-    }
+    // No vectored writes: the TLS stream takes none either (its default
+    // writes the first buffer), and forwarding never asks for them.
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut *self.get_mut().tls).poll_flush(cx)
@@ -153,7 +144,7 @@ mod tests {
     use std::sync::Arc;
 
     use rustls_pki_types::{CertificateDer, ServerName};
-    use tokio::io::AsyncWriteExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio_rustls::TlsAcceptor;
 
     use rustls::pki_types::pem::PemObject;
@@ -255,6 +246,42 @@ mod tests {
         let mut buf = ReadBuf::new(&mut buf);
         let read = Pin::new(v).poll_read(&mut cx, &mut buf);
         read.map_ok(|()| buf.filled().len())
+    }
+
+    /// Flush every frame: what the socket could not take when a chunk was
+    /// written goes out with the flush after it, which waits until it has.
+    #[tokio::test]
+    async fn the_flush_sends_what_a_full_pipe_held_back() {
+        let (tls, server) = connect(TLS13).await;
+        let mut server = server.expect("accepted");
+        let (_, c) = counter();
+        let mut v = ServerVerdict::new(tls, &c);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let chunk = [7u8; 16 * 1024];
+        // Write until the pipe (64 KiB) is full and a record's tail waits.
+        let mut sent = 0;
+        while let Poll::Ready(n) = Pin::new(&mut v).poll_write(&mut cx, &chunk) {
+            sent += n.unwrap();
+            assert!(sent < 1024 * 1024, "the pipe never filled");
+        }
+        assert!(
+            Pin::new(&mut v).poll_flush(&mut cx).is_pending(),
+            "flushed while the pipe held part of a record back"
+        );
+        let reader = tokio::spawn(async move {
+            let mut got = vec![0u8; sent];
+            server.read_exact(&mut got).await.map(|_| got)
+        });
+        tokio::time::timeout(std::time::Duration::from_secs(30), v.flush())
+            .await
+            .expect("the flush ended")
+            .unwrap();
+        let got = tokio::time::timeout(std::time::Duration::from_secs(30), reader)
+            .await
+            .expect("everything written reached the server")
+            .unwrap()
+            .unwrap();
+        assert!(got.iter().all(|&b| b == 7));
     }
 
     #[tokio::test]
