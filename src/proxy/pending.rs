@@ -186,7 +186,9 @@ mod tests {
     #[tokio::test]
     async fn dropping_frees_a_place_without_evicting() {
         let p = Pending::new(1);
+        assert!(p.is_empty());
         let (a, _) = p.admit();
+        assert!(!p.is_empty());
         drop(a);
         assert!(p.is_empty());
         let (b, e) = p.admit();
