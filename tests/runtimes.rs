@@ -124,6 +124,70 @@ async fn per_core_pair_forwards_many_connections() {
     }
 }
 
+/// Live revocation and the drain reach every runtime: over two per-core
+/// runtimes, a CRL revoking one of two controller certificates closes
+/// exactly that certificate's connections, wherever they were accepted,
+/// and SIGTERM then stops both runtimes accepting while the other
+/// certificate's connections keep forwarding until they end, and the
+/// process exits 0 drained.
+#[tokio::test]
+async fn revocation_and_the_drain_reach_every_runtime() {
+    let mut args = PER_CORE_2.to_vec();
+    args.extend([
+        "--admin",
+        "127.0.0.1:0",
+        "--reload-interval",
+        "200ms",
+        "--drain-timeout",
+        "1h",
+    ]);
+    let s = ServerSide::start(&args).await;
+    let admin = s.sidecar.admin();
+    let other = s.pki.leaf(CONTROLLER, mtls_sidecar::ops::pki::Role::Client);
+    // Four connections of each certificate: spread over both runtimes
+    // (each accepted by the runtime holding fewer).
+    let mut revoked = Vec::new();
+    let mut kept = Vec::new();
+    for _ in 0..4 {
+        revoked.push(s.connect_good().await);
+        kept.push(s.connect_as(Some(&other)).await.expect("handshake"));
+    }
+    for c in revoked.iter_mut().chain(kept.iter_mut()) {
+        assert_eq!(roundtrip(c, b"before").await, b"before");
+    }
+    let crl = s.pki.crl(1, &[&s.controller]);
+    std::fs::write(s.server_dir.join("ca.crl"), &crl.pem).unwrap();
+    for c in revoked.iter_mut() {
+        assert!(
+            read_until_closed(c).await.is_empty(),
+            "a revoked peer forwarded more"
+        );
+    }
+    s.sidecar.wait_closed("server", "revoked", 4.0).await;
+    for c in kept.iter_mut() {
+        assert_eq!(roundtrip(c, b"after the CRL").await, b"after the CRL");
+    }
+
+    s.sidecar.signal(libc::SIGTERM);
+    get_until(&admin, "/readyz", 503).await;
+    // Neither runtime accepts any more: a new connection gets no handshake.
+    let deadline = Instant::now() + DEADLINE;
+    while s.connect_as(Some(&other)).await.is_ok() {
+        assert!(Instant::now() < deadline, "still accepting while draining");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for c in kept.iter_mut() {
+        assert_eq!(roundtrip(c, b"draining").await, b"draining");
+    }
+    drop(kept);
+    drop(revoked);
+    let ServerSide { sidecar, .. } = s;
+    let (code, logs) = sidecar.wait_exit().await;
+    assert_eq!(code, Some(0), "{}", logs.join("\n"));
+    assert!(logs.iter().any(|l| l.contains("drained")), "{logs:#?}");
+    assert!(!logs.iter().any(|l| l.contains("drain timeout reached")));
+}
+
 /// The config key `runtime` takes `multi` or `per-core`; anything else
 /// exits 2 naming it (the flag's values are clap's to check).
 #[test]
