@@ -188,6 +188,22 @@ async fn revocation_and_the_drain_reach_every_runtime() {
     assert!(!logs.iter().any(|l| l.contains("drain timeout reached")));
 }
 
+/// `--exclusive` across runtimes: the newcomer is accepted by the other
+/// runtime (the one holding fewer connections) and still displaces the
+/// incumbent, which is closed `displaced`; the newcomer forwards.
+#[tokio::test]
+async fn exclusive_displaces_across_runtimes() {
+    let s = server_with(&["--exclusive"]).await;
+    let mut incumbent = s.connect_good().await;
+    assert_eq!(roundtrip(&mut incumbent, b"first").await, b"first");
+    let mut newcomer = s.connect_good().await;
+    assert_eq!(roundtrip(&mut newcomer, b"second").await, b"second");
+    assert!(read_until_closed(&mut incumbent).await.is_empty());
+    s.sidecar.wait_closed("server", "displaced", 1.0).await;
+    assert_eq!(roundtrip(&mut newcomer, b"still").await, b"still");
+    assert_eq!(s.echo.accepted(), 2);
+}
+
 /// The config key `runtime` takes `multi` or `per-core`; anything else
 /// exits 2 naming it (the flag's values are clap's to check).
 #[test]
