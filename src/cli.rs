@@ -294,8 +294,8 @@ pub struct CheckArgs {
     /// naming the first problem. With --against: preview it as a candidate.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["secret", "spki", "json"])]
     pub config: Option<PathBuf>,
-    /// Preview the candidate (a directory, files, a Secret, --crl FILE or --deny-file FILE alone, or a
-    /// --config FILE) on a running sidecar whose admin endpoint is ADMIN_URL (http://HOST:PORT, HOST:PORT
+    /// Preview the candidate (a directory, files, a Secret, a --workload-api context, --crl FILE or
+    /// --deny-file FILE alone, or a --config FILE) on a running sidecar whose admin endpoint is ADMIN_URL (http://HOST:PORT, HOST:PORT
     /// or unix:/PATH): print each live connection it would close, why and when, changing nothing. Exit 2:
     /// the candidate is invalid (or nothing could be fetched); 1: something would be closed; 0: nothing.
     #[arg(long, value_name = "ADMIN_URL", conflicts_with_all = ["spki", "json"])]

@@ -1708,7 +1708,7 @@ async fn the_sidecar_warns_while_the_application_listens_outside_loopback() {
 /// A transparent client route whose identity comes from the SPIFFE
 /// Workload API: a diverted connection reaches the replica with the
 /// agent's SVID, a rule that names no SPIFFE ID is refused at start-up
-/// (SVIDs carry no DNS name), and a bundle update dropping the server's
+/// (the SVID is judged by its SPIFFE ID), and a bundle update dropping the server's
 /// CA closes the live diverted connection (`revoked`, re-verified as a
 /// `ca.crt` shrink is).
 #[tokio::test]

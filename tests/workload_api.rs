@@ -301,8 +301,8 @@ async fn command_line_rules() {
     assert_eq!(code, 2, "{out}");
     let (code, out) = with(&["--workload-api", sock, "--svid", "not-an-id"]);
     assert_eq!(code, 2, "{out}");
-    // The keepalive: at least a second, at most an hour.
-    for bad in ["0s", "500ms", "2h", "soon"] {
+    // The keepalive: at least five seconds, at most an hour.
+    for bad in ["0s", "4s", "2h", "soon"] {
         let (code, out) = with(&["--workload-api", sock, "--workload-api-keepalive", bad]);
         assert_eq!(code, 2, "{bad}: {out}");
         assert!(out.contains("--workload-api-keepalive"), "{out}");
@@ -516,6 +516,43 @@ async fn check_against_previews_what_another_agent_hands_out_now() {
         .unwrap();
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("CLOSE untrusted at restart: "), "{out}");
+
+    // A candidate configuration comes from its file alone, and a CRL given
+    // beside a Workload API source is no CRL-only candidate: both exit 2.
+    let (code, out) = against(vec![
+        "--config".into(),
+        cfg.display().to_string(),
+        "--workload-api".into(),
+        cand.endpoint(),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(code, 2, "{out}");
+    let crl = cand_dir.path().join("some.crl");
+    std::fs::write(
+        &crl,
+        f.ca.crl(&mtls_sidecar::ops::pki::CrlSpec::new(1, vec![], 7))
+            .unwrap()
+            .pem,
+    )
+    .unwrap();
+    let mut with_crl = flags();
+    with_crl.extend(["--crl".to_string(), crl.display().to_string()]);
+    let (code, out) = against(with_crl).await.unwrap();
+    assert_eq!(code, 2, "{out}");
+    assert!(!out.contains("CRL file"), "previewed as a CRL alone: {out}");
+
+    // Federated bundles: the preview cannot scope trust domains, so it
+    // says so instead of reporting federated peers untrusted.
+    let partner = DevCa::new("partner.test CA", 30).unwrap();
+    cand.push(
+        &[&Svid::new(&f.ca, SERVER_ID)],
+        &[("partner.test", &partner)],
+    )
+    .await;
+    let (code, out) = against(flags()).await.unwrap();
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("federated bundles (partner.test)"), "{out}");
 
     // The preview changed nothing: the live connection still forwards.
     assert_eq!(roundtrip(&mut live, b"after").await, b"after");

@@ -171,7 +171,7 @@ async fn a_hung_agent_is_seen_down_by_the_keepalive_ping() {
     if skip_unless(&["python3", "grpcio"]) {
         return;
     }
-    let (f, sc) = running(&["--workload-api-keepalive", "2s"]).await;
+    let (f, sc) = running(&["--workload-api-keepalive", "5s"]).await;
     let (agent, ca) = (&f.agent, &f.ca);
     let client = svid_leaf(ca, &[CLIENT_ID]);
     let mut live = connect_as(&sc, &client, ca).await;

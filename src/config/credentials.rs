@@ -148,7 +148,9 @@ pub(super) fn spiffe_expectation(expect_san: &[String]) -> Result<(), String> {
         return Ok(());
     }
     Err("required with --workload-api: name the server's SPIFFE ID \
-         (--expect-san spiffe://trust.domain/path); SVIDs carry no DNS name"
+         (--expect-san / expect_san spiffe://trust.domain/path); an SVID is \
+         identified by its SPIFFE ID (a URI SAN), and a DNS name is matched \
+         only on a peer with one"
         .into())
 }
 

@@ -120,7 +120,7 @@ impl FileSpec {
                 "--workload-api-keepalive",
                 &self.workload_api_keepalive,
                 crate::credentials::workload::KEEPALIVE_DEFAULT,
-                Duration::from_secs(1),
+                Duration::from_secs(5),
                 bounds::WORKLOAD_API_KEEPALIVE,
             )?,
             crl_scope,

@@ -31,6 +31,12 @@ pub const KEEPALIVE_DEFAULT: Duration = Duration::from_secs(6 * 60);
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long connecting to the agent's socket may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the agent may take to answer a call (its response headers, not
+/// the stream that follows): an agent that accepts the connection but never
+/// answers is given up on after this, not only after a keepalive interval.
+/// SPIRE answers at once, with the first context or an error (no identity
+/// for this workload yet).
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A client of the agent at `endpoint` (`unix:///path`), its connection
 /// pinged every `keepalive` while quiet and given up when a ping goes
@@ -44,6 +50,7 @@ pub async fn connect(endpoint: &str, keepalive: Duration) -> Result<WorkloadApiC
     // The URI is only the channel's authority: the connector dials the socket.
     let channel = Channel::from_static("http://localhost")
         .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(ANSWER_TIMEOUT)
         .http2_keep_alive_interval(keepalive)
         .keep_alive_timeout(keepalive.min(KEEPALIVE_TIMEOUT))
         .connect_with_connector(tower::service_fn(move |_: Uri| {
@@ -59,13 +66,58 @@ pub async fn connect(endpoint: &str, keepalive: Duration) -> Result<WorkloadApiC
 }
 
 /// The causes below a transport error (tonic's own message is only
-/// "transport error").
+/// "transport error"), each said once (a cause often repeats its source's
+/// text).
 fn source_chain(e: &dyn std::error::Error) -> String {
-    let mut out = Vec::new();
+    let mut out: Vec<String> = Vec::new();
     let mut cur = e.source();
     while let Some(s) = cur {
-        out.push(s.to_string());
+        let text = s.to_string();
+        if !out.iter().any(|t| t.contains(&text)) {
+            out.push(text);
+        }
         cur = s.source();
     }
     out.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A default gRPC server (SPIRE's agent is one) closes a connection that
+    /// pings more often than every five minutes: the default stays above.
+    #[test]
+    fn the_default_keepalive_is_above_a_grpc_servers_ping_floor() {
+        assert!(KEEPALIVE_DEFAULT > Duration::from_secs(5 * 60));
+        assert!(KEEPALIVE_TIMEOUT < KEEPALIVE_DEFAULT);
+    }
+
+    /// An error saying `text`, caused by `cause`.
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|l| l as _)
+        }
+    }
+
+    #[test]
+    fn a_cause_chain_says_each_cause_once() {
+        let io = Layer("No such file or directory (os error 2)", None);
+        let wrapped = Layer("No such file or directory (os error 2)", Some(Box::new(io)));
+        let connect = Layer("connect failed", Some(Box::new(wrapped)));
+        let top = Layer("transport error", Some(Box::new(connect)));
+        assert_eq!(
+            source_chain(&top),
+            "connect failed: No such file or directory (os error 2)"
+        );
+    }
 }

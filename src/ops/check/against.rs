@@ -78,6 +78,8 @@ pub fn candidate(args: &CheckArgs, now: SystemTime) -> Result<(Loaded, String), 
         c.ca.is_some(),
         c.crl.is_some(),
         c.deny_file.is_some(),
+        c.workload_api.is_some(),
+        c.svid.is_some(),
         args.trust_grace.is_some(),
     ];
     if flags.contains(&true) {
@@ -103,6 +105,7 @@ fn trust_candidate(args: &CheckArgs, now: SystemTime) -> Result<(Candidate, Stri
         && c.cert.is_none()
         && c.key.is_none()
         && c.ca.is_none()
+        && c.workload_api.is_none()
         && args.secret.is_none();
     if let (Some(path), true, None) = (&c.deny_file, crl_alone, &c.crl) {
         let raw = read_file(path).map_err(|e| bad(&e))?;

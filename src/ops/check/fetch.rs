@@ -32,12 +32,28 @@ pub(super) fn resolve(req: Request) -> Result<(Request, Vec<String>), String> {
     Ok((req, said))
 }
 
-/// The revision `source` holds now: its files read, or, for a Workload API
-/// source, one context fetched from the agent (its error prefixed with
-/// the endpoint).
+/// The revision `source` holds now, for a preview (`--against`): its files
+/// read, or, for a Workload API source, one context fetched from the agent
+/// (its error prefixed with the endpoint). A context with federated
+/// bundles is refused: the preview judges peers against one set of
+/// anchors, without the per-trust-domain scoping the sidecar applies, so it
+/// would report federated peers as untrusted (and could miss a scoping
+/// refusal).
 pub(super) fn read(source: &CredentialSource) -> Result<RawRevision, String> {
     match source {
-        CredentialSource::WorkloadApi { .. } => fetch(source).map(|(raw, _)| raw),
+        CredentialSource::WorkloadApi { .. } => {
+            let (raw, _) = fetch(source)?;
+            if raw.federated.is_empty() {
+                return Ok(raw);
+            }
+            let domains: Vec<&str> = raw.federated.iter().map(|(td, _)| td.as_str()).collect();
+            Err(format!(
+                "the context carries federated bundles ({}): a preview judges one trust \
+                 domain's anchors only and cannot tell what the sidecar would do with \
+                 federated peers",
+                domains.join(", ")
+            ))
+        }
         _ => source.read().map_err(|e| e.to_string()),
     }
 }
