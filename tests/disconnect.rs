@@ -77,3 +77,43 @@ async fn a_peer_vanishing_without_close_notify_is_a_normal_disconnect() {
     assert_eq!(sc.log_count("ERROR"), 0);
     assert!(sc.warn_lines(&[]).is_empty(), "{:#?}", sc.logs());
 }
+
+/// A target that half-closes reaches a TLS peer of the server sidecar as
+/// close_notify *and* a TCP FIN, while the other direction stays open:
+/// after the TLS EOF the raw socket reads EOF too, and what the peer sends
+/// next still reaches the target. (Without the FIN a peer that waits for
+/// the socket's end, as TLS stacks that ignore close_notify do, would hang.)
+#[tokio::test(flavor = "multi_thread")]
+async fn target_half_close_reaches_the_tls_peer_as_close_notify_then_fin() {
+    let creds = Creds::new();
+    let target = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let taddr = target.local_addr().unwrap().to_string();
+    let seen = tokio::spawn(async move {
+        let (mut s, _) = target.accept().await.unwrap();
+        s.write_all(b"banner").await.unwrap();
+        s.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        got
+    });
+    let sc = start_server(&creds.server_dir, &taddr, &[]).await;
+    let cfg = client_config(Some(&creds.controller), &creds.pki.ca.cert_pem);
+    let mut tls = tls_connect(&sc.addr("server"), REPLICA, cfg).await.unwrap();
+    let mut banner = Vec::new();
+    tokio::time::timeout(DEADLINE, tls.read_to_end(&mut banner))
+        .await
+        .unwrap()
+        .expect("clean TLS close");
+    assert_eq!(banner, b"banner");
+    // The TCP stream under it has ended too (FIN), not only the TLS one.
+    let mut byte = [0u8; 1];
+    let raw = tokio::time::timeout(DEADLINE, tls.get_mut().0.read(&mut byte))
+        .await
+        .expect("a FIN after close_notify")
+        .unwrap();
+    assert_eq!(raw, 0, "bytes after close_notify");
+    tls.write_all(b"after the banner").await.unwrap();
+    tls.shutdown().await.unwrap();
+    let got = tokio::time::timeout(DEADLINE, seen).await.unwrap().unwrap();
+    assert_eq!(got, b"after the banner");
+}
