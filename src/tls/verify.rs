@@ -230,7 +230,7 @@ macro_rules! signature_methods {
             cert: &CertificateDer<'_>,
             dss: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, Error> {
-            tls12_signature(&self.provider, message, cert, dss)
+            tls12_signature(&self.judge.provider, message, cert, dss)
         }
 
         fn verify_tls13_signature(
@@ -239,45 +239,49 @@ macro_rules! signature_methods {
             cert: &CertificateDer<'_>,
             dss: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, Error> {
-            tls13_signature(&self.provider, message, cert, dss)
+            tls13_signature(&self.judge.provider, message, cert, dss)
         }
 
         fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-            verify_schemes(&self.provider)
+            verify_schemes(&self.judge.provider)
         }
     };
 }
 
-/// Server-side: verifies client certificates (chain to the trust in force,
-/// clientAuth usage, an allowed role SAN).
+/// What both directions judge a peer's chain by: the trust in force in
+/// the store, a SAN policy, SPKI pins and the chain memo, for one key
+/// usage. One judgement for the handshake and live re-verification alike.
 #[derive(Debug)]
-pub struct ClientCertPolicy {
+struct PeerJudge {
     store: Arc<CredentialStore>,
-    allowed: SanPolicy,
+    sans: SanPolicy,
     /// `--*-spki-sha256` pins; empty: no pinning.
     pins: Vec<[u8; 32]>,
     provider: Arc<CryptoProvider>,
     last: LastVerified,
+    usage: Usage,
 }
 
-impl ClientCertPolicy {
-    pub fn new(store: Arc<CredentialStore>, allowed: SanPolicy, pins: Vec<[u8; 32]>) -> Self {
+impl PeerJudge {
+    fn new(
+        store: Arc<CredentialStore>,
+        sans: SanPolicy,
+        pins: Vec<[u8; 32]>,
+        usage: Usage,
+    ) -> Self {
         let provider = store.provider().clone();
-        ClientCertPolicy {
+        PeerJudge {
             store,
-            allowed,
+            sans,
             pins,
             provider,
             last: LastVerified::default(),
+            usage,
         }
     }
 
     /// Re-checks a live connection's chain against the trust in force now.
-    pub fn reverify(
-        &self,
-        chain: &[CertificateDer<'static>],
-        now: SystemTime,
-    ) -> Result<(), Error> {
+    fn reverify(&self, chain: &[CertificateDer<'static>], now: SystemTime) -> Result<(), Error> {
         reverify(chain, now, |ee, rest, now, info| {
             self.check(ee, rest, now, info)
         })
@@ -300,11 +304,35 @@ impl ClientCertPolicy {
             intermediates,
             now,
             info,
-            Usage::ClientAuth,
+            self.usage,
         )?;
-        check_peer_policy(&self.allowed, &self.pins, ee, info, &domain)?;
+        check_peer_policy(&self.sans, &self.pins, ee, info, &domain)?;
         note_verified(trust);
         Ok(())
+    }
+}
+
+/// Server-side: verifies client certificates (chain to the trust in force,
+/// clientAuth usage, an allowed role SAN).
+#[derive(Debug)]
+pub struct ClientCertPolicy {
+    judge: PeerJudge,
+}
+
+impl ClientCertPolicy {
+    pub fn new(store: Arc<CredentialStore>, allowed: SanPolicy, pins: Vec<[u8; 32]>) -> Self {
+        ClientCertPolicy {
+            judge: PeerJudge::new(store, allowed, pins, Usage::ClientAuth),
+        }
+    }
+
+    /// Re-checks a live connection's chain against the trust in force now.
+    pub fn reverify(
+        &self,
+        chain: &[CertificateDer<'static>],
+        now: SystemTime,
+    ) -> Result<(), Error> {
+        self.judge.reverify(chain, now)
     }
 }
 
@@ -322,7 +350,8 @@ impl ClientCertVerifier for ClientCertPolicy {
         now: UnixTime,
     ) -> Result<ClientCertVerified, Error> {
         let info = note_peer(end_entity, intermediates);
-        self.check(end_entity, intermediates, now, info.as_ref())?;
+        self.judge
+            .check(end_entity, intermediates, now, info.as_ref())?;
         // The handshake is not over yet (CertificateVerify and Finished
         // follow); this marks the moment the chain was judged.
         tracing::debug!(
@@ -340,23 +369,13 @@ impl ClientCertVerifier for ClientCertPolicy {
 /// replaces hostname verification so URI SANs (SPIFFE IDs) work.
 #[derive(Debug)]
 pub struct ServerCertPolicy {
-    store: Arc<CredentialStore>,
-    expected: SanPolicy,
-    /// `--*-spki-sha256` pins; empty: no pinning.
-    pins: Vec<[u8; 32]>,
-    provider: Arc<CryptoProvider>,
-    last: LastVerified,
+    judge: PeerJudge,
 }
 
 impl ServerCertPolicy {
     pub fn new(store: Arc<CredentialStore>, expected: SanPolicy, pins: Vec<[u8; 32]>) -> Self {
-        let provider = store.provider().clone();
         ServerCertPolicy {
-            store,
-            expected,
-            pins,
-            provider,
-            last: LastVerified::default(),
+            judge: PeerJudge::new(store, expected, pins, Usage::ServerAuth),
         }
     }
 
@@ -366,33 +385,7 @@ impl ServerCertPolicy {
         chain: &[CertificateDer<'static>],
         now: SystemTime,
     ) -> Result<(), Error> {
-        reverify(chain, now, |ee, rest, now, info| {
-            self.check(ee, rest, now, info)
-        })
-    }
-
-    fn check(
-        &self,
-        ee: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        now: UnixTime,
-        info: Option<&CertInfo>,
-    ) -> Result<(), Error> {
-        let creds = self.store.current();
-        let domain = check_trust_domain(&self.store, &creds, info)?;
-        let trust = creds.trust.clone();
-        self.last.check(
-            &trust,
-            domain.roots(),
-            ee,
-            intermediates,
-            now,
-            info,
-            Usage::ServerAuth,
-        )?;
-        check_peer_policy(&self.expected, &self.pins, ee, info, &domain)?;
-        note_verified(trust);
-        Ok(())
+        self.judge.reverify(chain, now)
     }
 }
 
@@ -406,7 +399,8 @@ impl ServerCertVerifier for ServerCertPolicy {
         now: UnixTime,
     ) -> Result<ServerCertVerified, Error> {
         let info = note_peer(end_entity, intermediates);
-        self.check(end_entity, intermediates, now, info.as_ref())?;
+        self.judge
+            .check(end_entity, intermediates, now, info.as_ref())?;
         Ok(ServerCertVerified::assertion())
     }
 
