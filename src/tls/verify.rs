@@ -252,7 +252,7 @@ macro_rules! signature_methods {
 /// the store, a SAN policy, SPKI pins and the chain memo, for one key
 /// usage. One judgement for the handshake and live re-verification alike.
 #[derive(Debug)]
-struct PeerJudge {
+pub struct PeerJudge {
     store: Arc<CredentialStore>,
     sans: SanPolicy,
     /// `--*-spki-sha256` pins; empty: no pinning.
@@ -281,7 +281,11 @@ impl PeerJudge {
     }
 
     /// Re-checks a live connection's chain against the trust in force now.
-    fn reverify(&self, chain: &[CertificateDer<'static>], now: SystemTime) -> Result<(), Error> {
+    pub fn reverify(
+        &self,
+        chain: &[CertificateDer<'static>],
+        now: SystemTime,
+    ) -> Result<(), Error> {
         reverify(chain, now, |ee, rest, now, info| {
             self.check(ee, rest, now, info)
         })
@@ -325,14 +329,13 @@ impl ClientCertPolicy {
             judge: PeerJudge::new(store, allowed, pins, Usage::ClientAuth),
         }
     }
+}
 
-    /// Re-checks a live connection's chain against the trust in force now.
-    pub fn reverify(
-        &self,
-        chain: &[CertificateDer<'static>],
-        now: SystemTime,
-    ) -> Result<(), Error> {
-        self.judge.reverify(chain, now)
+/// Its judge's `reverify`, as the routes call it.
+impl std::ops::Deref for ClientCertPolicy {
+    type Target = PeerJudge;
+    fn deref(&self) -> &PeerJudge {
+        &self.judge
     }
 }
 
@@ -378,14 +381,13 @@ impl ServerCertPolicy {
             judge: PeerJudge::new(store, expected, pins, Usage::ServerAuth),
         }
     }
+}
 
-    /// Re-checks a live connection's chain against the trust in force now.
-    pub fn reverify(
-        &self,
-        chain: &[CertificateDer<'static>],
-        now: SystemTime,
-    ) -> Result<(), Error> {
-        self.judge.reverify(chain, now)
+/// Its judge's `reverify`, as the routes call it.
+impl std::ops::Deref for ServerCertPolicy {
+    type Target = PeerJudge;
+    fn deref(&self) -> &PeerJudge {
+        &self.judge
     }
 }
 
