@@ -314,7 +314,7 @@ impl Prepared {
         tasks.push(tokio::spawn(crate::process::memtrim::run(move || {
             routes
                 .iter()
-                .map(|r| r.pending.len().saturating_add(r.registry.len()))
+                .map(|r| r.pending.len().saturating_add(r.registry.live()))
                 .fold(0, usize::saturating_add)
         })));
         // The exporter keeps every histogram sample (one per handshake,
@@ -449,7 +449,7 @@ impl Running {
     pub async fn drain(self) {
         self.shared.draining.store(true, Ordering::SeqCst);
         let _ = self.stop.send(true);
-        let live: usize = self.shared.routes.iter().map(|r| r.registry.len()).sum();
+        let live: usize = self.shared.routes.iter().map(|r| r.registry.live()).sum();
         let handshakes: usize = self.shared.routes.iter().map(|r| r.pending.len()).sum();
         info!(live, handshakes, timeout = ?self.drain_timeout, "draining");
         let all_done = || wait_all_done(&self.shared.routes);
@@ -457,7 +457,7 @@ impl Running {
             .await
             .is_err()
         {
-            let left: usize = self.shared.routes.iter().map(|r| r.registry.len()).sum();
+            let left: usize = self.shared.routes.iter().map(|r| r.registry.live()).sum();
             let handshakes: usize = self.shared.routes.iter().map(|r| r.pending.len()).sum();
             warn!(
                 left,

@@ -177,7 +177,7 @@ fn route_view(route: &Route) -> RouteView {
         trust_grace_seconds: route.store.trust_grace().as_secs(),
         trust_anchors_pem: crate::identity::pem::certificates(&anchors),
         intermediates_pem: crate::identity::pem::certificates(&trust.intermediates),
-        live: route.registry.len(),
+        live: route.registry.live(),
     }
 }
 

@@ -399,7 +399,7 @@ pub fn status(shared: &Shared, now: SystemTime) -> Status {
                     server_name: r.cfg.server_name.clone(),
                     exclusive: r.cfg.exclusive,
                     accepting: r.is_accepting(),
-                    live_connections: r.registry.len(),
+                    live_connections: r.registry.live(),
                     pending_handshakes: r.pending.len(),
                     max_connections: r.cfg.max_connections,
                     max_handshakes: r.cfg.max_handshakes,

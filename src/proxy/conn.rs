@@ -195,13 +195,8 @@ impl Registry {
     }
 
     /// How many connections are live.
-    pub fn len(&self) -> usize {
+    pub fn live(&self) -> usize {
         *self.count.borrow()
-    }
-
-    /// True when nothing is live.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Tells every live connection to close.
