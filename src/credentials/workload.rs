@@ -216,7 +216,7 @@ pub fn ends_stream(e: &WorkloadApiError) -> bool {
 
 /// Runs the client of `store` (a Workload API source) until `halt`; a
 /// quiet connection is pinged every `keepalive`
-/// ([`super::agent_channel`]).
+/// (`credentials::agent_channel`).
 pub async fn run(
     store: Arc<CredentialStore>,
     mut halt: watch::Receiver<bool>,
