@@ -416,6 +416,9 @@ async fn a_dead_route_fails_readiness_and_exits_1() {
     );
     let r = http::request(&admin, "GET", "/readyz").await;
     assert_eq!(r.code, 503, "{}", r.body);
+    // /status says which route stopped accepting.
+    let st = status(&admin).await;
+    assert_eq!(st["routes"][0]["accepting"], false, "{st}");
     // Draining says so first; either way the route is not ready.
     assert!(
         r.body.contains("draining") || r.body.contains("not accepting"),

@@ -311,6 +311,9 @@ async fn sigterm_drains_live_connections_then_exits_zero() {
         !logs.iter().any(|l| l.contains("drain timeout reached")),
         "{logs:#?}"
     );
+    // The accept loop said it stopped, once.
+    let stopped = logs.iter().filter(|l| l.contains("stopped accepting"));
+    assert_eq!(stopped.count(), 1, "{logs:#?}");
     drop(client);
 }
 
@@ -554,6 +557,46 @@ async fn running_out_of_file_descriptors_backs_off_and_recovers() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Out of descriptors with no pending handshake to give one back (every
+/// descriptor held by forwarded connections), the accept loop backs off:
+/// the waits between failed accepts double up to a second, so a second and
+/// a half of failing accepts is a handful of WARN lines, not a spin. (With
+/// the wait halved instead, it fell to zero: thousands of lines.)
+#[tokio::test(flavor = "multi_thread")]
+async fn out_of_descriptors_with_nothing_to_evict_the_accept_loop_backs_off() {
+    let With64Fds { pki, sc, addr, .. } = with_64_fds("60s").await;
+    let cfg = client_config(Some(&pki.leaf(CONTROLLER, Role::Client)), &pki.ca.cert_pem);
+    // Forwarded connections (two descriptors each) until the sidecar
+    // fails to accept one (a handshake that stalls stays queued; one that
+    // timed out here on a slow machine is simply tried again).
+    let mut live = Vec::new();
+    let mut stalled = 0;
+    while sc.log_count("accept failed; backing off") == 0 {
+        assert!(live.len() + stalled < 200, "never out of descriptors");
+        let connect = tls_connect(&addr, REPLICA, cfg.clone());
+        match tokio::time::timeout(Duration::from_secs(5), connect).await {
+            Ok(Ok(mut s)) => {
+                assert_eq!(roundtrip(&mut s, b"held").await, b"held");
+                live.push(s);
+            }
+            _ => stalled += 1,
+        }
+    }
+    // One more connection keeps the accept failing from now on.
+    let _queued = TcpStream::connect(&addr).await.unwrap();
+    sc.wait_log(&["accept failed; backing off"]).await;
+    let before = sc.log_count("accept failed; backing off");
+    // A window of time, not a wait for an event: the rate is the property.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let during = sc.log_count("accept failed; backing off") - before;
+    assert!(
+        during <= 12,
+        "{during} failed accepts in 1.5 s ({} forwarded): no back-off",
+        live.len()
+    );
+    drop(live);
 }
 
 /// Out of descriptors, the route closes its oldest pending handshake to
