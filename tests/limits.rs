@@ -133,6 +133,14 @@ async fn a_full_handshake_set_evicts_the_oldest() {
         s.sidecar.warn_reason("overload").len() == 2
     })
     .await;
+    // One DEBUG line an eviction (read in order: both came before the
+    // second WARN), none for the admissions that evicted nothing.
+    assert_eq!(
+        s.sidecar.log_count("closing the oldest pending handshake"),
+        2,
+        "{:#?}",
+        s.sidecar.logs()
+    );
     // Throughout both evictions, only the oldest pending handshake was
     // closed each time: the second-oldest once the controller came, the
     // two youngest never.
