@@ -245,10 +245,13 @@ fn unknown_and_conflicting_keys_in_a_route_exit_2_naming_them() {
 fn server_only_keys_in_a_client_route_exit_2_naming_them() {
     let (tmp, _pki, _dir) = good_dir();
     let path = tmp.path().join("client.toml");
+    let pin = format!("allow_spki_sha256 = [\"{}\"]", "ab".repeat(32));
     for (extra, key) in [
         ("exclusive = true", "exclusive"),
         ("allow_san = [\"x.svc\"]", "allow_san"),
         ("allow_any_san = true", "allow_any_san"),
+        ("proxy_protocol = \"v2\"", "proxy_protocol"),
+        (pin.as_str(), "allow_spki_sha256"),
     ] {
         std::fs::write(
             &path,
@@ -269,6 +272,28 @@ fn server_only_keys_in_a_client_route_exit_2_naming_them() {
                 key,
                 "only valid for server routes",
             ],
+        );
+    }
+}
+
+/// Each client-only key alone in a server route: exit 2 naming it (one
+/// key at a time, so every check of the list is seen to refuse).
+#[test]
+fn client_only_keys_in_a_server_route_exit_2_naming_them() {
+    let pin = format!("expect_spki_sha256 = [\"{}\"]", "ab".repeat(32));
+    for (extra, key) in [
+        ("expect_san = [\"replica.svc\"]", "expect_san"),
+        ("server_name = \"replica.svc\"", "server_name"),
+        ("unsafe_listen = true", "unsafe_listen"),
+        (pin.as_str(), "expect_spki_sha256"),
+    ] {
+        let (tmp, _pki, _dir) = good_dir();
+        let config = route_config(tmp.path(), extra);
+        let args = ["run", "--config", config.to_str().unwrap()].map(String::from);
+        expect_exit(
+            &args,
+            2,
+            &["route \"replica\"", key, "only valid for client routes"],
         );
     }
 }
