@@ -348,6 +348,46 @@ mod tests {
         assert!(toml::from_str::<FileSpec>(&text.replace("tls_port", "tls_prot")).is_err());
     }
 
+    /// What a route's own keys become: the access log is on by default
+    /// for a server route only, and `http_identity` reaches its settings.
+    #[test]
+    fn route_keys_reach_the_route_settings() {
+        let server = r#"
+            tls_dir = "/etc/mtls"
+            [[route]]
+            name = "replica"
+            mode = "server"
+            listen = "127.0.0.1:6877"
+            target = "127.0.0.1:2100"
+            allow_san = ["controller.env-1.svc"]
+        "#;
+        let s = toml::from_str::<FileSpec>(server)
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert!(s.routes[0].access_log);
+        assert!(s.routes[0].http.is_none());
+        let with_http = format!("{server}http_identity = \"xfcc\"\n");
+        let s = toml::from_str::<FileSpec>(&with_http)
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert!(s.routes[0].http.is_some());
+        let client = r#"
+            tls_dir = "/etc/mtls"
+            [[route]]
+            name = "to-replica"
+            mode = "client"
+            listen = "127.0.0.1:16877"
+            target = "replica.env-1.svc:6877"
+        "#;
+        let s = toml::from_str::<FileSpec>(client)
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert!(!s.routes[0].access_log);
+    }
+
     #[test]
     fn file_format_parses_and_limits_grace() {
         let text = r#"
