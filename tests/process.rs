@@ -697,6 +697,28 @@ async fn every_connection_is_a_full_handshake() {
 /// SIGHUP polls the credentials at once. The files are symlinks into a
 /// directory nobody watches, and the interval is an hour, so only the
 /// signal can make the sidecar notice the new certificate.
+/// A kubelet-style `..data` swap is applied by the file watch, long before
+/// an hour's `--reload-interval`, and the poll that applied it says the
+/// watch woke it. Seen failing with the watch disabled.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_data_swap_is_applied_by_the_file_watch_not_the_interval() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("CA");
+    let dir = AtomicDir::new(&tmp.path().join("tls")).unwrap();
+    publish_identity(&dir, &pki.leaf(REPLICA, Role::Server), &pki.ca.cert_pem);
+    let echo = echo_target().await;
+    let sc = start_server(
+        dir.path(),
+        &echo.addr.to_string(),
+        &["--reload-interval", "1h"],
+    )
+    .await;
+    publish_identity(&dir, &pki.leaf(REPLICA, Role::Server), &pki.ca.cert_pem);
+    sc.wait_log(&["applied credential revision"]).await;
+    // Each poll says what woke it, after its outcome.
+    sc.wait_log(&[waits::POLLED, "trigger=\"file\""]).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn sighup_polls_the_credentials_at_once() {
     let tmp = tempfile::tempdir().unwrap();
