@@ -252,8 +252,9 @@ async fn near_misses_deny_nothing() {
     let twin_key = spki_of(&ca_der(&twin));
     assert_ne!(twin_key, spki_of(&ca_der(&w.pki.ca)));
     let mut live = w.admitted(&victim).await;
+    // The twin's own key too: no chain of ours goes through it.
     let text = format!(
-        "serial:{twin_key}:{}\nsan:{}\nsan:{URI}/\nsan:x{CONTROLLER}\n",
+        "serial:{twin_key}:{}\nsan:{}\nsan:{URI}/\nsan:x{CONTROLLER}\nspki-sha256:{twin_key}\n",
         serial_text(&victim),
         URI.replace("controller", "Controller"),
     );
@@ -265,6 +266,16 @@ async fn near_misses_deny_nothing() {
     let st = status(&w.sidecar.admin()).await;
     assert_eq!(st["credentials"][0]["deny"]["serial"], 1, "{st}");
     assert_eq!(st["credentials"][0]["deny"]["san"], 3, "{st}");
+    assert_eq!(st["credentials"][0]["deny"]["spki"], 1, "{st}");
+    // The same counts through the gauge (summed over the stores).
+    let m = scrape(&w.sidecar.admin()).await;
+    for (kind, n) in [("spki", 1.0), ("serial", 1.0), ("san", 3.0)] {
+        assert_eq!(
+            m.value("mtls_sidecar_deny_entries", &[("kind", kind)]),
+            Some(n),
+            "{kind}"
+        );
+    }
     assert_eq!(w.count(CLOSED, "denied").await, 0.0);
     assert_eq!(w.count(HANDSHAKE_FAILURES, "denied").await, 0.0);
     assert_eq!(w.echo.accepted(), 2, "both connections reached the target");
