@@ -86,16 +86,7 @@ async fn a_peer_vanishing_without_close_notify_is_a_normal_disconnect() {
 #[tokio::test(flavor = "multi_thread")]
 async fn target_half_close_reaches_the_tls_peer_as_close_notify_then_fin() {
     let creds = Creds::new();
-    let target = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let taddr = target.local_addr().unwrap().to_string();
-    let seen = tokio::spawn(async move {
-        let (mut s, _) = target.accept().await.unwrap();
-        s.write_all(b"banner").await.unwrap();
-        s.shutdown().await.unwrap();
-        let mut got = Vec::new();
-        s.read_to_end(&mut got).await.unwrap();
-        got
-    });
+    let (taddr, seen) = banner_then_listen().await;
     let sc = start_server(&creds.server_dir, &taddr, &[]).await;
     let cfg = client_config(Some(&creds.controller), &creds.pki.ca.cert_pem);
     let mut tls = tls_connect(&sc.addr("server"), REPLICA, cfg).await.unwrap();

@@ -224,22 +224,6 @@ async fn half_close_still_delivers_the_whole_late_response() {
     assert!(got == late, "late response bytes differ");
 }
 
-/// A target that sends a banner and half-closes at once, then reads the
-/// request to EOF. Yields the request it read.
-async fn banner_then_listen() -> (String, JoinHandle<Vec<u8>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let task = tokio::spawn(async move {
-        let (mut s, _) = listener.accept().await.unwrap();
-        s.write_all(b"banner").await.unwrap();
-        s.shutdown().await.unwrap();
-        let mut request = Vec::new();
-        s.read_to_end(&mut request).await.unwrap();
-        request
-    });
-    (addr, task)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn target_half_close_leaves_the_request_direction_open() {
     let (target, listener) = banner_then_listen().await;

@@ -999,3 +999,19 @@ fn config_sets_admin(line: &str) -> bool {
         .strip_prefix("admin")
         .is_some_and(|rest| rest.trim_start().starts_with('='))
 }
+
+/// A target that sends a banner and half-closes at once, then reads the
+/// request to EOF: its address, and the request it read.
+pub async fn banner_then_listen() -> (String, tokio::task::JoinHandle<Vec<u8>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let task = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        s.write_all(b"banner").await.unwrap();
+        s.shutdown().await.unwrap();
+        let mut request = Vec::new();
+        s.read_to_end(&mut request).await.unwrap();
+        request
+    });
+    (addr, task)
+}
