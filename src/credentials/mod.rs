@@ -2,7 +2,7 @@
 //! whole, and held in one store that every route's TLS config reads on each
 //! handshake. Swapping the store's contents is how rotation happens.
 
-mod agent_channel;
+pub mod agent_channel;
 pub mod deny;
 mod grace;
 pub mod reload;

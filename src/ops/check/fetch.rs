@@ -7,10 +7,8 @@
 
 use std::time::Duration;
 
-use spiffe::WorkloadApiClient;
-
 use super::{Input, Request};
-use crate::credentials::workload::revision_from_context;
+use crate::credentials::workload::{revision_from_context, KEEPALIVE_DEFAULT};
 use crate::credentials::{CredentialSource, RawRevision};
 
 /// How long `check` waits for the agent's first context.
@@ -69,9 +67,11 @@ fn fetch(source: &CredentialSource) -> Result<(RawRevision, Vec<String>), String
         .build()
         .map_err(|e| format!("cannot start a runtime: {e}"))?;
     let ctx = rt.block_on(async {
+        // The sidecar's own channel: the same dialling, and its causes said.
         let fetch = async {
-            let client = WorkloadApiClient::connect_to(endpoint).await?;
-            client.fetch_x509_context().await
+            let client =
+                crate::credentials::agent_channel::connect(endpoint, KEEPALIVE_DEFAULT).await?;
+            client.fetch_x509_context().await.map_err(|e| e.to_string())
         };
         tokio::time::timeout(FETCH_TIMEOUT, fetch).await
     });
