@@ -302,6 +302,25 @@ async fn probes_answer_with_600_stalled_admin_connections() {
     })
     .await;
     let evicted = sc.log_count("closing the most stuck admin connection");
+    // The flood is silent or does not read: every connection closed for it
+    // is named as one of those, and the silent ones come first.
+    let lines: Vec<String> = sc
+        .logs()
+        .into_iter()
+        .filter(|l| l.contains("closing the most stuck admin connection"))
+        .collect();
+    let class = |c: &str| {
+        let c = format!("class=\"{c}\"");
+        lines.iter().filter(|l| l.contains(&c)).count()
+    };
+    let silent_ones = class("no_request");
+    assert!(silent_ones > 0, "{}", lines.join("\n"));
+    assert_eq!(
+        silent_ones + class("not_reading"),
+        lines.len(),
+        "{}",
+        lines.join("\n")
+    );
     let warns = sc.warn_lines(&["admin connection"]);
     assert!(
         warns.len() <= 2,
@@ -355,6 +374,17 @@ async fn stalled_admin_connections_time_out_but_keepalive_survives() {
     // All three were closed by the timeout and said so. The test saw the
     // third reset before its log line reached the pipe once: wait for it.
     sc.wait_log_count("admin connection timed out", 3).await;
+    // Each by its own deadline, named: two sent no complete request head,
+    // one stopped reading its response.
+    let reasons = |r: &str| {
+        sc.logs()
+            .iter()
+            .filter(|l| l.contains("admin connection timed out"))
+            .filter(|l| l.contains(&format!("reason=\"{r}\"")))
+            .count()
+    };
+    assert_eq!(reasons("header_timeout"), 2, "{}", sc.logs().join("\n"));
+    assert_eq!(reasons("write_timeout"), 1, "{}", sc.logs().join("\n"));
 }
 
 /// Out of file descriptors: accept failures back off (a bounded number of
