@@ -303,7 +303,7 @@ async fn probes_answer_with_600_stalled_admin_connections() {
     .await;
     let evicted = sc.log_count("closing the most stuck admin connection");
     // The flood is silent or does not read: every connection closed for it
-    // is named as one of those, and the silent ones come first.
+    // is named as one of those, with how long it had been stuck.
     let lines: Vec<String> = sc
         .logs()
         .into_iter()
@@ -313,6 +313,11 @@ async fn probes_answer_with_600_stalled_admin_connections() {
         let c = format!("class=\"{c}\"");
         lines.iter().filter(|l| l.contains(&c)).count()
     };
+    assert!(
+        lines.iter().all(|l| !l.contains("stuck=0ns")),
+        "{}",
+        lines.join("\n")
+    );
     let silent_ones = class("no_request");
     assert!(silent_ones > 0, "{}", lines.join("\n"));
     assert_eq!(
