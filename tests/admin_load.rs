@@ -344,15 +344,28 @@ async fn stalled_admin_connections_time_out_but_keepalive_survives() {
     let mut prom = KeepAlive::connect(&admin).await;
     assert_eq!(prom.get("/livez").await.expect("first scrape").0, 200);
 
+    // A keep-alive client served once that then stalls halfway through its
+    // next request head: the header deadline runs from that first byte, not
+    // the 90s idle deadline from its last answer.
+    let mut relapse = KeepAlive::connect(&admin).await;
+    assert_eq!(relapse.get("/livez").await.expect("one request").0, 200);
+
     let t0 = Instant::now();
     let mut quiet = silent(&admin).await;
     let mut slow = half_request(&admin).await;
     let stuck = non_reader(&admin).await;
+    relapse
+        .s
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: again\r\nX-Slow: ")
+        .await
+        .unwrap();
 
     read_until_closed(&mut quiet).await;
     let silent_after = t0.elapsed();
     read_until_closed(&mut slow).await;
     let half_after = t0.elapsed();
+    read_until_closed(&mut relapse.s).await;
+    let relapse_after = t0.elapsed();
     let deadline = Instant::now() + DEADLINE;
     while !reset_seen(&stuck) {
         assert!(
@@ -365,7 +378,11 @@ async fn stalled_admin_connections_time_out_but_keepalive_survives() {
     let stuck_after = t0.elapsed();
     eprintln!("closed after: silent {silent_after:?}, half request {half_after:?}, not reading {stuck_after:?}");
     // Closed by a timeout, not at once.
-    for (what, t) in [("silent", silent_after), ("half request", half_after)] {
+    for (what, t) in [
+        ("silent", silent_after),
+        ("half request", half_after),
+        ("half a second request", relapse_after),
+    ] {
         assert!(t >= Duration::from_secs(3), "{what} closed after {t:?}");
     }
     assert!(
@@ -376,10 +393,10 @@ async fn stalled_admin_connections_time_out_but_keepalive_survives() {
     // The scraper was idle longer than the header timeout and is still served.
     let (code, _) = prom.get("/metrics").await.expect("scrape after idling");
     assert_eq!(code, 200);
-    // All three were closed by the timeout and said so. The test saw the
-    // third reset before its log line reached the pipe once: wait for it.
-    sc.wait_log_count("admin connection timed out", 3).await;
-    // Each by its own deadline, named: two sent no complete request head,
+    // All four were closed by the timeout and said so. The test saw the
+    // last reset before its log line reached the pipe once: wait for it.
+    sc.wait_log_count("admin connection timed out", 4).await;
+    // Each by its own deadline, named: three sent no complete request head,
     // one stopped reading its response.
     let reasons = |r: &str| {
         sc.logs()
@@ -388,7 +405,7 @@ async fn stalled_admin_connections_time_out_but_keepalive_survives() {
             .filter(|l| l.contains(&format!("reason=\"{r}\"")))
             .count()
     };
-    assert_eq!(reasons("header_timeout"), 2, "{}", sc.logs().join("\n"));
+    assert_eq!(reasons("header_timeout"), 3, "{}", sc.logs().join("\n"));
     assert_eq!(reasons("write_timeout"), 1, "{}", sc.logs().join("\n"));
 }
 
