@@ -71,9 +71,6 @@ declare -A TARGETS=(
     [src/credentials/source.rs]="--lib --test store --test settle"
     [src/admin/admission.rs]="--lib --test admin_load"
     [src/process/fdlimit.rs]="--lib --test hostile"
-    [src/proxy/transparent/mod.rs]="--lib --test transparent"
-    [src/proxy/transparent/outbound.rs]="--lib --test transparent"
-    [src/proxy/transparent/log.rs]="--lib --test transparent"
     [src/credentials/deny/]="--lib --test deny --test deny_tools"
     [src/tls/resumption.rs]="--lib --test resumption"
     [src/proxy/http/]="--lib --test http_identity --test http_identity_h2"
@@ -110,9 +107,6 @@ ORDER=(
     src/credentials/source.rs
     src/admin/admission.rs
     src/process/fdlimit.rs
-    src/proxy/transparent/mod.rs
-    src/proxy/transparent/outbound.rs
-    src/proxy/transparent/log.rs
     src/credentials/deny/
     src/tls/resumption.rs
     src/proxy/http/
