@@ -336,6 +336,32 @@ async fn probes_answer_with_600_stalled_admin_connections() {
     drop(held);
 }
 
+/// A probe that asked for `Connection: close` is closed gracefully (FIN,
+/// then TIME_WAIT on the sidecar's side once the probe closes too), not
+/// reset: only evicted or timed-out connections are closed abortively.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answered_probe_is_closed_gracefully_not_reset() {
+    let (_tmp, _sc, admin) = sidecar_with_admin().await;
+    let admin_port: u16 = admin.rsplit(':').next().unwrap().parse().unwrap();
+    let mut s = TcpStream::connect(&admin).await.unwrap();
+    let me = s.local_addr().unwrap().port();
+    s.write_all(b"GET /livez HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)
+        .await
+        .expect("answer read to a clean EOF");
+    assert_eq!(status_code(&raw), Ok(200));
+    drop(s);
+    // A graceful close leaves the side that closed first in TIME_WAIT (06);
+    // a reset leaves nothing, so this waits in vain.
+    eventually("the admin side of the probe in TIME_WAIT", || {
+        waits::tcp_state(admin_port, me).as_deref() == Some("06")
+    })
+    .await;
+}
+
 /// Each kind of stalled connection is closed by its own deadline, while an
 /// idle keep-alive connection outlives the header timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -55,3 +55,19 @@ pub fn accept_backlog(port: u16) -> Option<u32> {
         }
     })
 }
+
+/// The kernel's state code (`/proc/net/tcp`'s `st`, e.g. `06` TIME_WAIT) of
+/// the IPv4 loopback socket 127.0.0.1:`local` - 127.0.0.1:`remote`, if any.
+pub fn tcp_state(local: u16, remote: u16) -> Option<String> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let (l, r) = (
+        format!("0100007F:{local:04X}"),
+        format!("0100007F:{remote:04X}"),
+    );
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        (f.get(1) == Some(&l.as_str()) && f.get(2) == Some(&r.as_str()))
+            .then(|| f.get(3).map(|s| s.to_string()))
+            .flatten()
+    })
+}
