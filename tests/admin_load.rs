@@ -370,6 +370,13 @@ async fn stalled_admin_connections_time_out_but_keepalive_survives() {
     let mut prom = KeepAlive::connect(&admin).await;
     assert_eq!(prom.get("/livez").await.expect("first scrape").0, 200);
 
+    // More answered probes than the admin port holds at once (256): each is
+    // forgotten when it ends, so none of them fills the port (checked at the
+    // end, once later lines have arrived).
+    for _ in 0..300 {
+        assert_eq!(probe(&admin, "/livez").await.expect("probe").0, 200);
+    }
+
     // A keep-alive client served once that then stalls halfway through its
     // next request head: the header deadline runs from that first byte, not
     // the 90s idle deadline from its last answer.
@@ -433,6 +440,11 @@ async fn stalled_admin_connections_time_out_but_keepalive_survives() {
     };
     assert_eq!(reasons("header_timeout"), 3, "{}", sc.logs().join("\n"));
     assert_eq!(reasons("write_timeout"), 1, "{}", sc.logs().join("\n"));
+    assert_eq!(
+        sc.log_count("admin connection limit reached"),
+        0,
+        "ended probes were still counted against the limit"
+    );
 }
 
 /// Out of file descriptors: accept failures back off (a bounded number of
