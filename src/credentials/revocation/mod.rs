@@ -267,3 +267,64 @@ impl CrlSet {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::credentials::RawFile;
+    use crate::ops::pki::{CrlSpec, DevCa};
+
+    fn crl(ca: &DevCa, number: u64) -> Arc<Crl> {
+        let pem = ca.crl(&CrlSpec::new(number, Vec::new(), 7)).unwrap().pem;
+        let file = RawFile {
+            path: "ca.crl".into(),
+            bytes: pem.into_bytes(),
+        };
+        parse_file(&file).unwrap().remove(0)
+    }
+
+    fn set(entries: &[(&Arc<Crl>, CrlState, Option<Kept>)]) -> CrlSet {
+        CrlSet::from_entries(
+            entries
+                .iter()
+                .map(|(crl, state, kept)| Entry {
+                    crl: Arc::clone(crl),
+                    state: state.clone(),
+                    kept: *kept,
+                })
+                .collect(),
+        )
+    }
+
+    /// Whether the trust changed hangs on this: a CRL added, removed or
+    /// replaced, a change of what is known of its signer, or of why it is
+    /// kept, each makes a different set.
+    #[test]
+    fn same_as_tells_every_crl_its_state_and_why_it_is_kept() {
+        let a = DevCa::new("A", 1).unwrap();
+        let (one, two) = (crl(&a, 1), crl(&a, 2));
+        let base = || set(&[(&one, CrlState::Unverified, None)]);
+        assert!(base().same_as(&base()));
+        assert!(!base().same_as(&CrlSet::empty()));
+        assert!(!CrlSet::empty().same_as(&base()));
+        assert!(!base().same_as(&set(&[(&two, CrlState::Unverified, None)])));
+        assert!(!base().same_as(&set(&[(&one, CrlState::Pending(None), None)])));
+        let kept = set(&[(&one, CrlState::Unverified, Some(Kept::IssuerGraced))]);
+        assert!(!base().same_as(&kept));
+    }
+
+    /// Only enforced CRLs (verified or unverified) have a nextUpdate that
+    /// matters: a pending one is not consulted yet.
+    #[test]
+    fn only_enforced_crls_count_for_next_update_and_staleness() {
+        let a = DevCa::new("A", 1).unwrap();
+        let one = crl(&a, 1);
+        let next = one.info.next_update.expect("a nextUpdate");
+        let pending = set(&[(&one, CrlState::Pending(None), None)]);
+        assert_eq!(pending.earliest_next_update(), None);
+        assert_eq!(pending.stale(next + 1).count(), 0);
+        let enforced = set(&[(&one, CrlState::Unverified, None)]);
+        assert_eq!(enforced.earliest_next_update(), Some(next));
+        assert_eq!(enforced.stale(next + 1).count(), 1);
+    }
+}
