@@ -411,3 +411,66 @@ pub fn content_hash(parts: &[&[u8]]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files_source(dir: &Path, crl: bool) -> CredentialSource {
+        CredentialSource::Files {
+            cert: dir.join("a/tls.crt"),
+            key: dir.join("b/tls.key"),
+            ca: dir.join("a/ca.crt"),
+            crl: crl.then(|| dir.join("c/ca.crl")),
+            intermediates: None,
+            deny: None,
+        }
+    }
+
+    /// A deny file is read one byte past the most it may hold, so the
+    /// parser sees it is too large instead of a cut-off file that fits.
+    #[test]
+    fn a_deny_file_is_read_one_byte_past_its_limit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("deny");
+        let limit = crate::credentials::deny::MAX_DENY_BYTES;
+        fs::write(&path, "#".repeat(limit + 100)).unwrap();
+        assert_eq!(read_deny(&path).unwrap().bytes.len(), limit + 1);
+        fs::write(&path, "#".repeat(limit)).unwrap();
+        assert_eq!(read_deny(&path).unwrap().bytes.len(), limit);
+    }
+
+    /// A missing file is named as such, not as the OS's error text.
+    #[test]
+    fn a_missing_file_says_file_not_found() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("gone");
+        for e in [read_file(&path).unwrap_err(), read_deny(&path).unwrap_err()] {
+            assert!(
+                e.to_string().ends_with(": cannot read: file not found"),
+                "{e}"
+            );
+        }
+    }
+
+    /// Separate files are watched through each distinct parent directory;
+    /// they are shown, and listed, in the order given.
+    #[test]
+    fn files_are_watched_by_their_directories_and_shown_in_order() {
+        let d = Path::new("/cfg");
+        let src = files_source(d, true);
+        assert_eq!(
+            src.watch_dirs(),
+            vec![d.join("a"), d.join("b"), d.join("c")]
+        );
+        assert_eq!(
+            src.to_string(),
+            "/cfg/a/tls.crt, /cfg/b/tls.key, /cfg/a/ca.crt, /cfg/c/ca.crl"
+        );
+        assert_eq!(files_source(d, false).files().len(), 3);
+        assert_eq!(
+            CredentialSource::Dir(d.join("tls")).watch_dirs(),
+            vec![d.join("tls")]
+        );
+    }
+}
