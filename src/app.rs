@@ -281,12 +281,15 @@ impl Prepared {
             }
             let wake = Arc::new(Notify::new());
             wakes.push(wake.clone());
+            // Armed here, before any route listens, not in the task.
+            let watch = crate::credentials::reload::arm(store, reload_interval);
             tasks.push(tokio::spawn(crate::credentials::reload::run(
                 store.clone(),
                 all.clone(),
                 reload_interval,
                 wake,
                 halt.subscribe(),
+                watch,
             )));
         }
         for (route, listeners) in listening {

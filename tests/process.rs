@@ -719,6 +719,35 @@ async fn a_data_swap_is_applied_by_the_file_watch_not_the_interval() {
     sc.wait_log(&[waits::POLLED, "trigger=\"file\""]).await;
 }
 
+/// The poller's own reads of a plain directory (opens, reads, closes:
+/// inotify reports them all) must not wake it again, or it polls in a loop
+/// and spins a core. After a SIGHUP's poll, twenty handshakes later the
+/// file watch has woken it a few times at most (an atime update is a real
+/// change of metadata); waking on reads wakes it hundreds of times.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pollers_own_reads_do_not_wake_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("CA");
+    let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+    let echo = echo_target().await;
+    let sc = start_server(&dir, &echo.addr.to_string(), &["--reload-interval", "1h"]).await;
+    sc.signal(libc::SIGHUP);
+    sc.wait_log(&[waits::POLLED, "trigger=\"signal\""]).await;
+    let cfg = client_config(Some(&pki.leaf(CONTROLLER, Role::Client)), &pki.ca.cert_pem);
+    for _ in 0..20 {
+        let mut s = tls_connect(&sc.addr("server"), REPLICA, cfg.clone())
+            .await
+            .unwrap();
+        roundtrip(&mut s, b"ping").await;
+    }
+    let woken = sc
+        .logs()
+        .iter()
+        .filter(|l| l.contains(waits::POLLED) && l.contains("trigger=\"file\""))
+        .count();
+    assert!(woken < 10, "woken {woken} times by the file watch");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn sighup_polls_the_credentials_at_once() {
     let tmp = tempfile::tempdir().unwrap();

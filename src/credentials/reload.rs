@@ -25,30 +25,51 @@ pub const NO_FILE_WATCH_ENV: &str = "MTLS_SIDECAR_NO_FILE_WATCH";
 /// past it.
 const WAKE_SLACK: Duration = Duration::from_millis(5);
 
+/// What wakes a store's poller early: its file watch (or, for a Workload
+/// API source, the arrival of a context). Armed by [`arm`] before the
+/// routes start listening, so a change made once they listen is never left
+/// to the interval because the watch was not there yet.
+pub struct Wake {
+    event: Arc<Notify>,
+    _watcher: Option<notify::RecommendedWatcher>,
+}
+
+/// Arms `store`'s file watch (none for a Workload API source, or with
+/// [`NO_FILE_WATCH_ENV`] set).
+pub fn arm(store: &CredentialStore, interval: Duration) -> Wake {
+    let event = match store.feed() {
+        // A Workload API source wakes the poller when a context arrives.
+        Some(feed) => feed.wake.clone(),
+        None => Arc::new(Notify::new()),
+    };
+    let watcher = if store.feed().is_some() {
+        None
+    } else if file_watch_disabled() {
+        info!(target: "mtls_sidecar::reload", source = %store.source(), "file watcher disabled ({NO_FILE_WATCH_ENV}=1); polling every {interval:?} only");
+        None
+    } else {
+        start_watcher(store, event.clone())
+    };
+    Wake {
+        event,
+        _watcher: watcher,
+    }
+}
+
 /// Runs until `stop` turns true.
 /// `all` is every store of the process: the expiry gauges show the earliest
 /// expiry across them. `hup` is notified on SIGHUP: that poll judges a
 /// changed plain directory at once instead of waiting for it to settle.
+/// `wake` is the store's, from [`arm`].
 pub async fn run(
     store: Arc<CredentialStore>,
     all: Arc<[Arc<CredentialStore>]>,
     interval: Duration,
     hup: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
+    wake: Wake,
 ) {
-    let file_event = match store.feed() {
-        // A Workload API source wakes the poller when a context arrives.
-        Some(feed) => feed.wake.clone(),
-        None => Arc::new(Notify::new()),
-    };
-    let _watcher = if store.feed().is_some() {
-        None
-    } else if file_watch_disabled() {
-        info!(target: "mtls_sidecar::reload", source = %store.source(), "file watcher disabled ({NO_FILE_WATCH_ENV}=1); polling every {interval:?} only");
-        None
-    } else {
-        start_watcher(&store, file_event.clone())
-    };
+    let file_event = wake.event.clone();
     publish_reload_state(&all);
     warn_stale_crls(&store);
     report_crl_notices(&store, &all);
