@@ -42,7 +42,7 @@ cd "$(dirname "$0")/.."
 # file below it. Keep the targets few: each mutant runs all of them. The
 # owner of an entry's section in docs/mutants.md keeps its line here right.
 declare -A TARGETS=(
-    [src/tls/verify.rs]="--test client_reverify --test ca_hints --test rotation --test refusals --test eku --test crl --test identity_proof --test chain_memo --test workload_api_federation"
+    [src/tls/verify.rs]="--lib --test client_reverify --test ca_hints --test rotation --test refusals --test eku --test crl --test identity_proof --test chain_memo --test workload_api_federation"
     [src/tls/last_verified.rs]="--test chain_memo --test client_reverify --test rotation"
     [src/tls/spiffe.rs]="--lib --test workload_api --test workload_api_federation"
     [src/identity/]="--lib --test patterns --test eku"

@@ -408,3 +408,23 @@ impl ServerCertVerifier for ServerCertPolicy {
 
     signature_methods!();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::pki::{DevCa, LeafSpec, Role};
+
+    /// A resumed session's report is the chain rustls stored with it, its
+    /// leaf parsed, and nothing judged yet: admission judges it from there.
+    #[test]
+    fn a_resumed_report_carries_the_stored_chain_unjudged() {
+        let ca = DevCa::new("A", 1).unwrap();
+        let spec = LeafSpec::dns("replica-0.test.svc", Role::Server, 1);
+        let chain = vec![ca.issue(&spec).unwrap().cert_der];
+        let report = PeerReport::resumed(chain.clone());
+        assert_eq!(report.chain, chain);
+        let cert = report.cert.expect("the leaf parsed");
+        assert_eq!(cert.sans(), vec!["replica-0.test.svc".to_string()]);
+        assert!(report.verified_with.is_none());
+    }
+}
