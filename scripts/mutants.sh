@@ -51,7 +51,12 @@ declare -A TARGETS=(
     [src/credentials/grace.rs]="--test trust_anchors --test store --test rotation --test workload_api_federation"
     [src/credentials/store/]="--test store --test store_signals"
     [src/credentials/revocation/]="--lib --test crl --test revocation_judge --test revocation_store --test revocation_e2e"
-    [src/proxy/transparent/]="--lib --test transparent"
+    [src/proxy/transparent/mod.rs]="--lib --test transparent"
+    [src/proxy/transparent/outbound.rs]="--lib --test transparent"
+    [src/proxy/transparent/log.rs]="--lib --test transparent"
+    [src/proxy/transparent/rules.rs]="--lib --test transparent"
+    [src/proxy/transparent/lookup.rs]="--lib --test transparent"
+    [src/proxy/transparent/tproxy.rs]="--lib --test transparent"
     [src/proxy/route/admission.rs]="--test admin --test client_reverify --test limits --test process --test refusals --test rotation --test resumption --test handoff"
     [src/proxy/proxy_header.rs]="--lib --test handoff"
     [src/identity/pin.rs]="--lib --test handoff --test refusals"
@@ -87,7 +92,12 @@ ORDER=(
     src/credentials/grace.rs
     src/credentials/store/
     src/credentials/revocation/
-    src/proxy/transparent/
+    src/proxy/transparent/mod.rs
+    src/proxy/transparent/outbound.rs
+    src/proxy/transparent/log.rs
+    src/proxy/transparent/rules.rs
+    src/proxy/transparent/lookup.rs
+    src/proxy/transparent/tproxy.rs
     src/proxy/route/admission.rs
     src/proxy/proxy_header.rs
     src/identity/pin.rs
