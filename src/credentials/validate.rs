@@ -381,3 +381,69 @@ fn describe(e: webpki::Error) -> String {
         other => other.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::pki::{CrlSpec, DevCa, LeafSpec, Role};
+
+    fn file(name: &str, bytes: impl Into<Vec<u8>>) -> RawFile {
+        RawFile {
+            path: name.into(),
+            bytes: bytes.into(),
+        }
+    }
+
+    fn der(ca: &DevCa) -> CertificateDer<'static> {
+        CertificateDer::from_pem_slice(ca.cert_pem.as_bytes()).unwrap()
+    }
+
+    /// A deny file's entries are parsed; bytes that are not UTF-8 are
+    /// refused naming their line.
+    #[test]
+    fn a_deny_file_is_parsed_and_bad_bytes_are_named_by_line() {
+        let list = parse_deny_file(&file("deny", "san:spiffe://td/x\n")).unwrap();
+        assert_eq!(list.entries().len(), 1);
+        let err = parse_deny_file(&file("deny", b"# a\n# b\n\xff\n".to_vec())).unwrap_err();
+        assert!(err.to_string().contains("line 3"), "{err}");
+        assert!(err.to_string().contains("not UTF-8"), "{err}");
+    }
+
+    /// Known intermediates: the file's and our chain's past the leaf, in
+    /// that order, without an anchor and without repeats.
+    #[test]
+    fn known_intermediates_leave_out_anchors_and_repeats() {
+        let root = DevCa::new("root", 1).unwrap();
+        let (one, two) = (
+            root.intermediate("one", 1).unwrap(),
+            root.intermediate("two", 1).unwrap(),
+        );
+        let pem = format!("{}{}{}", one.cert_pem, root.cert_pem, one.cert_pem);
+        let leaf = two
+            .issue(&LeafSpec::dns("x.test", Role::Server, 1))
+            .unwrap();
+        let chain = [leaf.cert_der, der(&two), der(&root)];
+        let got =
+            known_intermediates(Some(&file("intermediates", pem)), &chain, &[der(&root)]).unwrap();
+        assert_eq!(&*got, &[der(&one), der(&two)]);
+    }
+
+    /// A revision with a CRL classifies it against its own anchors.
+    #[test]
+    fn a_revisions_own_crls_are_classified() {
+        let ca = DevCa::new("ca", 1).unwrap();
+        let leaf = ca.issue(&LeafSpec::dns("x.test", Role::Server, 1)).unwrap();
+        let crl = ca.crl(&CrlSpec::new(1, Vec::new(), 7)).unwrap().pem;
+        let raw = RawRevision::with_crl(
+            file("tls.crt", leaf.cert_pem),
+            file("tls.key", leaf.key_pem),
+            file("ca.crt", ca.cert_pem.clone()),
+            Some(file("ca.crl", crl)),
+        );
+        let provider = crate::crypto_provider();
+        let parsed = parse(&raw, &provider).unwrap();
+        let crls = parsed.own_crls(&provider, SystemTime::now()).unwrap();
+        assert_eq!(crls.entries().len(), 1);
+        assert_eq!(crls.entries()[0].state.label(), "verified");
+    }
+}
