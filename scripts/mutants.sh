@@ -42,12 +42,12 @@ cd "$(dirname "$0")/.."
 # file below it. Keep the targets few: each mutant runs all of them. The
 # owner of an entry's section in docs/mutants.md keeps its line here right.
 declare -A TARGETS=(
-    [src/tls/verify.rs]="--lib --test client_reverify --test ca_hints --test rotation --test refusals --test eku --test crl --test identity_proof --test chain_memo --test workload_api_federation"
+    [src/tls/verify.rs]="--lib --test client_reverify --test ca_hints --test rotation --test refusals --test eku --test crl --test identity_proof --test chain_memo --test workload_api_federation --test handoff"
     [src/tls/last_verified.rs]="--test chain_memo --test client_reverify --test rotation"
     [src/tls/spiffe.rs]="--lib --test workload_api --test workload_api_federation"
     [src/identity/]="--lib --test patterns --test eku"
     [src/credentials/validate.rs]="--lib --test revision_validation --test store --test check --test certs"
-    [src/credentials/trust.rs]="--test trust_anchors --test store --test workload_api_federation"
+    [src/credentials/trust.rs]="--lib --test trust_anchors --test store --test workload_api_federation"
     [src/credentials/grace.rs]="--test trust_anchors --test store --test rotation --test workload_api_federation"
     [src/credentials/store/]="--test store --test store_signals"
     [src/credentials/revocation/]="--lib --test crl --test revocation_judge --test revocation_store --test revocation_e2e"

@@ -399,3 +399,75 @@ fn pki_error(error: webpki::Error) -> rustls::Error {
     };
     rustls::Error::InvalidCertificate(cert)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::credentials::{parse_deny, RawFile};
+    use crate::ops::pki::{CrlSpec, DevCa, LeafSpec, Role};
+    use rustls_pki_types::pem::PemObject;
+
+    fn trust(ca: &DevCa) -> Trust {
+        let der = CertificateDer::from_pem_slice(ca.cert_pem.as_bytes()).unwrap();
+        let info = CertInfo::parse(&der).unwrap();
+        let anchors = Anchor::bundle(&[(der, info)]);
+        let empty = Arc::new(CrlSet::empty());
+        Trust::build(anchors, empty, CrlScope::Leaf, &crate::crypto_provider()).unwrap()
+    }
+
+    fn leaf(ca: &DevCa, name: &str, role: Role) -> Vec<CertificateDer<'static>> {
+        vec![ca.issue(&LeafSpec::dns(name, role, 1)).unwrap().cert_der]
+    }
+
+    /// Our own chain is judged for the usage its leaf allows: a
+    /// client-only leaf as a client, any other as a server; a chain to
+    /// another CA, or none, is refused.
+    #[test]
+    fn our_own_chain_is_judged_for_the_usage_its_leaf_allows() {
+        let ca = DevCa::new("own", 1).unwrap();
+        let t = trust(&ca);
+        let now = SystemTime::now();
+        assert_eq!(t.judge_own(&leaf(&ca, "c.test", Role::Client), now), Ok(()));
+        assert_eq!(t.judge_own(&leaf(&ca, "s.test", Role::Server), now), Ok(()));
+        let other = DevCa::new("other", 1).unwrap();
+        assert!(t
+            .judge_own(&leaf(&other, "s.test", Role::Server), now)
+            .is_err());
+        assert!(t.judge_own(&[], now).is_err());
+    }
+
+    /// A deny entry refuses the path it matches, and a trust with another
+    /// deny-list is a different trust.
+    #[test]
+    fn a_deny_entry_refuses_its_path_and_makes_a_different_trust() {
+        let ca = DevCa::new("deny", 1).unwrap();
+        let denied = trust(&ca).with_deny(Arc::new(parse_deny("san:bad.test\n").unwrap()));
+        let now = UnixTime::now();
+        let judge = |name: &str| {
+            let chain = leaf(&ca, name, Role::Client);
+            denied.verify_peer(&chain[0], &[], now, Usage::ClientAuth)
+        };
+        assert_eq!(judge("good.test"), Ok(()));
+        assert!(judge("bad.test").is_err());
+        assert!(denied.deny_differs(&trust(&ca)));
+        assert!(!trust(&ca).deny_differs(&trust(&ca)));
+    }
+
+    /// The keys a CRL may be signed by include the anchors in force: a CRL
+    /// of our CA is verified, not unknown.
+    #[test]
+    fn a_crl_of_an_anchor_in_force_is_verified() {
+        let ca = DevCa::new("crl", 1).unwrap();
+        let pem = ca.crl(&CrlSpec::new(1, Vec::new(), 7)).unwrap().pem;
+        let file = RawFile {
+            path: "ca.crl".into(),
+            bytes: pem.into_bytes(),
+        };
+        let crls = revocation::parse_file(&file).unwrap();
+        let t = trust(&ca);
+        let empty = CrlSet::empty();
+        let c = revocation::classify(&crls, &t.known(), SystemTime::now(), &empty, &t.provider)
+            .unwrap();
+        assert_eq!(c.set.entries()[0].state.label(), "verified");
+    }
+}
