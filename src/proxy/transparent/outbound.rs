@@ -79,3 +79,23 @@ async fn connect_within(
     stream.set_nodelay(true)?;
     Ok(stream)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A port is ours exactly while its guard lives: once the connection
+    /// is gone, the kernel may hand the port to an application whose
+    /// diverted connection must not be taken for a loop.
+    #[test]
+    fn a_port_is_ours_only_while_its_guard_lives() {
+        // A port the kernel never hands out as an ephemeral one, so no other
+        // test's dial can hold it.
+        const PORT: u16 = 7;
+        assert!(!is_own_outbound(PORT));
+        let guard = register(PORT);
+        assert!(is_own_outbound(PORT));
+        drop(guard);
+        assert!(!is_own_outbound(PORT));
+    }
+}
