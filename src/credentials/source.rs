@@ -453,6 +453,47 @@ mod tests {
         }
     }
 
+    /// A kubelet-style directory is read through its `..data` link, from the
+    /// revision directory it names: the top-level links are not needed, and
+    /// an optional file there (the CRL) is read too.
+    #[test]
+    fn a_data_link_is_followed_to_its_revision_with_its_optional_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let rev = tmp.path().join("..rev_1");
+        fs::create_dir(&rev).unwrap();
+        for (name, text) in [
+            (CERT_FILE, "cert"),
+            (KEY_FILE, "key"),
+            (CA_FILE, "ca"),
+            (CRL_FILE, "crl"),
+        ] {
+            fs::write(rev.join(name), text).unwrap();
+        }
+        std::os::unix::fs::symlink("..rev_1", tmp.path().join(DATA_LINK)).unwrap();
+        let got = CredentialSource::Dir(tmp.path().to_path_buf())
+            .read()
+            .unwrap();
+        assert_eq!(got.cert.bytes, b"cert");
+        assert_eq!(got.cert.path, tmp.path().join(CERT_FILE));
+        let crl = got.crl.expect("the CRL read");
+        assert_eq!(crl.bytes, b"crl");
+        assert_eq!(crl.path, tmp.path().join(CRL_FILE));
+    }
+
+    /// An optional file that cannot even be looked up is an error naming
+    /// it, not taken for absent: here `..data` names a plain file.
+    #[test]
+    fn an_optional_file_that_cannot_be_looked_up_is_an_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("..rev_1"), "not a directory").unwrap();
+        std::os::unix::fs::symlink("..rev_1", tmp.path().join(DATA_LINK)).unwrap();
+        let err = CredentialSource::Dir(tmp.path().to_path_buf())
+            .read()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(CRL_FILE), "{err}");
+    }
+
     /// Separate files are watched through each distinct parent directory;
     /// they are shown, and listed, in the order given.
     #[test]
