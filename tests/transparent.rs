@@ -625,6 +625,28 @@ expect_san = ["other.env-1.svc"]
     eventually("ten no_destination lines", || lines() >= 10).await;
     assert_eq!(lines(), 10, "at most ten no_destination lines per window");
     assert!(other_port.peers().is_empty(), "port 2101 was reached");
+    // What the window held back is said once it ends (the route's flush
+    // task, every second): the two past the ten.
+    let summary = "no_destination refusals suppressed";
+    client.wait_log(&[summary, "suppressed=2"]).await;
+    // A second burst, then a stop before its window ends: the route's log
+    // says what it still holds as the route goes.
+    for _ in 0..12 {
+        let s = dial("10.77.0.2:2101").await;
+        assert_eq!(closed_after(s, b"").await, b"");
+    }
+    metric_reaches(
+        admin,
+        CLOSED,
+        &[("route", "out"), ("reason", "no_destination")],
+        24.0,
+    )
+    .await;
+    client.signal(libc::SIGTERM);
+    let (_, logs) = client.wait_exit().await;
+    let summaries: Vec<&String> = logs.iter().filter(|l| l.contains(summary)).collect();
+    assert_eq!(summaries.len(), 2, "{summaries:#?}");
+    assert!(summaries[1].contains("suppressed=2"), "{}", summaries[1]);
 }
 
 /// Inbound capture: peers dial the application's own port on B, the
