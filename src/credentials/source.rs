@@ -352,10 +352,7 @@ fn read_revision(
 fn read_dir_files(dir: &Path) -> Result<RawRevision, CredError> {
     let crl = read_optional(&dir.join(CRL_FILE))?;
     let intermediates = read_optional(&dir.join(INTERMEDIATES_FILE))?;
-    let deny = match fs::symlink_metadata(dir.join(DENY_FILE)) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        _ => Some(read_deny(&dir.join(DENY_FILE))?),
-    };
+    let deny = read_if_present(&dir.join(DENY_FILE), read_deny)?;
     Ok(read_revision(
         &dir.join(CERT_FILE),
         &dir.join(KEY_FILE),
@@ -391,9 +388,18 @@ pub fn read_deny(path: &Path) -> Result<RawFile, CredError> {
 
 /// An optional file: `None` when it does not exist, else read as any other.
 fn read_optional(path: &Path) -> Result<Option<RawFile>, CredError> {
+    read_if_present(path, read_file)
+}
+
+/// `None` when nothing is at `path`; else `read` reads it (so a path that
+/// cannot even be looked up is `read`'s error, never taken for absent).
+fn read_if_present(
+    path: &Path,
+    read: fn(&Path) -> Result<RawFile, CredError>,
+) -> Result<Option<RawFile>, CredError> {
     match fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        _ => read_file(path).map(Some),
+        _ => read(path).map(Some),
     }
 }
 
