@@ -644,9 +644,25 @@ expect_san = ["other.env-1.svc"]
     .await;
     client.signal(libc::SIGTERM);
     let (_, logs) = client.wait_exit().await;
-    let summaries: Vec<&String> = logs.iter().filter(|l| l.contains(summary)).collect();
-    assert_eq!(summaries.len(), 2, "{summaries:#?}");
-    assert!(summaries[1].contains("suppressed=2"), "{}", summaries[1]);
+    let summaries: Vec<usize> = (0..logs.len())
+        .filter(|&i| logs[i].contains(summary))
+        .collect();
+    assert_eq!(summaries.len(), 2, "{:#?}", logs);
+    assert!(
+        logs[summaries[1]].contains("suppressed=2"),
+        "{}",
+        logs[summaries[1]]
+    );
+    // Written as the route went, not by the flush task before the stop.
+    let stop = logs
+        .iter()
+        .position(|l| l.contains("SIGTERM received"))
+        .expect("the stop logged");
+    assert!(
+        summaries[1] > stop,
+        "{:#?}",
+        &logs[stop.min(summaries[1])..]
+    );
 }
 
 /// Inbound capture: peers dial the application's own port on B, the
