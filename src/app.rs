@@ -279,17 +279,17 @@ impl Prepared {
                     workload_api_keepalive,
                 )));
             }
-            let wake = Arc::new(Notify::new());
-            wakes.push(wake.clone());
-            // Armed here, before any route listens, not in the task.
-            let watch = crate::credentials::reload::arm(store, reload_interval);
+            let hup = Arc::new(Notify::new());
+            wakes.push(hup.clone());
+            // Armed here, before any route logs `listening`, not in the task.
+            let file_wake = crate::credentials::reload::arm(store, reload_interval);
             tasks.push(tokio::spawn(crate::credentials::reload::run(
                 store.clone(),
                 all.clone(),
                 reload_interval,
-                wake,
+                hup,
                 halt.subscribe(),
-                watch,
+                file_wake,
             )));
         }
         for (route, listeners) in listening {

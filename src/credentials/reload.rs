@@ -27,8 +27,9 @@ const WAKE_SLACK: Duration = Duration::from_millis(5);
 
 /// What wakes a store's poller early: its file watch (or, for a Workload
 /// API source, the arrival of a context). Armed by [`arm`] before the
-/// routes start listening, so a change made once they listen is never left
-/// to the interval because the watch was not there yet.
+/// routes log `listening`, so a change made once they do is never left to
+/// the interval because the watch was not there yet (one made during
+/// start-up, between the first read and the arming, is the interval's).
 pub struct Wake {
     event: Arc<Notify>,
     _watcher: Option<notify::RecommendedWatcher>,
