@@ -521,6 +521,22 @@ async fn refuses_unmatched_and_direct(client: &Sidecar, admin: &str) {
     .await;
 }
 
+/// `n` connections to port 2101 (no rule): each closed without a byte,
+/// then the `no_destination` close counter at `total`.
+async fn unmatched_burst(admin: &str, n: usize, total: f64) {
+    for _ in 0..n {
+        let s = dial("10.77.0.2:2101").await;
+        assert_eq!(closed_after(s, b"").await, b"");
+    }
+    metric_reaches(
+        admin,
+        CLOSED,
+        &[("route", "out"), ("reason", "no_destination")],
+        total,
+    )
+    .await;
+}
+
 // ---- The tests ----
 
 /// The controller dials replicas by their own addresses, IPv4 and IPv6; the
@@ -604,17 +620,7 @@ expect_san = ["other.env-1.svc"]
     // The refusals are WARN lines naming the reason, rate-limited: a burst
     // of unmatched connections is counted whole and logged ten times.
     assert_eq!(client.warn_reason("no_destination").len(), 2);
-    for _ in 0..10 {
-        let s = dial("10.77.0.2:2101").await;
-        assert_eq!(closed_after(s, b"").await, b"");
-    }
-    metric_reaches(
-        admin,
-        CLOSED,
-        &[("route", "out"), ("reason", "no_destination")],
-        12.0,
-    )
-    .await;
+    unmatched_burst(admin, 10, 12.0).await;
     // The counter moves before the line is written, and the lines reach
     // this test through a reader thread: wait for them, then count.
     let lines = || {
@@ -631,17 +637,7 @@ expect_san = ["other.env-1.svc"]
     client.wait_log(&[summary, "suppressed=2"]).await;
     // A second burst, then a stop before its window ends: the route's log
     // says what it still holds as the route goes.
-    for _ in 0..12 {
-        let s = dial("10.77.0.2:2101").await;
-        assert_eq!(closed_after(s, b"").await, b"");
-    }
-    metric_reaches(
-        admin,
-        CLOSED,
-        &[("route", "out"), ("reason", "no_destination")],
-        24.0,
-    )
-    .await;
+    unmatched_burst(admin, 12, 24.0).await;
     client.signal(libc::SIGTERM);
     let (_, logs) = client.wait_exit().await;
     let summaries: Vec<usize> = (0..logs.len())
