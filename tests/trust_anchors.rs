@@ -333,3 +333,59 @@ fn each_trust_domain_has_its_own_root_store_and_its_own_grace() {
     );
     assert!(next.iter().all(|a| a.is_local()));
 }
+
+/// The retired history CRLs are recognised against (a CRL only a retired
+/// anchor verifies is ignored, not refused), across several trust changes:
+/// an anchor once retired stays in it through later changes, an anchor
+/// back in the bundle leaves it, no anchor is in it twice, and past its
+/// bound (16) the oldest leave first. Kills in `Trust::retired_after`:
+/// `delete !` in the filter, `delete !` before `retired.contains`, `replace
+/// && with ||`, and the bound's `saturating_sub` mutants.
+#[test]
+fn the_retired_history_survives_later_changes_and_is_bounded() {
+    let cas: Vec<DevCa> = (0..20).map(|i| ca(&format!("R{i}"), 30)).collect();
+    let ders: Vec<CertificateDer<'static>> = cas.iter().map(|c| anchor(c).0).collect();
+    let bundle = |idx: &[usize]| -> Vec<Anchor> {
+        let list: Vec<_> = idx.iter().map(|&i| anchor(&cas[i])).collect();
+        Anchor::bundle(&list)
+    };
+    let trust_of = |idx: &[usize], retired: &[CertificateDer<'static>]| {
+        plain(bundle(idx)).with_issuers(Arc::from(Vec::new()), Arc::from(retired.to_vec()))
+    };
+    let names = |r: &[CertificateDer<'static>]| -> Vec<usize> {
+        r.iter()
+            .map(|d| ders.iter().position(|x| x == d).expect("a known CA"))
+            .collect()
+    };
+
+    // A and B trusted; A dropped: A retires.
+    let t0 = trust_of(&[0, 1], &[]);
+    let r1 = t0.retired_after(&bundle(&[1]));
+    assert_eq!(names(&r1), vec![0]);
+
+    // A later change that does not bring A back keeps A in the history.
+    let t1 = trust_of(&[1], &r1);
+    let r2 = t1.retired_after(&bundle(&[1, 2]));
+    assert_eq!(names(&r2), vec![0], "a retired anchor was forgotten");
+    // Nothing changing keeps it too, and never lists it twice.
+    assert_eq!(names(&t1.retired_after(&bundle(&[1]))), vec![0]);
+    let both = trust_of(&[0, 1], &r1);
+    assert_eq!(
+        names(&both.retired_after(&bundle(&[1]))),
+        vec![0],
+        "an anchor both retired and dropped again is listed twice"
+    );
+
+    // A back in the bundle: it leaves the history; B dropped joins it.
+    let r3 = t1.retired_after(&bundle(&[0, 2]));
+    assert_eq!(names(&r3), vec![1]);
+
+    // Bounded: 20 anchors dropped one by one keep the newest 16.
+    let mut retired: Vec<CertificateDer<'static>> = Vec::new();
+    for i in 0..19 {
+        let t = trust_of(&[i, 19], &retired);
+        retired = t.retired_after(&bundle(&[i + 1, 19])).to_vec();
+        assert_eq!(retired.len(), (i + 1).min(16));
+    }
+    assert_eq!(names(&retired), (3..19).collect::<Vec<_>>());
+}
