@@ -158,6 +158,26 @@ fn check_reports_what_the_deny_file_denies() {
         text.contains("every peer chaining to the anchor \"CN=other anchor\" is denied"),
         "{text}"
     );
+    // A `san:` entry names a leaf's SAN, never an anchor's: a CA whose
+    // certificate carries that name is not said to be denied (its peers
+    // are admitted unless their own leaf has it).
+    let named = {
+        let mut params = rcgen::CertificateParams::new(vec!["ca-name.svc".to_string()]).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "named anchor");
+        let key = rcgen::KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().pem()
+    };
+    write_secret_dir(&dir, &me, &format!("{}{named}", pki.ca.cert_pem)).unwrap();
+    let (code, text) = check("san:ca-name.svc\n");
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        !text.contains("every peer chaining to the anchor"),
+        "an anchor's own SAN was matched as a leaf's: {text}"
+    );
+    assert!(text.contains("is not denied"), "{text}");
     let (code, text) = check("san:fine.svc\nserial:abc\n");
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("deny: line 2: serial:"), "{text}");

@@ -112,31 +112,21 @@ pub struct PeerFacts {
 }
 
 impl PeerFacts {
-    /// The facts of a chain as DER, leaf first, each certificate's issuer
-    /// being the next one (the last one's issuer unknown): for callers
-    /// that hold a chain but no built path (`check`, tools). Certificates
-    /// that do not parse are skipped.
-    pub fn from_chain(chain: &[rustls_pki_types::CertificateDer<'_>]) -> PeerFacts {
-        let spkis: Vec<Option<[u8; 32]>> = chain
-            .iter()
-            .map(|c| crate::identity::pin::spki_sha256(c.as_ref()))
-            .collect();
-        let mut facts = PeerFacts::default();
-        for (i, der) in chain.iter().enumerate() {
-            let (Some(spki), Ok(info)) = (spkis[i], crate::identity::CertInfo::parse(der)) else {
-                continue;
-            };
-            if i == 0 {
-                facts.dns = info.dns_sans.clone();
-                facts.uris = info.uri_sans.clone();
-            }
-            facts.certs.push(CertFacts {
+    /// The facts of a path that ends at this anchor and shows nothing
+    /// else: the anchor's key alone, matched as a handshake matches an
+    /// anchor (by key, never by serial or SAN). `check`'s question "is
+    /// every peer chaining to it denied?". `None` when the certificate's
+    /// key does not parse.
+    pub fn of_anchor(anchor: &rustls_pki_types::CertificateDer<'_>) -> Option<PeerFacts> {
+        let spki = crate::identity::pin::spki_sha256(anchor.as_ref())?;
+        Some(PeerFacts {
+            certs: vec![CertFacts {
                 spki,
-                serial: parse::serial(&info.serial).ok(),
-                issuer_spki: spkis.get(i + 1).copied().flatten(),
-            });
-        }
-        facts
+                serial: None,
+                issuer_spki: None,
+            }],
+            ..PeerFacts::default()
+        })
     }
 }
 

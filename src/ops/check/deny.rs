@@ -53,8 +53,8 @@ fn verdict(
         c.san
     );
     for (der, info) in &rev.anchors {
-        let facts = PeerFacts::from_chain(std::slice::from_ref(der));
-        if let Some(entry) = rev.deny.first_match(&facts) {
+        let entry = PeerFacts::of_anchor(der).and_then(|f| rev.deny.first_match(&f).cloned());
+        if let Some(entry) = entry {
             detail.push_str(&format!(
                 "; every peer chaining to the anchor {:?} is denied ({entry})",
                 info.subject
