@@ -318,6 +318,20 @@ mod tests {
         assert_eq!(l.first_match(&peer), Some(&DenyEntry::Dns("a.svc".into())));
     }
 
+    /// Only a list naming a SAN makes a handshake parse the leaf for its
+    /// SANs (an X.509 parse per handshake otherwise saved).
+    #[test]
+    fn only_a_san_entry_asks_for_the_sans() {
+        assert!(!list(&[]).has_sans());
+        assert!(
+            !parse_deny("spki-sha256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")
+                .unwrap()
+                .has_sans()
+        );
+        assert!(parse_deny("san:a.svc").unwrap().has_sans());
+        assert!(parse_deny("san:spiffe://td/x").unwrap().has_sans());
+    }
+
     #[test]
     fn serials_print_without_leading_zeros() {
         assert_eq!(hex_serial(&[0, 0x0a, 0xbc]), "abc");
