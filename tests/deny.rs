@@ -408,3 +408,46 @@ async fn a_client_route_denies_its_server() {
     );
     assert_eq!(echo.accepted(), accepted, "a denied server was used");
 }
+
+/// Each bound of a deny file is inclusive, and one past it refuses the
+/// file naming the bound: the whole file (`MAX_DENY_BYTES`, line 0), a line
+/// (`MAX_DENY_LINE`, its number) and the entries (`MAX_DENY_ENTRIES`).
+/// Kills `>` to `>=` / `==` in `parse_deny`'s size checks.
+#[test]
+fn each_bound_of_a_deny_file_is_inclusive() {
+    use mtls_sidecar::credentials::deny::{
+        parse_deny, MAX_DENY_BYTES, MAX_DENY_ENTRIES, MAX_DENY_LINE,
+    };
+    // Comment lines of 4,095 bytes and their newlines fill the file exactly.
+    let line = format!("#{}\n", "x".repeat(4094));
+    assert_eq!(MAX_DENY_BYTES % line.len(), 0);
+    let full = line.repeat(MAX_DENY_BYTES / line.len());
+    assert_eq!(full.len(), MAX_DENY_BYTES);
+    assert!(parse_deny(&full).is_ok(), "a file of exactly the bound");
+    let over = format!("{full}#");
+    let err = parse_deny(&over).expect_err("a byte past the bound");
+    assert_eq!(err.line, 0, "{err}");
+    assert!(err.detail.contains(&MAX_DENY_BYTES.to_string()), "{err}");
+
+    let longest = format!("#{}", "x".repeat(MAX_DENY_LINE - 1));
+    assert!(
+        parse_deny(&format!("{longest}\n")).is_ok(),
+        "a line of exactly the bound"
+    );
+    let err = parse_deny(&format!("{longest}\n{longest}x\n")).expect_err("a byte too long");
+    assert_eq!(err.line, 2, "{err}");
+    assert!(err.detail.contains(&MAX_DENY_LINE.to_string()), "{err}");
+
+    let entries: String = (0..MAX_DENY_ENTRIES)
+        .map(|i| format!("san:n{i}.svc\n"))
+        .collect();
+    assert_eq!(
+        parse_deny(&entries)
+            .expect("exactly the bound")
+            .entries()
+            .len(),
+        MAX_DENY_ENTRIES
+    );
+    let err = parse_deny(&format!("{entries}san:one-more.svc\n")).expect_err("one entry more");
+    assert_eq!(err.line, MAX_DENY_ENTRIES + 1, "{err}");
+}
