@@ -451,3 +451,20 @@ fn each_bound_of_a_deny_file_is_inclusive() {
     let err = parse_deny(&format!("{entries}san:one-more.svc\n")).expect_err("one entry more");
     assert_eq!(err.line, MAX_DENY_ENTRIES + 1, "{err}");
 }
+
+/// A refused line's error quotes what was written, at most 64 characters
+/// of it (an operator finds the line; a runaway line does not flood the
+/// log). Kills `shorten -> String::new()` / `"xyzzy"`.
+#[test]
+fn a_refused_entry_is_quoted_and_shortened() {
+    use mtls_sidecar::credentials::deny::parse_deny;
+    let err = parse_deny("spki-sha256:AAAA\n").expect_err("a short pin");
+    assert!(err.to_string().contains("\"AAAA\""), "{err}");
+    let err = parse_deny("nonsense-entry\n").expect_err("no format");
+    assert!(err.to_string().contains("\"nonsense-entry\""), "{err}");
+    let long = "y".repeat(200);
+    let err = parse_deny(&format!("san:{long}\\\n")).expect_err("a bad SAN");
+    let shown = format!("\"{}…\"", "y".repeat(64));
+    assert!(err.to_string().contains(&shown), "{err}");
+    assert!(!err.to_string().contains(&"y".repeat(65)), "{err}");
+}
