@@ -118,10 +118,21 @@ async fn connections_show_each_live_peer_and_page_by_cursor() {
     assert_eq!(all, ids(&v));
 
     // Bounds and malformed queries are refused with a clear 400.
-    for bad in ["?limit=0", "?limit=501", "?after=x", "?offset=2"] {
+    // Each names what it refused, quoted, at most 64 characters of it.
+    let long = "z".repeat(100);
+    let long_query = format!("?limit={long}");
+    let quoted = format!("\"{}\"", "z".repeat(64));
+    for (bad, named) in [
+        ("?limit=0", "\"0\""),
+        ("?limit=501", "\"501\""),
+        ("?after=x", "\"x\""),
+        ("?offset=2", "\"offset\""),
+        (long_query.as_str(), quoted.as_str()),
+    ] {
         let a = get(&admin, &format!("/connections{bad}")).await;
         assert_eq!(a.code, 400, "{bad}: {}", a.body);
         assert!(a.body.starts_with("/connections: "), "{}", a.body);
+        assert!(a.body.contains(named), "{bad}: {}", a.body);
     }
 
     // A closed connection leaves the list.
