@@ -141,6 +141,61 @@ async fn connections_show_each_live_peer_and_page_by_cursor() {
     connections_until(&admin, "two connections", |v| ids(v).len() == 2).await;
 }
 
+/// Pages run across routes in (route, id) order: a cursor in the first
+/// route leads on into the second, and every connection of both is listed
+/// exactly once. Kills `<` to `>` in `page`'s skip of the routes before
+/// the cursor's (which skipped the routes after it instead).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_run_on_across_routes() {
+    let creds = Creds::new();
+    let echo = echo_target().await;
+    let config = creds.tmp.path().join("two-routes.toml");
+    let mut text = format!(
+        "tls_dir = {dir:?}\nadmin = \"127.0.0.1:0\"\n",
+        dir = creds.server_dir.to_str().unwrap()
+    );
+    for name in ["first", "second"] {
+        text.push_str(&format!(
+            "[[route]]\nname = \"{name}\"\nmode = \"server\"\nlisten = \"127.0.0.1:0\"\n\
+             target = \"{target}\"\nallow_san = [\"{CONTROLLER}\"]\n",
+            target = echo.addr
+        ));
+    }
+    std::fs::write(&config, text).unwrap();
+    let sc = Sidecar::start(&["run", "--config", config.to_str().unwrap()], 2).await;
+    let admin = sc.admin();
+    let cfg = client_config(Some(&creds.controller), &creds.pki.ca.cert_pem);
+    let mut held = Vec::new();
+    for route in ["first", "first", "second", "second"] {
+        let mut s = tls_connect(&sc.addr(route), REPLICA, cfg.clone())
+            .await
+            .expect("handshake");
+        assert_eq!(roundtrip(&mut s, b"x").await, b"x");
+        held.push(s);
+    }
+    let all = connections_until(&admin, "four connections", |v| ids(v).len() == 4).await;
+    let routes: Vec<&str> = all["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["route"].as_str().expect("route"))
+        .collect();
+    assert_eq!(routes, ["first", "first", "second", "second"], "{all:#}");
+
+    let mut paged = Vec::new();
+    let mut query = "?limit=1".to_string();
+    loop {
+        let page = connections(&admin, &query).await;
+        paged.extend(ids(&page));
+        match page["next"].as_str() {
+            Some(next) => query = format!("?limit=1&after={next}"),
+            None => break,
+        }
+        assert!(paged.len() <= 4, "pages never end: {paged:?}");
+    }
+    assert_eq!(paged, ids(&all), "pages of one, route after route");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_are_refused_on_a_wildcard_admin_listener_unless_enabled() {
     let creds = Creds::new();
