@@ -298,10 +298,10 @@ fn classify_names_each_crls_state() {
         retired_ca: Some(retired.cert_pem.as_bytes()),
         ..Default::default()
     };
-    let states: Vec<(String, &str)> = classify_crl_file(&inp, now)
-        .unwrap()
-        .into_iter()
-        .map(|r| (r.info.issuer, r.state))
+    let reports = classify_crl_file(&inp, now).unwrap();
+    let states: Vec<(String, &str)> = reports
+        .iter()
+        .map(|r| (r.info.issuer.clone(), r.state))
         .collect();
     assert_eq!(
         states,
@@ -312,4 +312,28 @@ fn classify_names_each_crls_state() {
             ("CN=C".to_string(), "pending"),
         ]
     );
+    // What `check`, `/status` and `publish` say of each.
+    let details: Vec<&str> = reports.iter().map(|r| r.detail.as_str()).collect();
+    assert_eq!(
+        details,
+        [
+            "signed by CN=A in ca.crt",
+            "verified at handshake against the intermediate in the peer's chain",
+            "ignored: CN=R is no longer trusted",
+            "pending: its thisUpdate is in the future; enforced once it is not",
+        ]
+    );
+    // A CRL of a known intermediate names it.
+    let inter = a.intermediate("I", 30).expect("intermediate");
+    let inter_crl = crl(&inter, 1, vec![]);
+    let with_inter = TrustInputs {
+        ca: a.cert_pem.as_bytes(),
+        intermediates: Some(inter.cert_pem.as_bytes()),
+        crl: Some(inter_crl.as_bytes()),
+        ..Default::default()
+    };
+    let reports = classify_crl_file(&with_inter, now).unwrap();
+    assert_eq!(reports.len(), 1);
+    assert_eq!(reports[0].state, "verified");
+    assert_eq!(reports[0].detail, "signed by the intermediate CN=I");
 }

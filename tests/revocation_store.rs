@@ -90,6 +90,18 @@ fn states(store: &CredentialStore) -> Vec<(String, &'static str, Option<Kept>)> 
         .collect()
 }
 
+/// What `check`, `/status` and `publish` say of each CRL in force.
+fn details(store: &CredentialStore) -> Vec<String> {
+    store
+        .current()
+        .trust
+        .crls
+        .entries()
+        .iter()
+        .map(|e| mtls_sidecar::credentials::revocation::describe_state(&e.state))
+        .collect()
+}
+
 fn applied(outcome: Applied) {
     assert!(matches!(outcome, Applied::Applied { .. }), "{outcome:?}");
 }
@@ -113,6 +125,7 @@ fn a_crl_follows_its_ca_through_the_grace() {
     );
     let store = load(tmp.path());
     assert_eq!(verdict(&store, &revoked), REVOKED);
+    assert_eq!(details(&store), ["signed by CN=A in ca.crt"]);
     let t0 = SystemTime::now();
     publish(&dir, &me, &b.cert_pem, Some(&crl_a));
     applied(store.poll(t0));
@@ -123,12 +136,14 @@ fn a_crl_follows_its_ca_through_the_grace() {
     );
     assert_eq!(verdict(&store, &good), Ok(()));
     assert_eq!(states(&store), [("CN=A".into(), "verified", None)]);
+    assert_eq!(details(&store), ["signed by CN=A (in its trust grace)"]);
     store.take_crl_notices();
     assert_eq!(
         store.poll(t0 + GRACE + Duration::from_secs(1)),
         Applied::TrustRetired
     );
     assert_eq!(states(&store), [("CN=A".into(), "ignored", None)]);
+    assert_eq!(details(&store), ["ignored: CN=A is no longer trusted"]);
     assert!(matches!(
         store.take_crl_notices().as_slice(),
         [CrlNotice::Ignored { crl, .. }] if crl.issuer == "CN=A"
