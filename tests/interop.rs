@@ -5,6 +5,7 @@
 mod common;
 
 use common::foreign::{path, s_server, Proc};
+use common::openssl_ca::OpensslCa;
 use common::*;
 use mtls_sidecar::ops::pki::Role;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -209,74 +210,6 @@ async fn python_ssl_client_with_the_wrong_san_is_refused() {
 }
 
 // ---- CRLs written by `openssl ca -gencrl` ----
-
-/// A minimal `openssl ca` around the CA that `mtls_sidecar::ops::pki` minted: its
-/// certificate and key, an index of revoked serials, and a CRL number file
-/// only when `numbered` (without one, `openssl ca` writes a CRL with no CRL
-/// number; the authority key identifier keeps it a v2 CRL, which webpki
-/// requires).
-struct OpensslCa {
-    dir: std::path::PathBuf,
-}
-
-impl OpensslCa {
-    fn new(root: &std::path::Path, pki: &Pki, numbered: bool) -> OpensslCa {
-        let dir = root.join("openssl-ca");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("ca.crt"), &pki.ca.cert_pem).unwrap();
-        std::fs::write(dir.join("ca.key"), &pki.ca.key_pem).unwrap();
-        std::fs::write(dir.join("index.txt"), "").unwrap();
-        let crlnumber = if numbered {
-            std::fs::write(dir.join("crlnumber"), "01\n").unwrap();
-            "crlnumber = $dir/crlnumber\n"
-        } else {
-            ""
-        };
-        let conf = format!(
-            "[ ca ]\ndefault_ca = CA_default\n\
-             [ CA_default ]\ndir = {}\ndatabase = $dir/index.txt\n\
-             certificate = $dir/ca.crt\nprivate_key = $dir/ca.key\n{crlnumber}\
-             default_md = sha256\ndefault_crl_days = 7\ncrl_extensions = crl_ext\n\
-             [ crl_ext ]\nauthorityKeyIdentifier = keyid:always\n",
-            dir.display()
-        );
-        std::fs::write(dir.join("openssl.cnf"), conf).unwrap();
-        OpensslCa { dir }
-    }
-
-    fn openssl(&self, args: &[&str]) -> String {
-        let cnf = path(&self.dir, "openssl.cnf");
-        let out = std::process::Command::new("openssl")
-            .arg("ca")
-            .args(["-config", &cnf, "-batch"])
-            .args(args)
-            .output()
-            .expect("run openssl ca");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "openssl ca {args:?}:\n{text}");
-        text
-    }
-
-    /// Marks `leaf` revoked in the index.
-    fn revoke(&self, leaf: &mtls_sidecar::ops::pki::Issued) {
-        let file = self.dir.join("revoke.crt");
-        std::fs::write(&file, &leaf.cert_pem).unwrap();
-        self.openssl(&["-revoke", file.to_str().unwrap()]);
-    }
-
-    /// `openssl ca -gencrl`, with thisUpdate set when given
-    /// (`YYYYMMDDHHMMSSZ`); returns the PEM.
-    fn gencrl(&self, this_update: Option<&str>) -> String {
-        let out = path(&self.dir, "crl.pem");
-        let mut args = vec!["-gencrl", "-out", &out];
-        if let Some(t) = this_update {
-            args.extend(["-crl_lastupdate", t]);
-        }
-        self.openssl(&args);
-        std::fs::read_to_string(&out).unwrap()
-    }
-}
 
 /// Connects presenting `ident` and says whether the server let it talk: it
 /// answers a line (our echo target echoes it, `s_server -rev` reverses it)

@@ -235,6 +235,115 @@ fn a_shrinking_crl_is_reported_and_an_older_one_refused() {
     );
 }
 
+/// An intermediate's CRL removed together with the `intermediates` file
+/// that made it known: the intermediate is still trusted through its root
+/// (its leaves still chain), so the serials its CRL revoked are reported
+/// as admissible again, like any CRL removed. Kills `==` to `!=` in
+/// `dropped`'s "an intermediate no longer listed" case (which counted it
+/// untrusted and said nothing).
+#[test]
+fn an_intermediates_crl_removed_with_the_file_is_reported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = ca("A");
+    let inter = a.intermediate("I", 30).expect("intermediate");
+    let (me, revoked) = (leaf(&a), leaf(&inter));
+    let dir = AtomicDir::new(tmp.path()).unwrap();
+    let base: Vec<(&str, &[u8])> = vec![
+        ("tls.crt", me.cert_pem.as_bytes()),
+        ("tls.key", me.key_pem.as_bytes()),
+        ("ca.crt", a.cert_pem.as_bytes()),
+    ];
+    let crl_i = crl(&inter, 1, &[&revoked]);
+    let mut with = base.clone();
+    with.push(("intermediates", inter.cert_pem.as_bytes()));
+    with.push(("ca.crl", crl_i.as_bytes()));
+    dir.publish(&with).expect("publish");
+    let store = load(tmp.path());
+    assert_eq!(states(&store), [("CN=I".into(), "verified", None)]);
+    store.take_crl_notices();
+
+    dir.publish(&base).expect("publish");
+    applied(store.poll(SystemTime::now()));
+    let notices = store.take_crl_notices();
+    let [CrlNotice::Unrevoked(dropped)] = notices.as_slice() else {
+        panic!("the intermediate's revocations went silently: {notices:?}");
+    };
+    assert_eq!(
+        (dropped[0].issuer.as_str(), dropped[0].removed),
+        ("CN=I", true)
+    );
+    assert_eq!(dropped[0].serials, [serial(&revoked)]);
+}
+
+/// CRLs without a CRL number (`openssl ca` with no `crlnumber` file) are
+/// ordered by thisUpdate: an earlier one is refused as older, one of the
+/// same thisUpdate (a serial added) or a later one applies. Kills `<` to
+/// `==` / `>` / `<=` in `is_older`'s thisUpdate arm.
+#[test]
+fn crls_without_a_number_are_ordered_by_this_update() {
+    if tools::skip_unless(&["openssl"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("A");
+    let (me, r1, r2) = (
+        pki.leaf(REPLICA, Role::Both),
+        pki.leaf(CONTROLLER, Role::Client),
+        pki.leaf(CONTROLLER, Role::Client),
+    );
+    let ca = common::openssl_ca::OpensslCa::new(tmp.path(), &pki, false);
+    // openssl's YYYYMMDDHHMMSSZ, `secs_ago` seconds before `t0`.
+    let t0 = SystemTime::now();
+    let at = |secs_ago: u64| {
+        humantime::format_rfc3339_seconds(t0 - Duration::from_secs(secs_ago))
+            .to_string()
+            .replace(['-', 'T', ':'], "")
+    };
+    let creds = tmp.path().join("creds");
+    let dir = AtomicDir::new(&creds).unwrap();
+    publish(
+        &dir,
+        &me,
+        &pki.ca.cert_pem,
+        Some(&ca.gencrl(Some(&at(7200)))),
+    );
+    let store = load(&creds);
+    assert_eq!(verdict(&store, &r1), Ok(()));
+
+    ca.revoke(&r1);
+    publish(
+        &dir,
+        &me,
+        &pki.ca.cert_pem,
+        Some(&ca.gencrl(Some(&at(3 * 3600)))),
+    );
+    let outcome = store.poll(SystemTime::now());
+    assert!(
+        matches!(&outcome, Applied::Rejected { error: CredError::CrlOlder { issuer, .. }, .. } if issuer == "CN=A"),
+        "an earlier thisUpdate: {outcome:?}"
+    );
+    assert_eq!(verdict(&store, &r1), Ok(()));
+
+    publish(
+        &dir,
+        &me,
+        &pki.ca.cert_pem,
+        Some(&ca.gencrl(Some(&at(7200)))),
+    );
+    applied(store.poll(SystemTime::now()));
+    assert_eq!(verdict(&store, &r1), REVOKED, "the same thisUpdate applies");
+
+    ca.revoke(&r2);
+    publish(
+        &dir,
+        &me,
+        &pki.ca.cert_pem,
+        Some(&ca.gencrl(Some(&at(3600)))),
+    );
+    applied(store.poll(SystemTime::now()));
+    assert_eq!(verdict(&store, &r2), REVOKED, "a later thisUpdate applies");
+}
+
 /// A CRL dated beyond now + the skew tolerance does not reject the
 /// revision: it is held pending (one notice), the CRL in force for its key
 /// stays enforced, the poller is due when it comes due, and it is then

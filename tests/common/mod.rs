@@ -25,6 +25,7 @@ pub mod foreign;
 /// An independent HTTP/1.1 client for the admin endpoint.
 #[path = "../admin/http.rs"]
 pub mod http;
+pub mod openssl_ca;
 pub mod tap;
 pub mod tools;
 pub mod waits;
