@@ -337,3 +337,123 @@ fn classify_names_each_crls_state() {
     assert_eq!(reports[0].state, "verified");
     assert_eq!(reports[0].detail, "signed by the intermediate CN=I");
 }
+
+/// A signature algorithm that counts the CRL signatures it is asked to
+/// verify (a message found inside one of `crls`' DER: a CRL's TBS).
+#[derive(Debug)]
+struct CountingCrlSigs {
+    inner: &'static dyn rustls_pki_types::SignatureVerificationAlgorithm,
+    crls: Vec<Vec<u8>>,
+    hits: &'static std::sync::atomic::AtomicUsize,
+}
+
+impl rustls_pki_types::SignatureVerificationAlgorithm for CountingCrlSigs {
+    fn verify_signature(
+        &self,
+        public_key: &[u8],
+        message: &[u8],
+        signature: &[u8],
+    ) -> Result<(), rustls_pki_types::InvalidSignature> {
+        if self
+            .crls
+            .iter()
+            .any(|c| c.windows(message.len()).any(|w| w == message))
+        {
+            self.hits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        self.inner.verify_signature(public_key, message, signature)
+    }
+    fn public_key_alg_id(&self) -> rustls_pki_types::AlgorithmIdentifier {
+        self.inner.public_key_alg_id()
+    }
+    fn signature_alg_id(&self) -> rustls_pki_types::AlgorithmIdentifier {
+        self.inner.signature_alg_id()
+    }
+    fn fips(&self) -> bool {
+        self.inner.fips()
+    }
+}
+
+/// A CRL no known key verifies (an intermediate the `intermediates` file
+/// does not list) has its signature checked once per key a trust meets it
+/// with, not at every handshake: two such intermediates' leaves judged in
+/// turn, four times each, cost two CRL signature checks. Kills `>=` to
+/// `<` in `SigMemo::verifies`'s bound (a memo that kept only its last
+/// verdict checked all eight).
+#[test]
+fn an_unverified_crls_signature_is_checked_once_per_key() {
+    use mtls_sidecar::credentials::{Anchor, CrlSet, RawFile, Trust};
+    use mtls_sidecar::identity::CertInfo;
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, UnixTime};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let root = ca("Root");
+    let (i1, i2) = (
+        root.intermediate("I1", 30).expect("intermediate"),
+        root.intermediate("I2", 30).expect("intermediate"),
+    );
+    let (l1, l2) = (leaf(&i1), leaf(&i2));
+    let der = |pem: &str| CertificateDer::from_pem_slice(pem.as_bytes()).expect("PEM");
+    let crls = [
+        i1.crl(&CrlSpec::new(1, vec![], 7)).unwrap(),
+        i2.crl(&CrlSpec::new(1, vec![], 7)).unwrap(),
+    ];
+
+    let hits: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
+    let base = provider();
+    let all: Vec<&'static dyn rustls_pki_types::SignatureVerificationAlgorithm> = base
+        .signature_verification_algorithms
+        .all
+        .iter()
+        .map(|alg| {
+            let counting: &'static CountingCrlSigs = Box::leak(Box::new(CountingCrlSigs {
+                inner: *alg,
+                crls: crls.iter().map(|c| c.der.clone()).collect(),
+                hits,
+            }));
+            counting as &'static dyn rustls_pki_types::SignatureVerificationAlgorithm
+        })
+        .collect();
+    let mut counted = (*base).clone();
+    counted.signature_verification_algorithms.all = Box::leak(all.into_boxed_slice());
+    let counted = Arc::new(counted);
+
+    let root_der = der(&root.cert_pem);
+    let anchors = [(root_der.clone(), CertInfo::parse(&root_der).expect("CA"))];
+    let file = RawFile {
+        path: "ca.crl".into(),
+        bytes: format!("{}{}", crls[0].pem, crls[1].pem).into_bytes(),
+    };
+    let set = CrlSet::parse(&file, &anchors, &counted).expect("CRLs");
+    let trust = Trust::build(
+        Anchor::bundle(&anchors),
+        Arc::new(set),
+        CrlScope::Leaf,
+        &counted,
+    )
+    .expect("trust");
+    hits.store(0, Ordering::SeqCst);
+    let chains = [
+        (l1.cert_der.clone(), der(&i1.cert_pem)),
+        (l2.cert_der.clone(), der(&i2.cert_pem)),
+    ];
+    for _ in 0..4 {
+        for (leaf, inter) in &chains {
+            trust
+                .verify_peer(
+                    leaf,
+                    std::slice::from_ref(inter),
+                    UnixTime::now(),
+                    Usage::ClientAuth,
+                )
+                .expect("admitted");
+        }
+    }
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        2,
+        "one CRL signature check per (CRL, key), not one a handshake"
+    );
+}
