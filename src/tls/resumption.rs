@@ -293,6 +293,77 @@ mod tests {
         assert!(!is_tls13_session(&[1]));
     }
 
+    /// The credentials in force of a fresh store over a directory holding
+    /// `leaf` and its CA (each call: another revision, another trust).
+    fn credentials(
+        ca: &crate::ops::pki::DevCa,
+        leaf: &crate::ops::pki::Issued,
+    ) -> Arc<Credentials> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        crate::ops::pki::write_secret_dir(dir.path(), leaf, &ca.cert_pem).expect("write");
+        let store = CredentialStore::load(
+            crate::credentials::CredentialSource::Dir(dir.path().to_path_buf()),
+            crate::crypto_provider(),
+            Duration::ZERO,
+        )
+        .expect("load");
+        store.current()
+    }
+
+    /// A ticket is issued only for a peer judged against the trust in
+    /// force (a full handshake) or resumed from a ticket of the revision in
+    /// force, and never with an end that is already now: kills the two
+    /// match guards of `issuable_until` replaced by `true` and its `>` to
+    /// `>=`.
+    #[test]
+    fn a_ticket_is_issued_only_under_the_revision_in_force() {
+        use crate::ops::pki::{DevCa, LeafSpec, Role};
+        let ca = DevCa::new("CA", 30).expect("CA");
+        let leaf = ca
+            .issue(&LeafSpec::dns("a.svc", Role::Both, 10))
+            .expect("leaf");
+        let (current, other) = (credentials(&ca, &leaf), credentials(&ca, &leaf));
+        let now = epoch(
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64),
+        );
+
+        let mut full = PeerReport {
+            chain: vec![leaf.cert_der.clone()],
+            verified_with: Some(current.trust.clone()),
+            ..PeerReport::default()
+        };
+        assert_eq!(
+            issuable_until(&full, &current, now),
+            Some(now + MAX_TICKET_LIFETIME.as_secs())
+        );
+        full.verified_with = Some(other.trust.clone());
+        assert_eq!(
+            issuable_until(&full, &current, now),
+            None,
+            "judged against another trust"
+        );
+
+        let mut resumed = PeerReport::default();
+        resumed.ticket.resumed_under = Some(current.clone());
+        resumed.ticket.resumed_until = Some(now + 60);
+        assert_eq!(issuable_until(&resumed, &current, now), Some(now + 60));
+        resumed.ticket.resumed_until = Some(now);
+        assert_eq!(
+            issuable_until(&resumed, &current, now),
+            None,
+            "an end of now"
+        );
+        resumed.ticket.resumed_until = Some(now + 60);
+        resumed.ticket.resumed_under = Some(other.clone());
+        assert_eq!(
+            issuable_until(&resumed, &current, now),
+            None,
+            "another revision's ticket"
+        );
+    }
+
     #[test]
     fn a_ticket_opens_only_before_its_end() {
         let mut t = 100u64.to_be_bytes().to_vec();
