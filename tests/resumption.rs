@@ -376,6 +376,24 @@ async fn openssl_s_client_resumes_with_a_saved_session() {
     })
     .await;
     drop(first);
+    // The ticket advertises the time left until its end: the ticket
+    // bound (one hour) here, the certificates lasting longer. Kills
+    // `lifetime -> 0` / `1`.
+    let text = std::process::Command::new("openssl")
+        .args(["sess_id", "-in", sess, "-noout", "-text"])
+        .output()
+        .expect("openssl sess_id");
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    let hint: u64 = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("TLS session ticket lifetime hint: "))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no lifetime hint:\n{text}"));
+    assert!(
+        (3000..=3600).contains(&hint),
+        "lifetime hint {hint}:\n{text}"
+    );
     let mut again = s_client(&srv.addr, &srv.controller_dir, ("-sess_in", sess));
     again.send(b"again\n").await;
     let out = again.wait_stdout("again\n").await;
@@ -429,6 +447,42 @@ async fn a_client_route_resumes_with_a_server_route_and_forgets_on_its_own_revis
     assert_eq!(resumptions(&client, "client").await, 2.0);
     assert_eq!(resumptions(&server, "server").await, 2.0);
     assert_eq!(echo.accepted(), 4);
+}
+
+/// A client route without `--resumption` offers no ticket, even to a
+/// server route that issues them: every handshake is a full one. Kills
+/// `client_resumption -> Default::default()` (rustls's default keeps
+/// sessions, TLS 1.2 ones too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_route_without_resumption_never_resumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("test CA");
+    let replica = pki.leaf(REPLICA, Role::Server);
+    let controller = pki.leaf(CONTROLLER, Role::Client);
+    let ca = &pki.ca.cert_pem;
+    let (_sdir, echo, server) = resuming_server(tmp.path(), &replica, ca, &[]).await;
+    let cdir = AtomicDir::new(&tmp.path().join("controller")).unwrap();
+    publish(&cdir, &controller, ca, None);
+    let client = start_client(
+        cdir.path(),
+        &server.addr("server"),
+        &["--admin", "127.0.0.1:0"],
+    )
+    .await;
+    for _ in 0..3 {
+        let mut s = connect_plain(&client).await;
+        assert_eq!(roundtrip(&mut s, b"hello").await, b"hello");
+    }
+    let admin = server.admin();
+    assert_eq!(
+        counter(&admin, HANDSHAKES, &[("route", "server")]).await,
+        3.0
+    );
+    assert_eq!(
+        counter(&admin, RESUMPTIONS, &[("route", "server")]).await,
+        0.0
+    );
+    assert_eq!(echo.accepted(), 3);
 }
 
 /// A foreign TLS 1.3 server that issues tickets (rustls's own ticketer)
