@@ -457,3 +457,50 @@ fn an_unverified_crls_signature_is_checked_once_per_key() {
         "one CRL signature check per (CRL, key), not one a handshake"
     );
 }
+
+/// A CRL carrying non-critical extensions x509-parser cannot read (here a
+/// malformed subject key identifier and key usage, which webpki does not
+/// process in a CRL) is
+/// used like any other: only an unreadable Issuing Distribution Point
+/// refuses a CRL. Kills `is_idp` replaced by `true` in `idp_of`'s
+/// parse-error guard.
+#[test]
+fn an_unreadable_extension_other_than_the_idp_is_ignored() {
+    if tools::skip_unless(&["openssl"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("A");
+    let ca = common::openssl_ca::OpensslCa::new(tmp.path(), &pki, true);
+    let conf = ca.dir.join("openssl.cnf");
+    let text = std::fs::read_to_string(&conf).unwrap();
+    // A BOOLEAN where an OCTET STRING (subjectKeyIdentifier) and a BIT
+    // STRING (keyUsage) belong.
+    let text = text.replace(
+        "authorityKeyIdentifier = keyid:always\n",
+        "authorityKeyIdentifier = keyid:always\n2.5.29.14 = DER:01:01:FF\n2.5.29.15 = DER:01:01:FF\n",
+    );
+    std::fs::write(&conf, text).unwrap();
+    let crl = ca.gencrl(None);
+    let inp = TrustInputs {
+        ca: pki.ca.cert_pem.as_bytes(),
+        crl: Some(crl.as_bytes()),
+        ..Default::default()
+    };
+    let reports = classify_crl_file(&inp, SystemTime::now()).expect("the CRL is used");
+    assert_eq!(reports.len(), 1);
+    assert_eq!(reports[0].state, "verified");
+
+    // An unreadable IDP (non-critical even) refuses the CRL: its scope
+    // cannot be known. webpki, which parses each CRL first, refuses it
+    // already, which is why `is_idp` replaced by `false` survives.
+    let text = std::fs::read_to_string(&conf).unwrap();
+    std::fs::write(&conf, format!("{text}2.5.29.28 = DER:01:01:FF\n")).unwrap();
+    let crl = ca.gencrl(None);
+    let inp = TrustInputs {
+        crl: Some(crl.as_bytes()),
+        ..inp
+    };
+    let err = classify_crl_file(&inp, SystemTime::now()).expect_err("an unreadable IDP");
+    assert!(err.to_string().contains("ca.crl"), "{err}");
+}

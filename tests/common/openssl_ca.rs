@@ -10,7 +10,7 @@ use super::Pki;
 /// number; the authority key identifier keeps it a v2 CRL, which webpki
 /// requires).
 pub struct OpensslCa {
-    dir: std::path::PathBuf,
+    pub dir: std::path::PathBuf,
 }
 
 impl OpensslCa {
