@@ -450,6 +450,7 @@ fn each_bound_of_a_deny_file_is_inclusive() {
     );
     let err = parse_deny(&format!("{entries}san:one-more.svc\n")).expect_err("one entry more");
     assert_eq!(err.line, MAX_DENY_ENTRIES + 1, "{err}");
+    assert!(err.detail.contains(&MAX_DENY_ENTRIES.to_string()), "{err}");
 }
 
 /// A refused line's error quotes what was written, at most 64 characters

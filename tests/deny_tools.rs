@@ -118,8 +118,10 @@ fn rustls_pemfile_der(pem: &str) -> Vec<u8> {
 }
 
 /// `check` FAILs an identity the deny file denies (by its SAN, its key or
-/// its CA's key), names an anchor it denies on the PASS line, and FAILs
-/// a malformed file naming the line. Seen failing with the deny step's
+/// its CA's key), names an anchor it denies (by key) on the PASS line but
+/// not one whose certificate merely carries a SAN the list names (a
+/// `san:` entry matches a leaf), and FAILs a malformed file naming the
+/// line. Seen failing with the deny step's
 /// own-identity judgement removed (the denied identity passed).
 #[test]
 fn check_reports_what_the_deny_file_denies() {

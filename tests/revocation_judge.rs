@@ -460,10 +460,14 @@ fn an_unverified_crls_signature_is_checked_once_per_key() {
 
 /// A CRL carrying non-critical extensions x509-parser cannot read (here a
 /// malformed subject key identifier and key usage, which webpki does not
-/// process in a CRL) is
-/// used like any other: only an unreadable Issuing Distribution Point
-/// refuses a CRL. Kills `is_idp` replaced by `true` in `idp_of`'s
-/// parse-error guard.
+/// process in a CRL) is used like any other. Kills `is_idp` replaced by
+/// `true` in `idp_of`'s parse-error guard, `is_idp -> true` and its `==`
+/// to `!=`. An Issuing Distribution Point x509-parser could not read would
+/// refuse the CRL (its scope unknown), but none reaches it: webpki, which
+/// parses each CRL first, refuses a malformed one, and the odd ones it
+/// takes (it keeps the full name's bytes unread), such as a URI of one
+/// non-UTF-8 byte, x509-parser reads. Both asserted here: why the guard
+/// replaced by `false` survives (docs/mutants.md).
 #[test]
 fn an_unreadable_extension_other_than_the_idp_is_ignored() {
     if tools::skip_unless(&["openssl"]) {
@@ -473,34 +477,42 @@ fn an_unreadable_extension_other_than_the_idp_is_ignored() {
     let pki = Pki::new("A");
     let ca = common::openssl_ca::OpensslCa::new(tmp.path(), &pki, true);
     let conf = ca.dir.join("openssl.cnf");
-    let text = std::fs::read_to_string(&conf).unwrap();
+    let base = std::fs::read_to_string(&conf).unwrap();
+    let aki = "authorityKeyIdentifier = keyid:always\n";
+    assert!(
+        base.contains(aki),
+        "the CRL extensions section moved:\n{base}"
+    );
+    // CRL extensions after the authority key identifier.
+    let gencrl = |extra: &str| {
+        std::fs::write(&conf, base.replace(aki, &format!("{aki}{extra}"))).unwrap();
+        ca.gencrl(None)
+    };
+    let classify = |crl: &str| {
+        let inp = TrustInputs {
+            ca: pki.ca.cert_pem.as_bytes(),
+            crl: Some(crl.as_bytes()),
+            ..Default::default()
+        };
+        classify_crl_file(&inp, SystemTime::now()).map_err(|e| e.to_string())
+    };
+
     // A BOOLEAN where an OCTET STRING (subjectKeyIdentifier) and a BIT
     // STRING (keyUsage) belong.
-    let text = text.replace(
-        "authorityKeyIdentifier = keyid:always\n",
-        "authorityKeyIdentifier = keyid:always\n2.5.29.14 = DER:01:01:FF\n2.5.29.15 = DER:01:01:FF\n",
-    );
-    std::fs::write(&conf, text).unwrap();
-    let crl = ca.gencrl(None);
-    let inp = TrustInputs {
-        ca: pki.ca.cert_pem.as_bytes(),
-        crl: Some(crl.as_bytes()),
-        ..Default::default()
-    };
-    let reports = classify_crl_file(&inp, SystemTime::now()).expect("the CRL is used");
+    let odd = gencrl("2.5.29.14 = DER:01:01:FF\n2.5.29.15 = DER:01:01:FF\n");
+    let reports = classify(&odd).expect("the CRL is used");
     assert_eq!(reports.len(), 1);
     assert_eq!(reports[0].state, "verified");
 
-    // An unreadable IDP (non-critical even) refuses the CRL: its scope
-    // cannot be known. webpki, which parses each CRL first, refuses it
-    // already, which is why `is_idp` replaced by `false` survives.
-    let text = std::fs::read_to_string(&conf).unwrap();
-    std::fs::write(&conf, format!("{text}2.5.29.28 = DER:01:01:FF\n")).unwrap();
-    let crl = ca.gencrl(None);
-    let inp = TrustInputs {
-        crl: Some(crl.as_bytes()),
-        ..inp
-    };
-    let err = classify_crl_file(&inp, SystemTime::now()).expect_err("an unreadable IDP");
-    assert!(err.to_string().contains("ca.crl"), "{err}");
+    // IssuingDistributionPoint { distributionPoint [0] { fullName [0] {
+    // uniformResourceIdentifier [6] 0xFF } } }: webpki takes it, and so
+    // does x509-parser (a CRL scoped to that name).
+    let idp = gencrl("2.5.29.28 = critical,DER:30:07:A0:05:A0:03:86:01:FF\n");
+    let reports = classify(&idp).expect("an odd IDP both parsers read");
+    assert_eq!(reports[0].state, "verified");
+
+    // A BOOLEAN for an IDP: webpki refuses it before we look.
+    let bad = gencrl("2.5.29.28 = DER:01:01:FF\n");
+    let err = classify(&bad).expect_err("a malformed IDP");
+    assert!(err.contains("IssuingDistributionPoint"), "{err}");
 }

@@ -405,9 +405,10 @@ fn a_future_crl_is_held_pending_and_never_blocks_a_correct_one() {
     assert_eq!(states(&store), [("CN=A".into(), "verified", None)]);
     assert_eq!(store.current().trust.crls.pending(), 0);
 
-    // A pending CRL listing fewer serials at a number not higher makes
-    // nothing admissible while it is held: one Pending notice, no
-    // un-revocation (kills the `Pending` match guard in `dropped`).
+    // A pending CRL listing fewer serials at a number not higher is no
+    // un-revocation while it is held: one Pending notice, no Unrevoked
+    // one (kills the `Pending` match guard in `dropped`), and the CRL in
+    // force still refuses.
     store.take_crl_notices();
     publish(&dir, &me, &a.cert_pem, Some(&crl_at(&a, 3, &[], years)));
     applied(store.poll(wake));

@@ -339,8 +339,8 @@ fn each_trust_domain_has_its_own_root_store_and_its_own_grace() {
 /// an anchor once retired stays in it through later changes, an anchor
 /// back in the bundle leaves it, no anchor is in it twice, and past its
 /// bound (16) the oldest leave first. Kills in `Trust::retired_after`:
-/// `delete !` in the filter, `delete !` before `retired.contains`, `replace
-/// && with ||`, and the bound's `saturating_sub` mutants.
+/// `delete !` and `==` to `!=` in the filter, and in the loop adding the
+/// dropped anchors `delete !` (both), `==` to `!=` and `&&` to `||`.
 #[test]
 fn the_retired_history_survives_later_changes_and_is_bounded() {
     let cas: Vec<DevCa> = (0..20).map(|i| ca(&format!("R{i}"), 30)).collect();
@@ -380,7 +380,7 @@ fn the_retired_history_survives_later_changes_and_is_bounded() {
     let r3 = t1.retired_after(&bundle(&[0, 2]));
     assert_eq!(names(&r3), vec![1]);
 
-    // Bounded: 20 anchors dropped one by one keep the newest 16.
+    // Bounded: 19 anchors dropped one by one keep the newest 16.
     let mut retired: Vec<CertificateDer<'static>> = Vec::new();
     for i in 0..19 {
         let t = trust_of(&[i, 19], &retired);
