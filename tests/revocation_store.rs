@@ -154,9 +154,14 @@ fn a_crl_follows_its_ca_through_the_grace() {
             CertificateError::UnknownIssuer
         ))
     );
-    // A later renewal carrying the same CRL still applies.
+    // A later renewal carrying the same CRL still applies, and the CRL
+    // already ignored is not reported again (kills `==` to `!=` on the
+    // DER in `notices::between`).
     publish(&dir, &leaf(&b), &b.cert_pem, Some(&crl_a));
     applied(store.poll(t0 + GRACE + Duration::from_secs(2)));
+    assert_eq!(states(&store), [("CN=A".into(), "ignored", None)]);
+    let again = store.take_crl_notices();
+    assert!(again.is_empty(), "reported twice: {again:?}");
 }
 
 /// A revision that drops A's CRL while A is graced keeps A's CRL in force
