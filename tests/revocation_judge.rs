@@ -516,3 +516,35 @@ fn an_unreadable_extension_other_than_the_idp_is_ignored() {
     let err = classify(&bad).expect_err("a malformed IDP");
     assert!(err.contains("IssuingDistributionPoint"), "{err}");
 }
+
+/// An IDP that names no distribution point URI (its full name a DNS name
+/// only, webpki refusing an IDP without a distribution point; from
+/// `openssl ca`) covers a leaf that names none: a revoked one is `revoked`, not `revoked_status_unknown`. Kills
+/// `&&` to `||` in `distribution_points` (which gave a certificate without
+/// the extension one empty distribution point: in no partition).
+#[test]
+fn an_idp_naming_no_distribution_point_covers_a_leaf_naming_none() {
+    if tools::skip_unless(&["openssl"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("unnamed scope CA");
+    let (revoked, good) = (leaf(&pki.ca), leaf(&pki.ca));
+    let ca = common::openssl_ca::OpensslCa::new(tmp.path(), &pki, true);
+    let conf = ca.dir.join("openssl.cnf");
+    let base = std::fs::read_to_string(&conf).unwrap();
+    let aki = "authorityKeyIdentifier = keyid:always\n";
+    assert!(
+        base.contains(aki),
+        "the CRL extensions section moved:\n{base}"
+    );
+    // IssuingDistributionPoint { distributionPoint [0] { fullName [0] {
+    // dNSName [2] "a" } }, onlyContainsUserCerts [1] TRUE }
+    let idp = format!("{aki}2.5.29.28 = critical,DER:30:0A:A0:05:A0:03:82:01:61:81:01:FF\n");
+    std::fs::write(&conf, base.replace(aki, &idp)).unwrap();
+    ca.revoke(&revoked);
+    let crl = ca.gencrl(None);
+    let inp = inputs(&pki.ca.cert_pem, Some(&crl));
+    assert_eq!(judge(&inp, &revoked.cert_pem, CrlScope::Leaf), "revoked");
+    assert_eq!(judge(&inp, &good.cert_pem, CrlScope::Leaf), "ok");
+}
