@@ -548,3 +548,35 @@ fn an_idp_naming_no_distribution_point_covers_a_leaf_naming_none() {
     assert_eq!(judge(&inp, &revoked.cert_pem, CrlScope::Leaf), "revoked");
     assert_eq!(judge(&inp, &good.cert_pem, CrlScope::Leaf), "ok");
 }
+
+/// Two anchors of one key under two names (a CA re-issued under a new name,
+/// its key kept): each name is a known issuer, so the CRL issued under the
+/// second name (one CRL a key) is verified. Kills `==` to `!=` on the name in `Known::add`'s
+/// de-duplication (which kept only the first certificate of a key).
+#[test]
+fn one_key_under_two_names_verifies_the_crls_of_both() {
+    let first = ca("Old Name");
+    let renamed = {
+        let key = rcgen::KeyPair::from_pem(&first.key_pem).expect("key");
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "New Name");
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::CrlSign,
+        ];
+        let cert = params.self_signed(&key).expect("self-signed");
+        DevCa::from_pem(&cert.pem(), &first.key_pem).expect("CA")
+    };
+    let bundle = format!("{}{}", first.cert_pem, renamed.cert_pem);
+    let file = crl(&renamed, 1, vec![]);
+    let inp = inputs(&bundle, Some(&file));
+    let states: Vec<(String, &str)> = classify_crl_file(&inp, SystemTime::now())
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.info.issuer, r.state))
+        .collect();
+    assert_eq!(states, [("CN=New Name".to_string(), "verified")]);
+}
