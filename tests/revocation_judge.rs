@@ -580,3 +580,66 @@ fn one_key_under_two_names_verifies_the_crls_of_both() {
         .collect();
     assert_eq!(states, [("CN=New Name".to_string(), "verified")]);
 }
+
+/// A CA certificate without cRLSign in its keyUsage (self-signed, or
+/// signed by `parent`), and a [`DevCa`] of the same name and key whose own
+/// certificate allows cRLSign: rcgen signs CRLs and leaves only as a CA
+/// that may, and what is judged is the certificate without it.
+fn ca_without_crl_sign(name: &str, parent: Option<&DevCa>) -> (String, DevCa) {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let cert = |usages: Vec<rcgen::KeyUsagePurpose>| {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.key_usages = usages;
+        match parent {
+            None => params.self_signed(&key).expect("self-signed").pem(),
+            Some(p) => {
+                let issuer = rcgen::Issuer::from_ca_cert_pem(
+                    &p.cert_pem,
+                    rcgen::KeyPair::from_pem(&p.key_pem).expect("parent key"),
+                )
+                .expect("issuer");
+                params.signed_by(&key, &issuer).expect("signed").pem()
+            }
+        }
+    };
+    use rcgen::KeyUsagePurpose::{CrlSign, DigitalSignature, KeyCertSign};
+    let without = cert(vec![KeyCertSign, DigitalSignature]);
+    let signer = DevCa::from_pem(
+        &cert(vec![KeyCertSign, CrlSign, DigitalSignature]),
+        &key.serialize_pem(),
+    )
+    .expect("CA");
+    (without, signer)
+}
+
+/// A CA whose keyUsage lacks cRLSign signs no CRL we enforce: an anchor's
+/// CRL is `unverified` (not `verified`), and the CRL of an intermediate
+/// the peer sends revokes nothing (the same CRL from one that may sign
+/// CRLs revokes). Kills `may_sign_crls -> true` and `der_may_sign_crls ->
+/// true`.
+#[test]
+fn a_ca_without_crl_sign_signs_no_crl_we_enforce() {
+    let (anchor, signer) = ca_without_crl_sign("No CRL Sign", None);
+    let c = crl(&signer, 1, vec![]);
+    let inp = inputs(&anchor, Some(&c));
+    let states: Vec<&str> = classify_crl_file(&inp, SystemTime::now())
+        .unwrap()
+        .into_iter()
+        .map(|r| r.state)
+        .collect();
+    assert_eq!(states, ["unverified"]);
+
+    let root = ca("Root");
+    let (inter, signer) = ca_without_crl_sign("Inter", Some(&root));
+    let victim = leaf(&signer);
+    let c = crl(&signer, 1, vec![serial(&victim)]);
+    let inp = inputs(&root.cert_pem, Some(&c));
+    let chain = format!("{}{}", victim.cert_pem, inter);
+    assert_ne!(judge(&inp, &chain, CrlScope::Leaf), "revoked");
+    let may = format!("{}{}", victim.cert_pem, signer.cert_pem);
+    assert_eq!(judge(&inp, &may, CrlScope::Leaf), "revoked");
+}
