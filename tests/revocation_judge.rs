@@ -643,3 +643,96 @@ fn a_ca_without_crl_sign_signs_no_crl_we_enforce() {
     let may = format!("{}{}", victim.cert_pem, signer.cert_pem);
     assert_eq!(judge(&inp, &may, CrlScope::Leaf), "revoked");
 }
+
+/// A leaf's CRL distribution point that names a cRLIssuer (an indirect
+/// CRL, not supported) contributes no partition: a CRL scoped to its URI
+/// does not cover the leaf (`revoked_status_unknown`), while the same URI
+/// without the cRLIssuer is covered (`revoked`). The leaves come from
+/// `openssl x509 -req` (rcgen writes no cRLIssuer). Kills `||` to `&&` in
+/// `distribution_points`' skip.
+#[test]
+fn a_distribution_point_with_a_crl_issuer_is_no_partition() {
+    if tools::skip_unless(&["openssl"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let a = ca("Scoped");
+    std::fs::write(d.join("ca.crt"), &a.cert_pem).unwrap();
+    std::fs::write(d.join("ca.key"), &a.key_pem).unwrap();
+    let url = "http://crl.example/a.crl";
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(d)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    openssl(&[
+        "req",
+        "-new",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "leaf.key",
+        "-out",
+        "leaf.csr",
+        "-subj",
+        "/CN=replica",
+    ]);
+    let issue = |name: &str, dp: &str| {
+        let ext = format!(
+            "basicConstraints = CA:FALSE\nsubjectAltName = DNS:{REPLICA}\n\
+             extendedKeyUsage = serverAuth, clientAuth\ncrlDistributionPoints = dp\n[dp]\n{dp}"
+        );
+        std::fs::write(d.join(format!("{name}.ext")), ext).unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "leaf.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-set_serial",
+            if name == "indirect" { "0x51" } else { "0x52" },
+            "-days",
+            "1",
+            "-extfile",
+            &format!("{name}.ext"),
+            "-out",
+            &format!("{name}.crt"),
+        ]);
+        std::fs::read_to_string(d.join(format!("{name}.crt"))).unwrap()
+    };
+    let indirect = issue(
+        "indirect",
+        &format!(
+            "fullname = URI:{url}\nCRLissuer = dirName:issuer_dn\n[issuer_dn]\nCN = Someone Else\n"
+        ),
+    );
+    let direct = issue("direct", &format!("fullname = URI:{url}\n"));
+    let c = crl_with_idp(
+        &a,
+        vec![vec![0x51], vec![0x52]],
+        CrlIdp {
+            urls: vec![url.to_string()],
+            ..Default::default()
+        },
+    );
+    let inp = inputs(&a.cert_pem, Some(&c));
+    assert_eq!(judge(&inp, &direct, CrlScope::Leaf), "revoked");
+    assert_eq!(
+        judge(&inp, &indirect, CrlScope::Leaf),
+        "revoked_status_unknown"
+    );
+}
