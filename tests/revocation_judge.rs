@@ -736,3 +736,56 @@ fn a_distribution_point_with_a_crl_issuer_is_no_partition() {
         "revoked_status_unknown"
     );
 }
+
+/// An RSA anchor (its SubjectPublicKeyInfo past 127 bytes, so its DER
+/// length takes the long form): its CRL revokes its leaves, the key found
+/// at a handshake (webpki's SPKI, re-wrapped) being the key that verified
+/// the CRL at load. Kills `-` to `+` / `/` in `wrap_sequence`'s long-form
+/// length (an RSA anchor's CRL then matched no path: revoked leaves
+/// admitted).
+#[test]
+fn an_rsa_anchors_crl_revokes_its_leaves() {
+    if tools::skip_unless(&["openssl"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let out = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-subj",
+            "/CN=RSA Root",
+            "-days",
+            "2",
+            "-addext",
+            "keyUsage = critical, keyCertSign, cRLSign",
+            "-addext",
+            "basicConstraints = critical, CA:TRUE",
+        ])
+        .current_dir(d)
+        .output()
+        .expect("openssl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rsa = DevCa::from_pem(
+        &std::fs::read_to_string(d.join("ca.crt")).unwrap(),
+        &std::fs::read_to_string(d.join("ca.key")).unwrap(),
+    )
+    .expect("RSA CA");
+    let (bad, good) = (leaf(&rsa), leaf(&rsa));
+    let c = crl(&rsa, 1, vec![serial(&bad)]);
+    let inp = inputs(&rsa.cert_pem, Some(&c));
+    assert_eq!(judge(&inp, &bad.cert_pem, CrlScope::Leaf), "revoked");
+    assert_eq!(judge(&inp, &good.cert_pem, CrlScope::Leaf), "ok");
+}
