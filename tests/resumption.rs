@@ -401,22 +401,51 @@ async fn openssl_s_client_resumes_with_a_saved_session() {
     assert_eq!(srv.echo.accepted(), 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_route_resumes_with_a_server_route_and_forgets_on_its_own_revision() {
+/// A resuming server route and, in front of it, a client route started
+/// with `client_args`, each on its own atomically published directory.
+struct Chain {
+    pki: Pki,
+    cdir: AtomicDir,
+    echo: Echo,
+    server: Sidecar,
+    client: Sidecar,
+    _sdir: AtomicDir,
+    _tmp: tempfile::TempDir,
+}
+
+async fn client_to_resuming_server(client_args: &[&str]) -> Chain {
     let tmp = tempfile::tempdir().unwrap();
     let pki = Pki::new("test CA");
     let replica = pki.leaf(REPLICA, Role::Server);
     let controller = pki.leaf(CONTROLLER, Role::Client);
     let ca = &pki.ca.cert_pem;
-    let (_sdir, echo, server) = resuming_server(tmp.path(), &replica, ca, &[]).await;
+    let (sdir, echo, server) = resuming_server(tmp.path(), &replica, ca, &[]).await;
     let cdir = AtomicDir::new(&tmp.path().join("controller")).unwrap();
     publish(&cdir, &controller, ca, None);
-    let client = start_client(
-        cdir.path(),
-        &server.addr("server"),
-        &["--resumption", "--admin", "127.0.0.1:0"],
-    )
-    .await;
+    let client = start_client(cdir.path(), &server.addr("server"), client_args).await;
+    Chain {
+        pki,
+        cdir,
+        echo,
+        server,
+        client,
+        _sdir: sdir,
+        _tmp: tmp,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_route_resumes_with_a_server_route_and_forgets_on_its_own_revision() {
+    let Chain {
+        pki,
+        cdir,
+        echo,
+        server,
+        client,
+        _sdir,
+        _tmp,
+    } = client_to_resuming_server(&["--resumption", "--admin", "127.0.0.1:0"]).await;
+    let ca = &pki.ca.cert_pem;
     let c = &client;
     let through = move || async move {
         let mut s = connect_plain(c).await;
@@ -455,20 +484,16 @@ async fn a_client_route_resumes_with_a_server_route_and_forgets_on_its_own_revis
 /// sessions, TLS 1.2 ones too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_route_without_resumption_never_resumes() {
-    let tmp = tempfile::tempdir().unwrap();
-    let pki = Pki::new("test CA");
-    let replica = pki.leaf(REPLICA, Role::Server);
-    let controller = pki.leaf(CONTROLLER, Role::Client);
-    let ca = &pki.ca.cert_pem;
-    let (_sdir, echo, server) = resuming_server(tmp.path(), &replica, ca, &[]).await;
-    let cdir = AtomicDir::new(&tmp.path().join("controller")).unwrap();
-    publish(&cdir, &controller, ca, None);
-    let client = start_client(
-        cdir.path(),
-        &server.addr("server"),
-        &["--admin", "127.0.0.1:0"],
-    )
-    .await;
+    // Every field bound: the directories live as long as the sidecars.
+    let Chain {
+        echo,
+        server,
+        client,
+        cdir: _cdir,
+        _sdir,
+        _tmp,
+        ..
+    } = client_to_resuming_server(&["--admin", "127.0.0.1:0"]).await;
     for _ in 0..3 {
         let mut s = connect_plain(&client).await;
         assert_eq!(roundtrip(&mut s, b"hello").await, b"hello");

@@ -476,16 +476,8 @@ fn an_unreadable_extension_other_than_the_idp_is_ignored() {
     let tmp = tempfile::tempdir().unwrap();
     let pki = Pki::new("A");
     let ca = common::openssl_ca::OpensslCa::new(tmp.path(), &pki, true);
-    let conf = ca.dir.join("openssl.cnf");
-    let base = std::fs::read_to_string(&conf).unwrap();
-    let aki = "authorityKeyIdentifier = keyid:always\n";
-    assert!(
-        base.contains(aki),
-        "the CRL extensions section moved:\n{base}"
-    );
-    // CRL extensions after the authority key identifier.
     let gencrl = |extra: &str| {
-        std::fs::write(&conf, base.replace(aki, &format!("{aki}{extra}"))).unwrap();
+        ca.crl_extensions(extra);
         ca.gencrl(None)
     };
     let classify = |crl: &str| {
@@ -531,17 +523,9 @@ fn an_idp_naming_no_distribution_point_covers_a_leaf_naming_none() {
     let pki = Pki::new("unnamed scope CA");
     let (revoked, good) = (leaf(&pki.ca), leaf(&pki.ca));
     let ca = common::openssl_ca::OpensslCa::new(tmp.path(), &pki, true);
-    let conf = ca.dir.join("openssl.cnf");
-    let base = std::fs::read_to_string(&conf).unwrap();
-    let aki = "authorityKeyIdentifier = keyid:always\n";
-    assert!(
-        base.contains(aki),
-        "the CRL extensions section moved:\n{base}"
-    );
     // IssuingDistributionPoint { distributionPoint [0] { fullName [0] {
     // dNSName [2] "a" } }, onlyContainsUserCerts [1] TRUE }
-    let idp = format!("{aki}2.5.29.28 = critical,DER:30:0A:A0:05:A0:03:82:01:61:81:01:FF\n");
-    std::fs::write(&conf, base.replace(aki, &idp)).unwrap();
+    ca.crl_extensions("2.5.29.28 = critical,DER:30:0A:A0:05:A0:03:82:01:61:81:01:FF\n");
     ca.revoke(&revoked);
     let crl = ca.gencrl(None);
     let inp = inputs(&pki.ca.cert_pem, Some(&crl));
@@ -661,18 +645,7 @@ fn a_distribution_point_with_a_crl_issuer_is_no_partition() {
     std::fs::write(d.join("ca.crt"), &a.cert_pem).unwrap();
     std::fs::write(d.join("ca.key"), &a.key_pem).unwrap();
     let url = "http://crl.example/a.crl";
-    let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(d)
-            .output()
-            .expect("openssl");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let openssl = |args: &[&str]| common::openssl_ca::openssl_in(d, args);
     openssl(&[
         "req",
         "-new",
@@ -750,8 +723,9 @@ fn an_rsa_anchors_crl_revokes_its_leaves() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    let out = std::process::Command::new("openssl")
-        .args([
+    common::openssl_ca::openssl_in(
+        d,
+        &[
             "req",
             "-x509",
             "-newkey",
@@ -769,14 +743,7 @@ fn an_rsa_anchors_crl_revokes_its_leaves() {
             "keyUsage = critical, keyCertSign, cRLSign",
             "-addext",
             "basicConstraints = critical, CA:TRUE",
-        ])
-        .current_dir(d)
-        .output()
-        .expect("openssl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
     let rsa = DevCa::from_pem(
         &std::fs::read_to_string(d.join("ca.crt")).unwrap(),

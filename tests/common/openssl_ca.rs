@@ -10,7 +10,7 @@ use super::Pki;
 /// number; the authority key identifier keeps it a v2 CRL, which webpki
 /// requires).
 pub struct OpensslCa {
-    pub dir: std::path::PathBuf,
+    dir: std::path::PathBuf,
 }
 
 impl OpensslCa {
@@ -30,12 +30,22 @@ impl OpensslCa {
             "[ ca ]\ndefault_ca = CA_default\n\
              [ CA_default ]\ndir = {}\ndatabase = $dir/index.txt\n\
              certificate = $dir/ca.crt\nprivate_key = $dir/ca.key\n{crlnumber}\
-             default_md = sha256\ndefault_crl_days = 7\ncrl_extensions = crl_ext\n\
-             [ crl_ext ]\nauthorityKeyIdentifier = keyid:always\n",
+             default_md = sha256\ndefault_crl_days = 7\ncrl_extensions = crl_ext\n",
             dir.display()
         );
-        std::fs::write(dir.join("openssl.cnf"), conf).unwrap();
-        OpensslCa { dir }
+        std::fs::write(dir.join("openssl.base.cnf"), conf).unwrap();
+        let ca = OpensslCa { dir };
+        ca.crl_extensions("");
+        ca
+    }
+
+    /// The CRLs written from now on carry these extension lines
+    /// (`openssl x509v3_config` syntax, e.g. `2.5.29.28 = critical,DER:..`)
+    /// after the authority key identifier every CRL has.
+    pub fn crl_extensions(&self, lines: &str) {
+        let base = std::fs::read_to_string(self.dir.join("openssl.base.cnf")).unwrap();
+        let conf = format!("{base}[ crl_ext ]\nauthorityKeyIdentifier = keyid:always\n{lines}");
+        std::fs::write(self.dir.join("openssl.cnf"), conf).unwrap();
     }
 
     pub fn openssl(&self, args: &[&str]) -> String {
@@ -70,4 +80,18 @@ impl OpensslCa {
         self.openssl(&args);
         std::fs::read_to_string(&out).unwrap()
     }
+}
+
+/// Runs `openssl ARGS` in `dir`; it must succeed.
+pub fn openssl_in(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
