@@ -756,3 +756,162 @@ fn an_rsa_anchors_crl_revokes_its_leaves() {
     assert_eq!(judge(&inp, &bad.cert_pem, CrlScope::Leaf), "revoked");
     assert_eq!(judge(&inp, &good.cert_pem, CrlScope::Leaf), "ok");
 }
+
+/// A CRL whose signatureAlgorithm (in the TBS and outside it, alike) does
+/// not name the digest its signature was made with is not verified, even
+/// though the key verifies it under the algorithm really used: an
+/// algorithm is tried only when it matches both the CRL's signature
+/// algorithm and the signer's key (`algorithm_matches`). Controls: the
+/// CRL as signed revokes, and the relabelled TBS signed with the digest it
+/// names revokes. Kills `||` to `&&` in the old `verify_crl` (and `&&` to
+/// `||` in `algorithm_matches`), under which a P-384 key's ECDSA-SHA384
+/// signature labelled ecdsa-with-SHA256 was verified by ECDSA_P384_SHA384
+/// (the key matches) and revoked.
+#[test]
+fn a_crl_labelled_with_another_signature_algorithm_is_not_verified() {
+    if tools::skip_unless(&["openssl"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    common::openssl_ca::openssl_in(
+        d,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-384",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-subj",
+            "/CN=P-384 Root",
+            "-days",
+            "2",
+            "-addext",
+            "keyUsage = critical, keyCertSign, cRLSign",
+            "-addext",
+            "basicConstraints = critical, CA:TRUE",
+        ],
+    );
+    let p384 = DevCa::from_pem(
+        &std::fs::read_to_string(d.join("ca.crt")).unwrap(),
+        &std::fs::read_to_string(d.join("ca.key")).unwrap(),
+    )
+    .expect("P-384 CA");
+    let bad = leaf(&p384);
+    let signed = p384
+        .crl(&CrlSpec::new(1, vec![serial(&bad)], 7))
+        .expect("CRL");
+    let right = signed.pem.clone();
+    assert_eq!(
+        judge(
+            &inputs(&p384.cert_pem, Some(&right)),
+            &bad.cert_pem,
+            CrlScope::Leaf
+        ),
+        "revoked",
+        "the CRL labelled with the algorithm it was signed with revokes"
+    );
+
+    // Relabel both AlgorithmIdentifiers (the TBS's and the outer one:
+    // webpki refuses a CRL where they differ) ecdsa-with-SHA256, and sign
+    // the relabelled TBS with the CA's key and SHA-384.
+    const SHA384: [u8; 12] = [
+        0x30, 0x0a, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x03,
+    ];
+    let mut relabelled = signed.der.clone();
+    let mut found = 0;
+    for at in 0..relabelled.len().saturating_sub(SHA384.len()) {
+        if relabelled[at..at + SHA384.len()] == SHA384 {
+            relabelled[at + SHA384.len() - 1] = 0x02;
+            found += 1;
+        }
+    }
+    assert_eq!(found, 2, "the TBS's and the outer signatureAlgorithm");
+    let (_, outer) = der_tlv(&relabelled);
+    let (tbs, _) = der_tlv(outer);
+    std::fs::write(d.join("tbs.der"), tbs).unwrap();
+    let signed_with = |digest: &str| {
+        common::openssl_ca::openssl_in(
+            d,
+            &[
+                "dgst", digest, "-sign", "ca.key", "-out", "sig.der", "tbs.der",
+            ],
+        );
+        let mut bits = vec![0u8];
+        bits.extend(std::fs::read(d.join("sig.der")).unwrap());
+        let mut body = tbs.to_vec();
+        body.extend_from_slice(&SHA384[..SHA384.len() - 1]);
+        body.push(0x02);
+        body.extend(der_encode(0x03, &bits));
+        pem_crl(&der_encode(0x30, &body))
+    };
+    // The control: signed with the digest it names, the rebuilt CRL revokes.
+    let honest = signed_with("-sha256");
+    assert_eq!(
+        judge(
+            &inputs(&p384.cert_pem, Some(&honest)),
+            &bad.cert_pem,
+            CrlScope::Leaf
+        ),
+        "revoked"
+    );
+    let wrong = signed_with("-sha384");
+    let inp = inputs(&p384.cert_pem, Some(&wrong));
+    assert_ne!(judge(&inp, &bad.cert_pem, CrlScope::Leaf), "revoked");
+    let reports = classify_crl_file(&inp, SystemTime::now()).unwrap();
+    assert_eq!(reports.len(), 1);
+    assert_ne!(reports[0].state, "verified", "{}", reports[0].detail);
+}
+
+/// The first DER element of `der`: (the whole element, its contents).
+fn der_tlv(der: &[u8]) -> (&[u8], &[u8]) {
+    let (len, head) = match der[1] {
+        n if n < 0x80 => (n as usize, 2),
+        n => {
+            let k = (n & 0x7f) as usize;
+            let len = der[2..2 + k]
+                .iter()
+                .fold(0usize, |acc, b| (acc << 8) | *b as usize);
+            (len, 2 + k)
+        }
+    };
+    (&der[..head + len], &der[head..head + len])
+}
+
+/// One DER element: `tag`, its length, `contents`.
+fn der_encode(tag: u8, contents: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    let len = contents.len();
+    if len < 0x80 {
+        out.push(len as u8);
+    } else {
+        let bytes: Vec<u8> = len
+            .to_be_bytes()
+            .into_iter()
+            .skip_while(|b| *b == 0)
+            .collect();
+        out.push(0x80 | bytes.len() as u8);
+        out.extend(bytes);
+    }
+    out.extend_from_slice(contents);
+    out
+}
+
+/// `der` as a PEM CRL.
+fn pem_crl(der: &[u8]) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut pem = String::from("-----BEGIN X509 CRL-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        pem.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
+        pem.push('\n');
+    }
+    pem.push_str("-----END X509 CRL-----\n");
+    pem
+}

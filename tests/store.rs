@@ -36,6 +36,43 @@ fn load(dir: &std::path::Path, grace: Duration) -> std::sync::Arc<CredentialStor
         .expect("load")
 }
 
+/// What `/workload`, `/connections` (`trust_grace_seconds`) and the reload
+/// poller read of a store: a file store has its revision at once and no
+/// feed; a Workload API store has a feed and no revision until the agent
+/// delivers one; the grace is the one given.
+#[test]
+fn a_store_reports_its_feed_revision_and_grace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("CA");
+    let dir = AtomicDir::new(tmp.path()).unwrap();
+    publish(&dir, &pki.leaf(REPLICA, Role::Server), &pki.ca.cert_pem);
+    let grace = Duration::from_secs(1_234);
+    let files = load(tmp.path(), grace);
+    assert!(
+        files.feed().is_none(),
+        "a file store has no Workload API feed"
+    );
+    assert!(files.has_revision());
+    assert_eq!(files.trust_grace(), grace);
+
+    let workload = CredentialStore::load(
+        CredentialSource::WorkloadApi {
+            endpoint: "unix:///nonexistent/agent.sock".into(),
+            svid: None,
+        },
+        provider(),
+        Duration::from_secs(7),
+    )
+    .expect("a Workload API store loads before the agent answers");
+    let feed = workload.feed().expect("a Workload API store has a feed");
+    assert!(feed.latest().is_none(), "nothing delivered yet");
+    assert!(
+        !workload.has_revision(),
+        "no revision before the agent's first"
+    );
+    assert_eq!(workload.trust_grace(), Duration::from_secs(7));
+}
+
 #[test]
 fn an_older_identity_is_never_applied() {
     let tmp = tempfile::tempdir().unwrap();

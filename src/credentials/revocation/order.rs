@@ -210,7 +210,7 @@ fn dropped(
                 && match &e.state {
                     CrlState::Verified(s) | CrlState::Pending(Some(s)) => s.key == signer.key,
                     CrlState::Unverified | CrlState::Pending(None) => {
-                        verify_crl(&e.crl, &signer.spki, provider).is_ok()
+                        verify_crl(&e.crl, &signer.spki, provider)
                     }
                     CrlState::Ignored(_) => false,
                 }

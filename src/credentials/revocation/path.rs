@@ -166,7 +166,7 @@ fn signed_by(
             };
             memo.verifies(index, key, || {
                 signer::der_may_sign_crls(issuer_der.as_ref())
-                    && signer::verify_crl(&entry.crl, &node.issuer_spki, provider).is_ok()
+                    && signer::verify_crl(&entry.crl, &node.issuer_spki, provider)
             })
         }
         CrlState::Ignored(_) | CrlState::Pending(_) => false,

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
-use rustls_pki_types::CertificateDer;
+use rustls_pki_types::{CertificateDer, SignatureVerificationAlgorithm};
 use x509_parser::asn1_rs::Any;
 use x509_parser::certificate::X509Certificate;
 use x509_parser::prelude::FromDer;
@@ -100,7 +100,7 @@ impl Known {
         order.sort_by_key(|k| !k.signer.kind.trusted());
         order
             .into_iter()
-            .find(|k| k.crl_sign && verify_crl(crl, &k.signer.spki, provider).is_ok())
+            .find(|k| k.crl_sign && verify_crl(crl, &k.signer.spki, provider))
             .map(|k| &k.signer)
     }
 
@@ -162,47 +162,48 @@ pub(crate) fn wrap_sequence(contents: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Verifies the CRL's signature with the key `spki_der`, using the
-/// provider's certificate signature algorithms (the same set, and the same
-/// algorithm identifiers, webpki uses for chains).
-pub(crate) fn verify_crl(
-    crl: &Crl,
-    spki_der: &[u8],
-    provider: &CryptoProvider,
-) -> Result<(), String> {
-    const MALFORMED: &str = "malformed signature algorithm";
+/// Whether the CRL's signature verifies with the key `spki_der`, using
+/// the provider's certificate signature algorithms (the same set, and the
+/// same algorithm identifiers, webpki uses for chains). An algorithm is
+/// tried only when it matches both the CRL's signature algorithm and the
+/// key's: a signature made with another digest than the one the CRL names
+/// does not verify. Malformed input does not verify.
+pub(crate) fn verify_crl(crl: &Crl, spki_der: &[u8], provider: &CryptoProvider) -> bool {
     use x509_parser::revocation_list::CertificateRevocationList;
-    let (_, parsed) =
-        CertificateRevocationList::from_der(crl.der()).map_err(|_| MALFORMED.to_string())?;
-    // CertificateList ::= SEQUENCE { tbsCertList, signatureAlgorithm, signatureValue }
-    let (_, outer) = Any::from_der(crl.der()).map_err(|_| MALFORMED.to_string())?;
-    let (after_tbs, _) = Any::from_der(outer.data).map_err(|_| MALFORMED.to_string())?;
-    let (_, sig_alg) = Any::from_der(after_tbs).map_err(|_| MALFORMED.to_string())?;
-    let (_, spki) = SubjectPublicKeyInfo::from_der(spki_der).map_err(|_| MALFORMED.to_string())?;
-    let (_, spki_seq) = Any::from_der(spki_der).map_err(|_| MALFORMED.to_string())?;
-    let (_, key_alg) = Any::from_der(spki_seq.data).map_err(|_| MALFORMED.to_string())?;
-    let mut supported = false;
-    for alg in provider.signature_verification_algorithms.all {
-        if alg.signature_alg_id().as_ref() != sig_alg.data
-            || alg.public_key_alg_id().as_ref() != key_alg.data
-        {
-            continue;
-        }
-        supported = true;
-        if alg
-            .verify_signature(
-                &spki.subject_public_key.data,
-                parsed.tbs_cert_list.as_ref(),
-                &parsed.signature_value.data,
-            )
-            .is_ok()
-        {
-            return Ok(());
-        }
-    }
-    Err(if supported {
-        "the signature does not verify with its key".to_string()
-    } else {
-        "its signature algorithm is not supported for its key".to_string()
-    })
+    let verdict = || -> Option<bool> {
+        let (_, parsed) = CertificateRevocationList::from_der(crl.der()).ok()?;
+        // CertificateList ::= SEQUENCE { tbsCertList, signatureAlgorithm, signatureValue }
+        let (_, outer) = Any::from_der(crl.der()).ok()?;
+        let (after_tbs, _) = Any::from_der(outer.data).ok()?;
+        let (_, sig_alg) = Any::from_der(after_tbs).ok()?;
+        let (_, spki) = SubjectPublicKeyInfo::from_der(spki_der).ok()?;
+        let (_, spki_seq) = Any::from_der(spki_der).ok()?;
+        let (_, key_alg) = Any::from_der(spki_seq.data).ok()?;
+        Some(
+            provider
+                .signature_verification_algorithms
+                .all
+                .iter()
+                .filter(|alg| algorithm_matches(**alg, sig_alg.data, key_alg.data))
+                .any(|alg| {
+                    alg.verify_signature(
+                        &spki.subject_public_key.data,
+                        parsed.tbs_cert_list.as_ref(),
+                        &parsed.signature_value.data,
+                    )
+                    .is_ok()
+                }),
+        )
+    };
+    verdict().unwrap_or(false)
+}
+
+/// Whether `alg` is the one for a signature named `sig_alg` by a key of
+/// the algorithm `key_alg` (both the AlgorithmIdentifiers' contents).
+fn algorithm_matches(
+    alg: &dyn SignatureVerificationAlgorithm,
+    sig_alg: &[u8],
+    key_alg: &[u8],
+) -> bool {
+    alg.signature_alg_id().as_ref() == sig_alg && alg.public_key_alg_id().as_ref() == key_alg
 }
