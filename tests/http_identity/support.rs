@@ -198,6 +198,8 @@ impl Resp {
 pub struct Raw {
     pub tls: ClientTls,
     buf: Vec<u8>,
+    /// Every byte read from the sidecar so far.
+    pub received: usize,
 }
 
 impl Raw {
@@ -205,6 +207,7 @@ impl Raw {
         Raw {
             tls: tls_connect(addr, REPLICA, cfg).await.expect("handshake"),
             buf: Vec::new(),
+            received: 0,
         }
     }
 
@@ -220,6 +223,7 @@ impl Raw {
             Ok(Ok(0)) | Ok(Err(_)) => false,
             Ok(Ok(n)) => {
                 self.buf.extend_from_slice(&chunk[..n]);
+                self.received += n;
                 true
             }
             Err(_) => panic!("no response within {DEADLINE:?}"),

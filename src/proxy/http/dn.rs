@@ -1,10 +1,12 @@
 //! A certificate's subject as an RFC 4514 string, the form Envoy's
 //! `Subject=` carries (OpenSSL's `XN_FLAG_RFC2253`): RDNs last to first,
-//! joined by `,`, multi-valued ones by `+`, the usual attribute types by
-//! their short names and any other by its dotted OID with the value's DER
-//! in hex (`#…`). Escaping is RFC 4514 §2.4's, plus `\XX` for every byte
-//! outside visible ASCII so the string always fits in a header value, and
-//! for `\` so it never ends in one (XFCC quotes it; `\"` is a quote there).
+//! joined by `,`, multi-valued ones by `+` (their values last to first
+//! too: OpenSSL reverses the whole list of values), the usual attribute
+//! types by their short names and any other by its dotted OID with the
+//! value's DER in uppercase hex (`#…`, as OpenSSL and BoringSSL write it).
+//! Escaping is RFC 4514 §2.4's, plus `\XX` for every byte outside visible
+//! ASCII so the string always fits in a header value, and for `\` so it
+//! never ends in one (XFCC quotes it; `\"` is a quote there).
 
 use x509_parser::der_parser::asn1_rs::{Any, Class};
 use x509_parser::x509::X509Name;
@@ -27,13 +29,19 @@ pub fn rfc4514(name: &X509Name<'_>) -> String {
     let rdns: Vec<String> = name
         .iter_rdn()
         .map(|rdn| {
-            rdn.iter()
+            let values: Vec<_> = rdn.iter().collect();
+            values
+                .into_iter()
+                .rev()
                 .map(|atv| {
                     let oid = atv.attr_type().to_id_string();
                     let short = SHORT_NAMES.iter().find(|(o, _)| *o == oid);
                     match (short, atv.as_str()) {
                         (Some((_, short)), Ok(s)) => format!("{short}={}", escape_value(s)),
-                        _ => format!("{oid}=#{}", hex(&der_of(atv.attr_value()))),
+                        _ => format!(
+                            "{oid}=#{}",
+                            hex(&der_of(atv.attr_value())).to_ascii_uppercase()
+                        ),
                     }
                 })
                 .collect::<Vec<_>>()
@@ -126,5 +134,47 @@ mod tests {
         assert_eq!(escape_value(" x "), r"\20x\20");
         assert_eq!(escape_value("é\n"), r"\C3\A9\0A");
         assert_eq!(escape_value(r#"q"\"#), r#"q\"\5C"#);
+    }
+
+    /// `tag` (identifier octets), a definite length, `content`.
+    fn tlv(tag: &[u8], content: &[u8]) -> Vec<u8> {
+        let mut out = tag.to_vec();
+        let len = content.len();
+        if len < 0x80 {
+            out.push(len as u8);
+        } else {
+            let be = (len as u32).to_be_bytes();
+            let skip = be.iter().take_while(|b| **b == 0).count();
+            out.push(0x80 | (4 - skip) as u8);
+            out.extend_from_slice(&be[skip..]);
+        }
+        out.extend_from_slice(content);
+        out
+    }
+
+    /// A value with no short name is its DER, rebuilt byte for byte from
+    /// the parsed value: constructed, of every class, with a tag of one,
+    /// two and three identifier octets, and lengths in short and long
+    /// form (one and two length octets).
+    #[test]
+    fn an_unnamed_value_is_dumped_as_its_exact_der() {
+        use x509_parser::prelude::FromDer;
+        let values: Vec<Vec<u8>> = vec![
+            tlv(&[0x0c], b"x"),
+            tlv(&[0x30], &tlv(&[0x02], &[5])),
+            tlv(&[0x5f, 0x28], b"A"),
+            tlv(&[0xdf, 0x81, 0x48], b"B"),
+            tlv(&[0xbf, 0x1f], &tlv(&[0x04], b"C")),
+            tlv(&[0x0c], &[b'l'; 200]),
+            tlv(&[0x0c], &[b'm'; 300]),
+        ];
+        for value in values {
+            let oid = [0x06, 0x03, 0x2a, 0x03, 0x04]; // 1.2.3.4
+            let atv = tlv(&[0x30], &[&oid[..], &value].concat());
+            let name = tlv(&[0x30], &tlv(&[0x31], &atv));
+            let (_, parsed) = X509Name::from_der(&name).expect("a Name");
+            let want = format!("1.2.3.4=#{}", hex(&value).to_ascii_uppercase());
+            assert_eq!(rfc4514(&parsed), want);
+        }
     }
 }
