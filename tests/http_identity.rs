@@ -221,6 +221,11 @@ async fn a_request_reaches_the_target_framed_as_it_was_sent() {
         ),
         (
             "POST",
+            "Content-Length: 0000000000000000005\r\n\r\nhello",
+            &["content-length"],
+        ),
+        (
+            "POST",
             "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
             &["transfer-encoding"],
         ),
@@ -340,6 +345,51 @@ async fn the_subject_is_rendered_as_openssl_renders_it() {
     assert_eq!(ours, theirs);
 }
 
+/// The smuggling reader follows a chunked body chunk by chunk to the next
+/// request head, which it then judges: a chunk size of three hex digits
+/// (0x100 bytes), and a chunk line with extensions exactly as long as the
+/// reader allows (`--http-max-header-bytes` + 4 with its CRLF), each
+/// followed on the same connection by a clean request (200) and by a
+/// smuggling shape (400). Kills `-` to `/` in `Scanner::complete` (the
+/// size read from the first half of the line) and `>` to `>=` in
+/// `Scanner::gather`'s line bound.
+#[tokio::test]
+async fn a_chunked_body_is_followed_to_the_next_request() {
+    if tools::skip_unless(&["python3"]) {
+        return;
+    }
+    let (ids, _target, sc) = route(&["--http-max-header-bytes", "8192"]).await;
+    let data = "d".repeat(0x100);
+    let ext = format!("5;e={}\r\n", "x".repeat(8192 + 4 - "5;e=\r\n".len()));
+    assert_eq!(ext.len(), 8192 + 4);
+    let bodies = [
+        format!("100\r\n{data}\r\n0\r\n\r\n"),
+        format!("{ext}hello\r\n0\r\n\r\n"),
+    ];
+    for body in &bodies {
+        let mut c = Raw::connect(&sc.addr("server"), ids.tls(&[])).await;
+        c.send(
+            format!(
+                "POST /chunked HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n{body}"
+            )
+            .as_bytes(),
+        )
+        .await;
+        let r = c.response().await;
+        assert_eq!(r.status, 200, "{r:?}");
+        c.send(b"GET /next HTTP/1.1\r\nHost: t\r\n\r\n").await;
+        let r = c.response().await;
+        assert_eq!(r.status, 200, "the request after the body: {r:?}");
+        c.send(
+            b"POST /smuggle HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\
+              Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        )
+        .await;
+        let r = c.response().await;
+        assert_eq!(r.status, 400, "a smuggling shape after the body: {r:?}");
+    }
+}
+
 /// Empty lines before a request line (RFC 9112 §2.2) are skipped by the
 /// smuggling reader as hyper skips them, however many, at the start of a
 /// connection and between requests: every request is answered by the
@@ -389,6 +439,10 @@ async fn smuggling_shapes_get_400_and_never_reach_the_target() {
             "Content-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
         ),
         ("CL list", "Content-Length: 3, 3\r\n\r\nabc"),
+        (
+            "CL of 20 digits",
+            "Content-Length: 00000000000000000003\r\n\r\nabc",
+        ),
         ("obs-fold", "X-A: a\r\n folded\r\nContent-Length: 0\r\n\r\n"),
         ("TE not chunked", "Transfer-Encoding: gzip\r\n\r\n"),
         (

@@ -60,3 +60,60 @@ impl<IO: AsyncWrite + Unpin, O: Observe + Unpin> AsyncWrite for Tap<IO, O> {
         Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::FutureExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+
+    /// Counts what passes.
+    #[derive(Default)]
+    struct Count(usize, usize);
+
+    impl Observe for Count {
+        fn read(&mut self, bytes: &[u8]) {
+            self.0 += bytes.len();
+        }
+        fn wrote(&mut self, n: usize) {
+            self.1 += n;
+        }
+    }
+
+    /// A flush and a shutdown reach the wrapped stream: bytes its own
+    /// buffer held go out on a flush (hyper flushes each response; the
+    /// TLS stream holds a record the socket did not take), and a shutdown
+    /// ends the stream (the TLS stream's close_notify).
+    #[tokio::test]
+    async fn flush_and_shutdown_reach_the_stream() {
+        let (near, mut far) = tokio::io::duplex(1024);
+        let mut tap = Tap {
+            io: BufWriter::new(near),
+            observer: Count::default(),
+        };
+        tap.write_all(b"abc").await.unwrap();
+        let mut got = [0u8; 3];
+        assert!(
+            far.read_exact(&mut got).now_or_never().is_none(),
+            "held by the buffer until flushed"
+        );
+        tap.flush().await.unwrap();
+        far.read_exact(&mut got)
+            .now_or_never()
+            .expect("flushed")
+            .unwrap();
+        assert_eq!(&got, b"abc");
+        tap.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        let n = far
+            .read_to_end(&mut rest)
+            .now_or_never()
+            .expect("ended")
+            .unwrap();
+        assert_eq!(n, 0);
+        far.write_all(b"hello").await.unwrap();
+        let mut back = [0u8; 5];
+        tap.read_exact(&mut back).await.unwrap();
+        assert_eq!((tap.observer.0, tap.observer.1), (5, 3));
+    }
+}
