@@ -345,6 +345,33 @@ async fn the_subject_is_rendered_as_openssl_renders_it() {
     assert_eq!(ours, theirs);
 }
 
+/// A response reaches the client without what concerned only the hop it
+/// came over: `Keep-Alive`, and a header the target's `Connection` names;
+/// its other headers are kept. Kills `sanitize_response` -> `()` and its
+/// `||` to `&&` and `==` to `!=`.
+#[tokio::test]
+async fn a_responses_hop_by_hop_headers_stay_on_the_targets_hop() {
+    if tools::skip_unless(&["python3"]) {
+        return;
+    }
+    let (ids, _target, sc) = route(&[]).await;
+    let mut c = Raw::connect(&sc.addr("server"), ids.tls(&[])).await;
+    c.send(b"GET /hop HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    let r = c.response().await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("x-end"), Some("kept"), "{r:?}");
+    for gone in ["x-hop", "keep-alive"] {
+        assert_eq!(r.header(gone), None, "{gone} forwarded: {r:?}");
+    }
+    assert!(
+        r.headers
+            .iter()
+            .all(|(k, v)| !k.eq_ignore_ascii_case("connection")
+                || !v.to_lowercase().contains("x-hop")),
+        "{r:?}"
+    );
+}
+
 /// The smuggling reader follows a chunked body chunk by chunk to the next
 /// request head, which it then judges: a chunk size of three hex digits
 /// (0x100 bytes), and a chunk line with extensions exactly as long as the
@@ -388,6 +415,31 @@ async fn a_chunked_body_is_followed_to_the_next_request() {
         let r = c.response().await;
         assert_eq!(r.status, 400, "a smuggling shape after the body: {r:?}");
     }
+}
+
+/// A chunk-size line the smuggling reader does not accept (17 hex digits,
+/// though their value fits: hyper decodes it) ends the reader's judging
+/// of the connection: that request is answered, the next one is refused
+/// with 400 and a close, never forwarded. Kills `||` to `&&` in
+/// `chunk_size`'s digit count.
+#[tokio::test]
+async fn after_a_chunk_size_of_17_digits_no_request_is_forwarded() {
+    if tools::skip_unless(&["python3"]) {
+        return;
+    }
+    let (ids, _target, sc) = route(&[]).await;
+    let mut c = Raw::connect(&sc.addr("server"), ids.tls(&[])).await;
+    c.send(
+        b"POST /chunked HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n\
+          00000000000000005\r\nhello\r\n0\r\n\r\n",
+    )
+    .await;
+    let r = c.response().await;
+    assert_eq!(r.status, 200, "{r:?}");
+    c.send(b"GET /next HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    let r = c.response().await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(c.closed().await);
 }
 
 /// Empty lines before a request line (RFC 9112 §2.2) are skipped by the

@@ -59,6 +59,11 @@ class H(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(out)))
         if self.path == "/close":
             self.send_header("Connection", "close")
+        if self.path == "/hop":
+            self.send_header("Connection", "X-Hop")
+            self.send_header("X-Hop", "secret")
+            self.send_header("Keep-Alive", "timeout=5")
+            self.send_header("X-End", "kept")
         self.end_headers()
         self.wfile.write(out)
     do_GET = do_POST = do_PUT = any
