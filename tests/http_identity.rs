@@ -291,11 +291,17 @@ async fn the_subject_is_rendered_as_openssl_renders_it() {
     std::fs::write(
         d.join("req.cnf"),
         "oid_section = new_oids\n[ new_oids ]\nattrOne = 1.3.6.1.4.1.55555.1\n\
-         attrTwo = 1.3.6.1.4.1.55555.2\n[ req ]\ndistinguished_name = dn\n[ dn ]\n",
+         attrTwo = 1.3.6.1.4.1.55555.2\nattrThree = 1.3.6.1.4.1.55555.3\n\
+         attrFour = 1.3.6.1.4.1.55555.4\n[ req ]\ndistinguished_name = dn\n[ dn ]\n",
     )
     .unwrap();
-    let long = "l".repeat(200);
-    let subject = format!("/C=XX/O=Ops\\, Inc/attrOne=x+CN=multi/attrTwo={long}/CN=client");
+    // Values of 200, 128 and 127 bytes: the long form of the length, its
+    // first length, and the last short one.
+    let (long, l128, l127) = ("l".repeat(200), "m".repeat(128), "s".repeat(127));
+    let subject = format!(
+        "/C=XX/O=Ops\\, Inc/attrOne=x+CN=multi/attrTwo={long}/attrThree={l128}\
+         /attrFour={l127}/CN=client"
+    );
     let run = common::openssl_ca::openssl_in;
     run(
         d,
@@ -358,6 +364,14 @@ async fn the_subject_is_rendered_as_openssl_renders_it() {
         "{theirs}"
     );
     assert!(theirs.contains("+"), "one multi-valued RDN: {theirs}");
+    assert!(
+        theirs.contains(&format!("#0C8180{}", "6D".repeat(128))),
+        "{theirs}"
+    );
+    assert!(
+        theirs.contains(&format!("#0C7F{}", "73".repeat(127))),
+        "{theirs}"
+    );
 
     let cert_pem = std::fs::read_to_string(d.join("c.crt")).unwrap();
     let client = mtls_sidecar::ops::pki::Issued {
