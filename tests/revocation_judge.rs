@@ -710,6 +710,36 @@ fn a_distribution_point_with_a_crl_issuer_is_no_partition() {
     );
 }
 
+/// A root CA made by `openssl req -x509` in `d` (`ca.crt`, `ca.key`) with
+/// the key `key_args` asks for, named `cn`, allowed to sign certificates
+/// and CRLs.
+fn openssl_root(d: &std::path::Path, key_args: &[&str], cn: &str) -> DevCa {
+    let subject = format!("/CN={cn}");
+    let mut args = vec!["req", "-x509"];
+    args.extend_from_slice(key_args);
+    args.extend_from_slice(&[
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-subj",
+        &subject,
+        "-days",
+        "2",
+        "-addext",
+        "keyUsage = critical, keyCertSign, cRLSign",
+        "-addext",
+        "basicConstraints = critical, CA:TRUE",
+    ]);
+    common::openssl_ca::openssl_in(d, &args);
+    DevCa::from_pem(
+        &std::fs::read_to_string(d.join("ca.crt")).unwrap(),
+        &std::fs::read_to_string(d.join("ca.key")).unwrap(),
+    )
+    .expect("openssl's root CA")
+}
+
 /// An RSA anchor (its SubjectPublicKeyInfo past 127 bytes, so its DER
 /// length takes the long form): its CRL revokes its leaves, the key found
 /// at a handshake (webpki's SPKI, re-wrapped) being the key that verified
@@ -723,33 +753,7 @@ fn an_rsa_anchors_crl_revokes_its_leaves() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    common::openssl_ca::openssl_in(
-        d,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-subj",
-            "/CN=RSA Root",
-            "-days",
-            "2",
-            "-addext",
-            "keyUsage = critical, keyCertSign, cRLSign",
-            "-addext",
-            "basicConstraints = critical, CA:TRUE",
-        ],
-    );
-    let rsa = DevCa::from_pem(
-        &std::fs::read_to_string(d.join("ca.crt")).unwrap(),
-        &std::fs::read_to_string(d.join("ca.key")).unwrap(),
-    )
-    .expect("RSA CA");
+    let rsa = openssl_root(d, &["-newkey", "rsa:2048"], "RSA Root");
     let (bad, good) = (leaf(&rsa), leaf(&rsa));
     let c = crl(&rsa, 1, vec![serial(&bad)]);
     let inp = inputs(&rsa.cert_pem, Some(&c));
@@ -774,35 +778,11 @@ fn a_crl_labelled_with_another_signature_algorithm_is_not_verified() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    common::openssl_ca::openssl_in(
+    let p384 = openssl_root(
         d,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-384",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-subj",
-            "/CN=P-384 Root",
-            "-days",
-            "2",
-            "-addext",
-            "keyUsage = critical, keyCertSign, cRLSign",
-            "-addext",
-            "basicConstraints = critical, CA:TRUE",
-        ],
+        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-384"],
+        "P-384 Root",
     );
-    let p384 = DevCa::from_pem(
-        &std::fs::read_to_string(d.join("ca.crt")).unwrap(),
-        &std::fs::read_to_string(d.join("ca.key")).unwrap(),
-    )
-    .expect("P-384 CA");
     let bad = leaf(&p384);
     let signed = p384
         .crl(&CrlSpec::new(1, vec![serial(&bad)], 7))
