@@ -16,6 +16,16 @@
 #   SYSTEMS="mtls-sidecar haproxy" bash benches/peers.sh
 #   SYSTEMS="mtls-sidecar socat plain-rust" bash benches/peers.sh   # the ceilings
 #   WORKERS=1 bash benches/peers.sh                     # threads per proxy process
+#   SCENARIO=redis bash benches/peers.sh                # redis-benchmark through each pair
+#   PREBUILT=/tmp/mtls-peers.X bash benches/peers.sh    # reuse a former run's two binaries
+#
+# SCENARIO=redis: a real redis-server (no persistence) is the target and
+# redis-benchmark the client (GET and SET, 50 connections, plain and
+# pipelined -P 16), REDIS_REPS times (default 3) alternating direct and
+# each system, so both see the same machine; the median of each is
+# reported, GET/SET averaged. Rows go to $WORK/redis.tsv and a table is
+# printed; the sidecar pair is the shipped binary started by hand with the
+# same PKI as the peers (BENCH_SIDECAR_ARGS added to both sides).
 #
 # Worker threads: the sidecar's tokio runtime has one worker per core (2 on
 # the 2-core bench machine); HAProxy gets `nbthread $WORKERS`, nginx
@@ -38,11 +48,18 @@ OUT=${OUT:-$WORK/rows.jsonl}
 CLIENT_PORT=${CLIENT_PORT:-17001}
 SERVER_PORT=${SERVER_PORT:-17002}
 TARGET_PORT=${TARGET_PORT:-17003}
+# A second pair of each peer with its own session resumption on, for the
+# `resumed` scenario (RESUMED=0: none).
+RESUMED=${RESUMED:-1}
+RCLIENT_PORT=${RCLIENT_PORT:-17004}
+RSERVER_PORT=${RSERVER_PORT:-17005}
 CONTROLLER=controller.bench.svc
 REPLICA=replica-0.bench.svc
 CL=127.0.0.1:$CLIENT_PORT
 SV=127.0.0.1:$SERVER_PORT
 TG=127.0.0.1:$TARGET_PORT
+RCL=127.0.0.1:$RCLIENT_PORT
+RSV=127.0.0.1:$RSERVER_PORT
 
 log() { echo "# $*" >&2; }
 
@@ -111,6 +128,14 @@ trap stop_all EXIT
 # checkout during the run rebuilds nothing mid-table.
 SIDECAR_BUILD=
 build() {
+    if [ -n "${PREBUILT:-}" ]; then
+        # PREBUILT=DIR: a former run's work dir (its mtls-sidecar and
+        # loadgen), so interleaved runs measure one build without rebuilding.
+        cp "$PREBUILT/mtls-sidecar" "$PREBUILT/loadgen" "$WORK/"
+        SIDECAR_BUILD="$(cat "$PREBUILT/sidecar-build" 2>/dev/null || echo "?"), from $PREBUILT"
+        export MTLS_SIDECAR_BIN=$WORK/mtls-sidecar
+        return
+    fi
     local dist=${CARGO_TARGET_DIR:-target}/dist/mtls-sidecar
     log "building the shipped binary (scripts/build-release.sh → $dist)"
     touch "$WORK/build-start"
@@ -140,6 +165,7 @@ for l in sys.stdin:
         SIDECAR_BUILD="bench-profile build ($bin), NOT the shipped binary"
     fi
     log "sidecar binary: $SIDECAR_BUILD"
+    echo "$SIDECAR_BUILD" >"$WORK/sidecar-build"
     export MTLS_SIDECAR_BIN=$WORK/mtls-sidecar
 }
 
@@ -147,23 +173,92 @@ bench() { # args for the load generator
     "$WORK/loadgen" "$@" --out "$OUT"
 }
 
-external() { # name [extra key=value]
-    local name=$1
-    shift
-    local pids
-    pids=$(IFS=,; echo "${PIDS[*]}")
-    bench --external "name=$name,listen=$CL,target=$TG,pids=$pids${1:+,$1}"
+SCENARIO=${SCENARIO:-loadgen}
+REDIS_REPS=${REDIS_REPS:-3}
+REDIS_REQUESTS=${REDIS_REQUESTS:-200000}
+
+wait_port() { # port: until something accepts there (10 s)
+    python3 - "$1" <<'PY'
+import socket, sys, time
+end = time.time() + 10
+while True:
+    try:
+        socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1).close()
+        break
+    except OSError:
+        if time.time() > end:
+            sys.exit("nothing listens on port %s" % sys.argv[1])
+        time.sleep(0.05)
+PY
+}
+
+redis_rps() { # port pipeline: "GET SET" requests/s
+    redis-benchmark -h 127.0.0.1 -p "$1" -t get,set -n "$REDIS_REQUESTS" -c 50 -P "$2" --csv 2>/dev/null |
+        python3 -c 'import csv,sys
+r = {row[0]: float(row[1]) for row in csv.reader(sys.stdin) if len(row) > 1 and row[0] in ("GET", "SET")}
+print(r.get("GET", 0), r.get("SET", 0))'
+}
+
+redis_external() { # name: REDIS_REPS alternations of direct and the system
+    local name=$1 rep p
+    wait_port "$CLIENT_PORT"
+    for rep in $(seq "$REDIS_REPS"); do
+        for p in 1 16; do
+            echo "direct-for-$name $p $(redis_rps "$TARGET_PORT" "$p")" >>"$WORK/redis.tsv"
+            echo "$name $p $(redis_rps "$CLIENT_PORT" "$p")" >>"$WORK/redis.tsv"
+        done
+    done
+}
+
+# Whether to start a peer's second pair, with its session resumption on.
+resumed_pair() { [ "$RESUMED" != 0 ] && [ "$SCENARIO" != redis ]; }
+
+external() { # name npids [extra key=value]: the first npids of PIDS are the measured pair's
+    local name=$1 n=$2
+    if [ "$SCENARIO" = redis ]; then
+        redis_external "$name"
+        return
+    fi
+    shift 2
+    local pids rpids extra=
+    pids=$(IFS=,; echo "${PIDS[*]:0:$n}")
+    if [ "${#PIDS[@]}" -gt "$n" ]; then
+        rpids=$(IFS=,; echo "${PIDS[*]:$n}")
+        wait_port "$RCLIENT_PORT"
+        extra=",resumed=$RCL,rpids=$rpids"
+    fi
+    bench --external "name=$name,listen=$CL,target=$TG,pids=$pids${1:+,$1}$extra"
+    local f
+    for f in "$WORK/$name-resumed/reused.log"; do
+        [ -f "$f" ] || continue
+        log "$name, resuming pair: $(grep -c -E '^(r|resumed=1)$' "$f" || true) of $(wc -l <"$f") connections resumed (server side's log)"
+    done
 }
 
 run_sidecar() {
     # The sidecar spawns its own pair (ECDSA P-256 from the in-process dev
     # PKI, --allow-san and the client's expected SAN pinned).
-    bench --name mtls-sidecar
+    if [ "$SCENARIO" != redis ]; then
+        bench --name mtls-sidecar
+        return
+    fi
+    # shellcheck disable=SC2086
+    "$WORK/mtls-sidecar" server --listen "$SV" --target "$TG" --tls-dir "$P/server.dir" \
+        --allow-san "$CONTROLLER" ${BENCH_SIDECAR_ARGS:-} 2>"$WORK/sidecar-server.log" &
+    PIDS+=($!)
+    wait_port "$SERVER_PORT"
+    # shellcheck disable=SC2086
+    "$WORK/mtls-sidecar" client --listen "$CL" --target "$SV" --server-name "$REPLICA" \
+        --tls-dir "$P/client.dir" ${BENCH_SIDECAR_ARGS:-} 2>"$WORK/sidecar-client.log" &
+    PIDS+=($!)
+    external mtls-sidecar 2
+    stop_all
 }
 
-run_stunnel() {
-    local d=$WORK/stunnel
+stunnel_pair() { # dir client-listen server-listen resume(yes|no)
+    local d=$1 cl=$2 sv=$3 resume=$4 noresume=
     mkdir -p "$d"
+    [ "$resume" = no ] && noresume=$'sessionResume = no\noptions = NO_TICKET'
     # checkHost verifies the peer certificate's SAN/CN on both sides;
     # verifyChain + CAfile require a client certificate from the CA.
     cat >"$d/server.conf" <<EOF
@@ -172,7 +267,7 @@ syslog = no
 debug = 3
 pid =
 [server]
-accept = $SV
+accept = $sv
 connect = $TG
 cert = $P/server.crt
 key = $P/server.key
@@ -181,8 +276,7 @@ verifyChain = yes
 requireCert = yes
 checkHost = $CONTROLLER
 sslVersionMin = TLSv1.3
-sessionResume = no
-options = NO_TICKET
+$noresume
 socket = l:TCP_NODELAY=1
 socket = r:TCP_NODELAY=1
 EOF
@@ -193,8 +287,8 @@ debug = 3
 pid =
 [client]
 client = yes
-accept = $CL
-connect = $SV
+accept = $cl
+connect = $sv
 cert = $P/client.crt
 key = $P/client.key
 CAfile = $P/ca.crt
@@ -202,7 +296,7 @@ verifyChain = yes
 checkHost = $REPLICA
 sni = $REPLICA
 sslVersionMin = TLSv1.3
-sessionResume = no
+sessionResume = $resume
 socket = l:TCP_NODELAY=1
 socket = r:TCP_NODELAY=1
 EOF
@@ -210,13 +304,24 @@ EOF
     PIDS+=($!)
     stunnel4 "$d/client.conf" 2>"$d/client.log" &
     PIDS+=($!)
-    external stunnel
+}
+
+run_stunnel() {
+    stunnel_pair "$WORK/stunnel" "$CL" "$SV" no
+    if resumed_pair; then stunnel_pair "$WORK/stunnel-resumed" "$RCL" "$RSV" yes; fi
+    external stunnel 2
     stop_all
 }
 
-run_haproxy() {
-    local d=$WORK/haproxy
+haproxy_pair() { # dir client-listen server-listen resume(yes|no)
+    local d=$1 cl=$2 sv=$3 resume=$4 tickets=" no-tls-tickets" reuse=" no-ssl-reuse" glog= flog=
     mkdir -p "$d"
+    if [ "$resume" = yes ]; then
+        tickets= reuse=
+        # One line per connection on stdout: 1 when the session was resumed.
+        glog="    log stdout format raw local0"
+        flog=$'    log global\n    log-format "resumed=%[ssl_fc_is_resumed]"'
+    fi
     # HAProxy 2.6 has no fetch for the client certificate's SAN: the server
     # side pins the subject CN (the minted leaves carry the same name in
     # both). The client side checks the server SAN with verifyhost.
@@ -224,15 +329,17 @@ run_haproxy() {
 global
     nbthread $WORKERS
     maxconn 9000
-    ssl-default-bind-options ssl-min-ver TLSv1.3 no-tls-tickets
+    ssl-default-bind-options ssl-min-ver TLSv1.3$tickets
+$glog
 defaults
     mode tcp
     timeout connect 5s
     timeout client 1h
     timeout server 1h
 frontend server_in
-    bind $SV ssl crt $P/server.pem ca-file $P/ca.crt verify required
+    bind $sv ssl crt $P/server.pem ca-file $P/ca.crt verify required
     tcp-request session reject unless { ssl_c_s_dn(CN) -m str $CONTROLLER }
+$flog
     default_backend target
 backend target
     server t $TG
@@ -248,22 +355,32 @@ defaults
     timeout client 1h
     timeout server 1h
 frontend client_in
-    bind $CL
+    bind $cl
     default_backend to_server
 backend to_server
-    server s $SV ssl crt $P/client.pem ca-file $P/ca.crt verify required verifyhost $REPLICA sni str($REPLICA) no-ssl-reuse
+    server s $sv ssl crt $P/client.pem ca-file $P/ca.crt verify required verifyhost $REPLICA sni str($REPLICA)$reuse
 EOF
-    haproxy -db -f "$d/server.cfg" 2>"$d/server.log" &
+    haproxy -db -f "$d/server.cfg" >"$d/reused.log" 2>"$d/server.log" &
     PIDS+=($!)
     haproxy -db -f "$d/client.cfg" 2>"$d/client.log" &
     PIDS+=($!)
-    external haproxy
+}
+
+run_haproxy() {
+    haproxy_pair "$WORK/haproxy" "$CL" "$SV" no
+    if resumed_pair; then haproxy_pair "$WORK/haproxy-resumed" "$RCL" "$RSV" yes; fi
+    external haproxy 2
     stop_all
 }
 
-run_nginx() {
-    local d=$WORK/nginx
+nginx_pair() { # dir client-listen server-listen resume(on|off)
+    local d=$1 cl=$2 sv=$3 resume=$4 cache=off log="access_log off;"
     mkdir -p "$d"
+    if [ "$resume" = on ]; then
+        cache="shared:SSL:1m"
+        # One line per connection: "r" when the session was resumed.
+        log="log_format reused '\$ssl_session_reused'; access_log $d/reused.log reused;"
+    fi
     local mod=/usr/lib/nginx/modules/ngx_stream_module.so
     # nginx's stream module checks no client SAN either: a map on the
     # verified subject DN sends any other identity to a closed port (the
@@ -281,16 +398,17 @@ stream {
         "~(^|,)CN=${CONTROLLER//./\\.}(,|\$)" $TG;
         default 127.0.0.1:9;
     }
+    $log
     server {
-        listen $SV ssl;
+        listen $sv ssl;
         ssl_certificate $P/server.crt;
         ssl_certificate_key $P/server.key;
         ssl_client_certificate $P/ca.crt;
         ssl_verify_client on;
         ssl_verify_depth 2;
         ssl_protocols TLSv1.3;
-        ssl_session_tickets off;
-        ssl_session_cache off;
+        ssl_session_tickets $resume;
+        ssl_session_cache $cache;
         proxy_pass \$upstream;
         proxy_timeout 1h;
     }
@@ -305,8 +423,8 @@ error_log $d/client.err warn;
 events { worker_connections 20000; }
 stream {
     server {
-        listen $CL;
-        proxy_pass $SV;
+        listen $cl;
+        proxy_pass $sv;
         proxy_ssl on;
         proxy_ssl_certificate $P/client.crt;
         proxy_ssl_certificate_key $P/client.key;
@@ -316,7 +434,7 @@ stream {
         proxy_ssl_name $REPLICA;
         proxy_ssl_server_name on;
         proxy_ssl_protocols TLSv1.3;
-        proxy_ssl_session_reuse off;
+        proxy_ssl_session_reuse $resume;
         proxy_timeout 1h;
     }
 }
@@ -325,7 +443,12 @@ EOF
     PIDS+=($!)
     nginx -e stderr -c "$d/client.conf" -g 'daemon off;' 2>"$d/client.log" &
     PIDS+=($!)
-    external nginx
+}
+
+run_nginx() {
+    nginx_pair "$WORK/nginx" "$CL" "$SV" off
+    if resumed_pair; then nginx_pair "$WORK/nginx-resumed" "$RCL" "$RSV" on; fi
+    external nginx 2
     stop_all
 }
 
@@ -338,7 +461,7 @@ run_socat() {
     socat -b 131072 "TCP4-LISTEN:$CLIENT_PORT,bind=127.0.0.1,reuseaddr,fork,nodelay,backlog=4096" \
         "TCP4:$SV,nodelay" &
     PIDS+=($!)
-    external socat-plaintext idle=0
+    external socat-plaintext 2 idle=0
     stop_all
 }
 
@@ -346,11 +469,60 @@ run_plain_rust() {
     # Plaintext both hops, in Rust: the load generator re-runs itself as a
     # forwarder pair (client side → server side → target). No memory or
     # rotation figures: the processes are the generator's binary.
-    bench --system plain-rust
+    if [ "$SCENARIO" != redis ]; then
+        bench --system plain-rust
+        return
+    fi
+    # A forwarder runs until its stdin closes: a FIFO this script holds
+    # open (fd 7) keeps them up until they are killed or the script ends.
+    [ -p "$WORK/hold" ] || mkfifo "$WORK/hold"
+    exec 7<>"$WORK/hold"
+    "$WORK/loadgen" --plain-forward "$SV" "$TG" <"$WORK/hold" >/dev/null &
+    PIDS+=($!)
+    "$WORK/loadgen" --plain-forward "$CL" "$SV" <"$WORK/hold" >/dev/null &
+    PIDS+=($!)
+    external plain-rust 2
+    stop_all
+}
+
+redis_table() {
+    python3 - "$WORK/redis.tsv" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    name, p, get, set_ = line.split()
+    rows.setdefault((name, p), []).append((float(get) + float(set_)) / 2)
+med = {k: statistics.median(v) for k, v in rows.items()}
+names = [n for n, p in med if p == "1" and not n.startswith("direct-for-")]
+peers = [n for n in names if n not in ("mtls-sidecar", "socat-plaintext", "plain-rust")]
+print("| system | GET/SET rps, plain (x its direct) | -P 16 (x its direct) | reps |")
+print("|---|---|---|---|")
+for n in names:
+    cells = []
+    for p in ("1", "16"):
+        v, d = med[(n, p)], med[("direct-for-" + n, p)]
+        cells.append("%.0f (%.2fx)" % (v, v / d))
+    print("| %s | %s | %s | %d |" % (n, cells[0], cells[1], len(rows[(n, "1")])))
+if "mtls-sidecar" in names and peers:
+    for p in ("1", "16"):
+        best = max(peers, key=lambda n: med[(n, p)])
+        print("sidecar / best peer (%s), -P %s: %.2fx" % (best, p, med[("mtls-sidecar", p)] / med[(best, p)]))
+PY
 }
 
 log "work dir $WORK; rows in $OUT; $WORKERS worker threads per proxy process; load $(cut -d' ' -f1-3 /proc/loadavg)"
 build
+if [ "$SCENARIO" = redis ]; then
+    command -v redis-server >/dev/null || {
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+    }
+    redis-server --port "$TARGET_PORT" --bind 127.0.0.1 --save "" --appendonly no \
+        --daemonize no >"$WORK/redis-server.log" 2>&1 &
+    REDIS_PID=$!
+    trap 'stop_all; kill $REDIS_PID 2>/dev/null || true' EXIT
+    wait_port "$TARGET_PORT"
+fi
 log "load after the build $(cut -d' ' -f1-3 /proc/loadavg)"
 for s in $SYSTEMS; do
     log "=== $s"
@@ -365,5 +537,9 @@ for s in $SYSTEMS; do
     esac
 done
 echo
-echo "## $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $WORKERS workers per proxy process${BENCH_QUICK:+, QUICK}; sidecar: $SIDECAR_BUILD"
-"$WORK/loadgen" --table "$OUT"
+echo "## $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $WORKERS workers per proxy process${BENCH_QUICK:+, QUICK}; sidecar: $SIDECAR_BUILD${BENCH_SIDECAR_ARGS:+ $BENCH_SIDECAR_ARGS}"
+if [ "$SCENARIO" = redis ]; then
+    redis_table
+else
+    "$WORK/loadgen" --table "$OUT"
+fi

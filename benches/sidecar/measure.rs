@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::memory::rss_kib;
+use crate::memory::{cpu_ticks, rss_kib, tick_secs};
 use crate::options::{Opts, Scale, RT_CONNS};
 use crate::results::{Fig, Row};
 use crate::rotation::{rotation, Rotator};
@@ -20,6 +20,8 @@ pub struct System {
     /// Where the same system with session resumption on listens, for the
     /// `resumed` scenario (none: not measured).
     pub resuming: Option<SocketAddr>,
+    /// The processes of that resuming system (empty: no CPU figure).
+    pub resuming_pids: Vec<u32>,
 }
 
 pub fn measure(
@@ -63,20 +65,28 @@ pub fn measure(
         }
     }
     if opts.wants("bulk") {
-        let f = best_of(
+        let gib = scale.bulk_bytes as f64 / (1u64 << 30) as f64;
+        let (f, cpu) = best_of_cpu(
             scale.rounds,
+            &sys.pids,
             || bulk(direct, scale.bulk_bytes),
             || bulk(via, scale.bulk_bytes),
+            |_| gib,
         );
+        row.cpu.bulk_s_per_gib = cpu;
         say(&format!("bulk {:.0} MB/s (direct {:.0})", f.sys, f.direct));
         row.bulk = Some(f);
     }
     if opts.wants("echo") {
-        let f = best_of(
+        let gib = scale.echo_bytes as f64 / (1u64 << 30) as f64;
+        let (f, cpu) = best_of_cpu(
             scale.rounds,
+            &sys.pids,
             || echo(direct, scale.echo_bytes),
             || echo(via, scale.echo_bytes),
+            |_| gib,
         );
+        row.cpu.echo_s_per_gib = cpu;
         say(&format!(
             "echo {:.0} MB/s each way (direct {:.0})",
             f.sys, f.direct
@@ -103,11 +113,15 @@ pub fn measure(
         ));
     }
     if opts.wants("rt16") {
-        let f = best_of(
+        let secs = scale.rt_time.as_secs_f64();
+        let (f, cpu) = best_of_cpu(
             scale.rounds,
+            &sys.pids,
             || roundtrips(direct, RT_CONNS, scale.rt_time),
             || roundtrips(via, RT_CONNS, scale.rt_time),
+            |rate| rate * secs / 1e6,
         );
+        row.cpu.rt16_us = cpu;
         say(&format!(
             "{RT_CONNS} connections: {:.0} round trips/s (direct {:.0})",
             f.sys, f.direct
@@ -115,11 +129,15 @@ pub fn measure(
         row.rt16 = Some(f);
     }
     if opts.wants("newconn") {
-        let f = best_of(
+        let secs = scale.newconn_time.as_secs_f64();
+        let (f, cpu) = best_of_cpu(
             scale.rounds,
+            &sys.pids,
             || newconns(direct, scale.newconn_time),
             || newconns(via, scale.newconn_time),
+            |rate| rate * secs / 1e6,
         );
+        row.cpu.newconn_us = cpu;
         say(&format!(
             "{:.0} new connections/s (direct {:.0})",
             f.sys, f.direct
@@ -127,11 +145,15 @@ pub fn measure(
         row.newconn = Some(f);
     }
     if let (true, Some(resuming)) = (opts.wants("resumed"), sys.resuming) {
-        let f = best_of(
+        let secs = scale.newconn_time.as_secs_f64();
+        let (f, cpu) = best_of_cpu(
             scale.rounds,
+            &sys.resuming_pids,
             || newconns(direct, scale.newconn_time),
             || newconns(resuming, scale.newconn_time),
+            |rate| rate * secs / 1e6,
         );
+        row.cpu.resumed_us = cpu;
         say(&format!(
             "{:.0} new connections/s with resumption (direct {:.0})",
             f.sys, f.direct
@@ -151,17 +173,36 @@ pub fn measure(
 }
 
 /// Best (highest) of `rounds` alternating measurements direct and through
-/// the system: other tenants of the machine only ever slow a run down.
-pub fn best_of(rounds: usize, direct: impl Fn() -> f64, sys: impl Fn() -> f64) -> Fig {
+/// the system (other tenants of the machine only ever slow a run down),
+/// also measuring the CPU time of `pids` (and descendants)
+/// during each run through the system: CPU seconds per unit of work, where
+/// `units(figure)` is the work one run did (GiB moved; or millions of round
+/// trips or connections, so the result reads in µs), taken from the round
+/// whose figure is kept. `None` without pids.
+pub fn best_of_cpu(
+    rounds: usize,
+    pids: &[u32],
+    direct: impl Fn() -> f64,
+    sys: impl Fn() -> f64,
+    units: impl Fn(f64) -> f64,
+) -> (Fig, Option<f64>) {
     let mut f = Fig {
         sys: 0.0,
         direct: 0.0,
     };
+    let mut cpu = None;
     for _ in 0..rounds {
         f.direct = f.direct.max(direct());
-        f.sys = f.sys.max(sys());
+        let before = cpu_ticks(pids);
+        let v = sys();
+        let spent = cpu_ticks(pids).saturating_sub(before) as f64 * tick_secs();
+        if v > f.sys {
+            f.sys = v;
+            let work = units(v);
+            cpu = (!pids.is_empty() && work > 0.0).then(|| spent / work);
+        }
     }
-    f
+    (f, cpu)
 }
 
 pub fn percentile(sorted: &[f64], q: f64) -> f64 {

@@ -1,9 +1,44 @@
-//! Memory measurement: resident set of a system's process tree.
+//! Memory and CPU measurement: resident set and CPU time of a system's
+//! process tree.
 
 use std::collections::HashMap;
 
 /// Resident set of `pids` and all their descendants, KiB.
 pub fn rss_kib(pids: &[u32]) -> u64 {
+    tree(pids).into_iter().map(vm_rss).sum()
+}
+
+/// CPU time (user + system) of `pids` and all their descendants, in clock
+/// ticks (`CLK_TCK`, 100 per second on Linux), every thread included.
+pub fn cpu_ticks(pids: &[u32]) -> u64 {
+    tree(pids).into_iter().map(ticks).sum()
+}
+
+/// Seconds per clock tick of `/proc/PID/stat`.
+pub fn tick_secs() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz > 0 {
+        1.0 / hz as f64
+    } else {
+        0.01
+    }
+}
+
+fn ticks(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let rest = s.rsplit_once(')')?.1.to_string();
+            // After the name: state is field 3; utime and stime are 14, 15.
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+        })
+        .unwrap_or(0)
+}
+
+/// `pids` and every process descending from them.
+fn tree(pids: &[u32]) -> Vec<u32> {
     let mut parent: HashMap<u32, u32> = HashMap::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for e in dir.flatten() {
@@ -30,11 +65,7 @@ pub fn rss_kib(pids: &[u32]) -> u64 {
             _ => return false,
         }
     };
-    parent
-        .keys()
-        .filter(|&&p| in_tree(p))
-        .map(|p| vm_rss(*p))
-        .sum()
+    parent.keys().copied().filter(|&p| in_tree(p)).collect()
 }
 
 pub fn vm_rss(pid: u32) -> u64 {

@@ -146,7 +146,7 @@ pub fn usage(msg: &str) -> ! {
     eprintln!(
         "usage: sidecar [--quick] [--only memory,bulk,echo,latency,rt16,newconn,resumed,rotation | --only hostile|scale,flood,preauth] [--out FILE] [--name NAME]\n\
          \x20              [--system mtls-sidecar|plain-rust]\n\
-         \x20      sidecar --external name=N,listen=ADDR,target=ADDR[,pids=P1,P2][,idle=N][,resumed=ADDR] [--out FILE]\n\
+         \x20      sidecar --external name=N,listen=ADDR,target=ADDR[,pids=P1,P2][,idle=N][,resumed=ADDR[,rpids=P1,P2]] [--out FILE]\n\
          \x20      sidecar --table FILE"
     );
     std::process::exit(2)

@@ -34,7 +34,28 @@ pub struct Row {
     pub idle_kib: Option<f64>,
     /// MB of RSS of all proxy processes after a few connections.
     pub baseline_mb: Option<f64>,
+    /// CPU time of every process of the system (both proxies and their
+    /// children) per unit of work, in the round whose figure was kept.
+    #[serde(default)]
+    pub cpu: Cpu,
     pub rotations: Option<u64>,
     pub rotation_requests: Option<u64>,
     pub rotation_failed: Option<u64>,
+}
+
+/// CPU cost per unit of work through the system (none: not measured, e.g.
+/// no pids were given).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct Cpu {
+    /// CPU seconds per GiB sent one way.
+    pub bulk_s_per_gib: Option<f64>,
+    /// CPU seconds per GiB of payload echoed (counted once, not per way).
+    pub echo_s_per_gib: Option<f64>,
+    /// CPU µs per 64-byte round trip over 16 connections.
+    pub rt16_us: Option<f64>,
+    /// CPU µs per new connection (full handshake + one round trip).
+    pub newconn_us: Option<f64>,
+    /// CPU µs per new connection through the resuming pair (its pids).
+    #[serde(default)]
+    pub resumed_us: Option<f64>,
 }

@@ -37,6 +37,10 @@ pub fn run_external(opts: &Opts, scale: &Scale, kv: &HashMap<String, String>) ->
         resuming: kv
             .get("resumed")
             .map(|a| a.parse().expect("resumed=HOST:PORT")),
+        resuming_pids: kv
+            .get("rpids")
+            .map(|p| p.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+            .unwrap_or_default(),
     };
     wait_until_serving(sys.listen);
     measure(opts, scale, &sys, &target, None)
@@ -113,6 +117,10 @@ pub fn run_sidecar(opts: &Opts, scale: &Scale) -> Row {
         pids: vec![client.pid(), server.pid()],
         idle: scale.idle,
         resuming: resuming.as_ref().map(|(_, c)| c.listen),
+        resuming_pids: resuming
+            .as_ref()
+            .map(|(s, c)| vec![c.pid(), s.pid()])
+            .unwrap_or_default(),
     };
     let rotate = Rotator {
         publish: &|| publish(&server_dir),
@@ -139,6 +147,7 @@ pub fn run_plain_rust(opts: &Opts, scale: &Scale) -> Row {
         pids: Vec::new(),
         idle: 0,
         resuming: None,
+        resuming_pids: Vec::new(),
     };
     wait_until_serving(sys.listen);
     let row = measure(opts, scale, &sys, &target, None);

@@ -112,6 +112,45 @@ pub fn print_table(rows: &[Row]) {
         "(ratios: system / direct from the same run; latency: +µs over direct; \
          echo: payload MB/s each way; memory: RSS of all proxy processes)"
     );
+    print_cpu(rows);
+}
+
+/// CPU time of every process of each system per unit of work, from the
+/// round whose figure the table above kept.
+fn print_cpu(rows: &[Row]) {
+    let has = |r: &Row| {
+        let c = r.cpu;
+        [
+            c.bulk_s_per_gib,
+            c.echo_s_per_gib,
+            c.rt16_us,
+            c.newconn_us,
+            c.resumed_us,
+        ]
+        .iter()
+        .any(Option::is_some)
+    };
+    if !rows.iter().any(has) {
+        return;
+    }
+    println!();
+    println!(
+        "| system | bulk CPU-s/GiB | echo CPU-s/GiB | 16-conn CPU µs/round trip | new conn CPU µs | resumed conn CPU µs |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for r in rows.iter().filter(|r| has(r)) {
+        let c = r.cpu;
+        println!(
+            "| {} | {} | {} | {} | {} | {} |",
+            r.system,
+            opt(c.bulk_s_per_gib, 2),
+            opt(c.echo_s_per_gib, 2),
+            opt(c.rt16_us, 1),
+            opt(c.newconn_us, 0),
+            opt(c.resumed_us, 0)
+        );
+    }
+    println!("(CPU: user + system time of both proxies and their children, all threads)");
 }
 
 /// The issue's targets: the sidecar against the best peer (each figure
