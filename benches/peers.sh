@@ -196,16 +196,20 @@ redis_rps() { # port pipeline: "GET SET" requests/s
     redis-benchmark -h 127.0.0.1 -p "$1" -t get,set -n "$REDIS_REQUESTS" -c 50 -P "$2" --csv 2>/dev/null |
         python3 -c 'import csv,sys
 r = {row[0]: float(row[1]) for row in csv.reader(sys.stdin) if len(row) > 1 and row[0] in ("GET", "SET")}
-print(r.get("GET", 0), r.get("SET", 0))'
+if not r.get("GET") or not r.get("SET"):
+    sys.exit("redis-benchmark gave no GET/SET figure")
+print(r["GET"], r["SET"])'
 }
 
 redis_external() { # name: REDIS_REPS alternations of direct and the system
-    local name=$1 rep p
+    local name=$1 rep p d v
     wait_port "$CLIENT_PORT"
     for rep in $(seq "$REDIS_REPS"); do
         for p in 1 16; do
-            echo "direct-for-$name $p $(redis_rps "$TARGET_PORT" "$p")" >>"$WORK/redis.tsv"
-            echo "$name $p $(redis_rps "$CLIENT_PORT" "$p")" >>"$WORK/redis.tsv"
+            d=$(redis_rps "$TARGET_PORT" "$p") || exit 1
+            v=$(redis_rps "$CLIENT_PORT" "$p") || exit 1
+            echo "direct-for-$name $p $d" >>"$WORK/redis.tsv"
+            echo "$name $p $v" >>"$WORK/redis.tsv"
         done
     done
 }
@@ -228,11 +232,24 @@ external() { # name npids [extra key=value]: the first npids of PIDS are the mea
         extra=",resumed=$RCL,rpids=$rpids"
     fi
     bench --external "name=$name,listen=$CL,target=$TG,pids=$pids${1:+,$1}$extra"
-    local f
-    for f in "$WORK/$name-resumed/reused.log"; do
-        [ -f "$f" ] || continue
-        log "$name, resuming pair: $(grep -c -E '^(r|resumed=1)$' "$f" || true) of $(wc -l <"$f") connections resumed (server side's log)"
-    done
+    resumed_count "$WORK/$name-resumed"
+}
+
+# How many connections the resuming pair's server side saw resumed, from
+# its own log (HAProxy: resumed=0|1 lines; nginx: "r" or "."; stunnel at
+# debug = info: "previous session reused" / "new session negotiated").
+resumed_count() { # dir
+    local d=$1 yes=0 all=0
+    if [ -f "$d/reused.log" ]; then
+        yes=$(grep -c -E '^(r|resumed=1)$' "$d/reused.log" || true)
+        all=$(grep -c -E '^(r|\.|resumed=[01])$' "$d/reused.log" || true)
+    elif [ -f "$d/server.log" ]; then
+        yes=$(grep -c "previous session reused" "$d/server.log" || true)
+        all=$((yes + $(grep -c "new session negotiated" "$d/server.log" || true)))
+    else
+        return 0
+    fi
+    log "$(basename "$d"): $yes of $all connections resumed (its server side's log)"
 }
 
 run_sidecar() {
@@ -256,15 +273,18 @@ run_sidecar() {
 }
 
 stunnel_pair() { # dir client-listen server-listen resume(yes|no)
-    local d=$1 cl=$2 sv=$3 resume=$4 noresume=
+    local d=$1 cl=$2 sv=$3 resume=$4 noresume= level=3
     mkdir -p "$d"
     [ "$resume" = no ] && noresume=$'sessionResume = no\noptions = NO_TICKET'
+    # The resuming pair's server logs at info, which names each
+    # handshake "previous session reused" or "new session negotiated".
+    [ "$resume" = yes ] && level=info
     # checkHost verifies the peer certificate's SAN/CN on both sides;
     # verifyChain + CAfile require a client certificate from the CA.
     cat >"$d/server.conf" <<EOF
 foreground = yes
 syslog = no
-debug = 3
+debug = $level
 pid =
 [server]
 accept = $sv
@@ -477,9 +497,10 @@ run_plain_rust() {
     # open (fd 7) keeps them up until they are killed or the script ends.
     [ -p "$WORK/hold" ] || mkfifo "$WORK/hold"
     exec 7<>"$WORK/hold"
-    "$WORK/loadgen" --plain-forward "$SV" "$TG" <"$WORK/hold" >/dev/null &
+    # 7>&-: a forwarder holding the FIFO's write end would never see EOF.
+    "$WORK/loadgen" --plain-forward "$SV" "$TG" <"$WORK/hold" >/dev/null 7>&- &
     PIDS+=($!)
-    "$WORK/loadgen" --plain-forward "$CL" "$SV" <"$WORK/hold" >/dev/null &
+    "$WORK/loadgen" --plain-forward "$CL" "$SV" <"$WORK/hold" >/dev/null 7>&- &
     PIDS+=($!)
     external plain-rust 2
     stop_all

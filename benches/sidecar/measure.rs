@@ -177,8 +177,9 @@ pub fn measure(
 /// also measuring the CPU time of `pids` (and descendants)
 /// during each run through the system: CPU seconds per unit of work, where
 /// `units(figure)` is the work one run did (GiB moved; or millions of round
-/// trips or connections, so the result reads in µs), taken from the round
-/// whose figure is kept. `None` without pids.
+/// trips or connections, so the result reads in µs: the rate times the
+/// scenario's nominal duration), taken from the round whose figure is
+/// kept. `None` without pids.
 pub fn best_of_cpu(
     rounds: usize,
     pids: &[u32],
@@ -195,11 +196,18 @@ pub fn best_of_cpu(
         f.direct = f.direct.max(direct());
         let before = cpu_ticks(pids);
         let v = sys();
-        let spent = cpu_ticks(pids).saturating_sub(before) as f64 * tick_secs();
+        let after = cpu_ticks(pids);
         if v > f.sys {
             f.sys = v;
             let work = units(v);
-            cpu = (!pids.is_empty() && work > 0.0).then(|| spent / work);
+            // No figure when the processes are gone (or were never there)
+            // or the count went backwards (one of them exited).
+            cpu = match (before, after) {
+                (Some(b), Some(a)) if a >= b && work > 0.0 => {
+                    Some((a - b) as f64 * tick_secs() / work)
+                }
+                _ => None,
+            };
         }
     }
     (f, cpu)

@@ -9,9 +9,15 @@ pub fn rss_kib(pids: &[u32]) -> u64 {
 }
 
 /// CPU time (user + system) of `pids` and all their descendants, in clock
-/// ticks (`CLK_TCK`, 100 per second on Linux), every thread included.
-pub fn cpu_ticks(pids: &[u32]) -> u64 {
-    tree(pids).into_iter().map(ticks).sum()
+/// ticks (`CLK_TCK`, 100 per second on Linux), every thread included, and
+/// the children they have reaped (a forking peer's finished processes).
+/// `None` when none of those processes exists.
+pub fn cpu_ticks(pids: &[u32]) -> Option<u64> {
+    let procs = tree(pids);
+    if procs.is_empty() {
+        return None;
+    }
+    Some(procs.into_iter().map(ticks).sum())
 }
 
 /// Seconds per clock tick of `/proc/PID/stat`.
@@ -30,9 +36,11 @@ fn ticks(pid: u32) -> u64 {
         .ok()
         .and_then(|s| {
             let rest = s.rsplit_once(')')?.1.to_string();
-            // After the name: state is field 3; utime and stime are 14, 15.
+            // After the name: state is field 3; utime, stime, cutime and
+            // cstime are fields 14-17.
             let f: Vec<&str> = rest.split_whitespace().collect();
-            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+            let field = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+            Some(field(11)? + field(12)? + field(13)? + field(14)?)
         })
         .unwrap_or(0)
 }
