@@ -1,16 +1,19 @@
-//! The listening TCP sockets of this process's network namespace, read from
-//! `/proc/self/net/tcp` and `/proc/self/net/tcp6`: readable by any user,
-//! with no capability (reading the firewall's rules would need
+//! The listening TCP sockets of this process's network namespace. Asked of
+//! the kernel over netlink first ([`super::sockdiag`]); read from
+//! `/proc/self/net/tcp` and `/proc/self/net/tcp6` when that fails: readable
+//! by any user, with no capability (reading the firewall's rules would need
 //! `CAP_NET_ADMIN`), and inside the sandbox, which allows `/proc/self`.
 //! Not `/proc/net`: systemd's `ProcSubset=pid`, which the shipped unit
 //! sets, hides it, while `/proc/self/net` stays.
 //!
 //! Only the listening sockets are wanted, and the kernel lists those first
 //! (its listening table before its established one), so reading stops at
-//! the first line in another state: a host with many connections costs one
-//! extra page per file, not its whole connection table. A line that does
-//! not parse is skipped, and at most [`MAX_LINES`] lines are read, so a
-//! strange file costs a bounded amount and never panics.
+//! the first line in another state. That bounds what is parsed, not what
+//! the kernel does: it walks its whole established hash table to make the
+//! first page (milliseconds on a large machine; see [`super::sockdiag`]),
+//! which is why `/proc` is only the fallback. A line that does not parse
+//! is skipped, and at most [`MAX_LINES`] lines are read, so a strange file
+//! costs a bounded amount and never panics.
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -24,9 +27,16 @@ pub const MAX_LINES: usize = 65_536;
 /// The kernel's code for `TCP_LISTEN` in the `st` column.
 const LISTEN: &str = "0A";
 
-/// Every listening TCP socket's local address, IPv4 and IPv6. A missing
-/// `tcp6` (IPv6 disabled) is no error; a missing `tcp` is.
+/// Every listening TCP socket's local address, IPv4 and IPv6: asked of the
+/// kernel over netlink ([`super::sockdiag`], cheap), else read from `/proc`
+/// (what a kernel without `inet_diag` leaves).
 pub fn listening() -> std::io::Result<Vec<SocketAddr>> {
+    super::sockdiag::listening().or_else(|_| from_proc())
+}
+
+/// Every listening TCP socket's local address, read from `/proc`. A missing
+/// `tcp6` (IPv6 disabled) is no error; a missing `tcp` is.
+pub fn from_proc() -> std::io::Result<Vec<SocketAddr>> {
     let mut all = Vec::new();
     for (path, v6) in FILES {
         match std::fs::File::open(path) {

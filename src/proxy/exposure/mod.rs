@@ -18,6 +18,7 @@
 //! exposed.
 
 pub mod listeners;
+pub mod sockdiag;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
