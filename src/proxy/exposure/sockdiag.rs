@@ -345,14 +345,56 @@ mod tests {
         // A length past the datagram, below a header, a cut socket message.
         let mut long = message(SOCK_DIAG_BY_FAMILY, 1, &[0; MESSAGE]);
         long[0..4].copy_from_slice(&1000u32.to_ne_bytes());
-        assert!(matches!(parse(&long, 1, &mut out), Err(Malformed::Bytes(_))));
+        assert!(matches!(
+            parse(&long, 1, &mut out),
+            Err(Malformed::Bytes(_))
+        ));
         let mut short = message(SOCK_DIAG_BY_FAMILY, 1, &[0; MESSAGE]);
         short[0..4].copy_from_slice(&8u32.to_ne_bytes());
-        assert!(matches!(parse(&short, 1, &mut out), Err(Malformed::Bytes(_))));
+        assert!(matches!(
+            parse(&short, 1, &mut out),
+            Err(Malformed::Bytes(_))
+        ));
         let cut = message(SOCK_DIAG_BY_FAMILY, 1, &[0; 20]);
         assert!(matches!(parse(&cut, 1, &mut out), Err(Malformed::Bytes(_))));
-        assert!(matches!(parse(&[1, 2], 1, &mut out), Err(Malformed::Bytes(_))));
+        assert!(matches!(
+            parse(&[1, 2], 1, &mut out),
+            Err(Malformed::Bytes(_))
+        ));
         assert!(out.is_empty());
+    }
+
+    /// Arbitrary bytes, and valid messages with one byte changed, are an
+    /// answer or an error, never a panic, and never more sockets than
+    /// messages.
+    #[test]
+    fn hostile_datagrams_never_panic() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let valid = message(
+            SOCK_DIAG_BY_FAMILY,
+            3,
+            &socket(2, TCP_LISTEN, "0.0.0.0:1".parse().unwrap()),
+        );
+        for round in 0..20_000 {
+            let mut d = if round % 2 == 0 {
+                (0..next() % 200).map(|_| next() as u8).collect::<Vec<_>>()
+            } else {
+                valid.clone()
+            };
+            if !d.is_empty() {
+                let at = (next() as usize) % d.len();
+                d[at] = next() as u8;
+            }
+            let mut out = Vec::new();
+            let _ = parse(&d, 3, &mut out);
+            assert!(out.len() <= d.len() / (HEADER + MESSAGE) + 1);
+        }
     }
 
     #[test]
