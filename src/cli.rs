@@ -438,6 +438,10 @@ pub struct SandboxProbeArgs {
     /// Try creating a raw IPv4 (ICMP) socket.
     #[arg(long)]
     pub raw_socket: bool,
+    /// Try creating a netlink socket of the two protocols told apart by
+    /// the filter: `NETLINK_SOCK_DIAG` (allowed) and `NETLINK_ROUTE`.
+    #[arg(long)]
+    pub netlink: bool,
     /// A UDP address to try sending one datagram to (repeatable).
     #[arg(long, value_name = "HOST:PORT")]
     pub udp_send: Vec<String>,

@@ -1687,6 +1687,8 @@ async fn the_sidecar_warns_while_the_application_listens_outside_loopback() {
     let e = exposure(admin).await;
     assert_eq!(e["state"], "not_exposed", "{e}");
     assert_eq!(e["target"], "127.0.0.1:2100", "{e}");
+    // Read over netlink, under the sandbox: not the /proc fallback.
+    assert_eq!(e["source"], "netlink", "{e}");
     assert_eq!(metric(admin, GAUGE, &[("route", "server")]).await, 0.0);
 
     // The application moves to every address.
@@ -1707,6 +1709,21 @@ async fn the_sidecar_warns_while_the_application_listens_outside_loopback() {
         server.logs().join("\n")
     );
 
+    // Every IPv6 address (dual-stack where the kernel allows): exposed too,
+    // now naming that address.
+    drop(app);
+    let app = rebind("[::]:2100").await;
+    let want = serde_json::json!(["[::]:2100"]);
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        let e = exposure(admin).await;
+        if e["state"] == "exposed" && e["listening"] == want {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{e}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
     // Back on loopback.
     drop(app);
     let _app = rebind("127.0.0.1:2100").await;
@@ -1715,7 +1732,8 @@ async fn the_sidecar_warns_while_the_application_listens_outside_loopback() {
         .wait_log(&["no longer listens on a non-loopback address"])
         .await;
     metric_reaches(admin, GAUGE, &[("route", "server")], 0.0).await;
-    assert_eq!(server.warn_lines(&[WARN]).len(), 1);
+    // One for 0.0.0.0, one for [::].
+    assert_eq!(server.warn_lines(&[WARN]).len(), 2);
     drop(server);
 
     // A target elsewhere is the application's own address: not judged.

@@ -54,6 +54,8 @@ pub struct Report {
     pub signal: Vec<Attempt>,
     pub udp_send: Vec<Attempt>,
     pub raw_socket: Vec<Attempt>,
+    /// `sock_diag`, then `route` (`--netlink`).
+    pub netlink: Vec<Attempt>,
 }
 
 /// Classifies one outcome: EACCES and EPERM are the sandbox's refusals
@@ -179,6 +181,25 @@ fn try_raw_socket() -> io::Result<()> {
     Ok(())
 }
 
+/// A netlink socket of `protocol`: the seccomp filter allows only
+/// `NETLINK_SOCK_DIAG`.
+fn try_netlink(protocol: libc::c_int) -> io::Result<()> {
+    // SAFETY: socket takes no pointers; the descriptor is closed at once.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            protocol,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by socket and is owned here.
+    unsafe { libc::close(fd) };
+    Ok(())
+}
+
 /// The TCP addresses `listeners` are bound to.
 fn tcp_addresses(prepared: &crate::app::Prepared) -> Vec<String> {
     prepared
@@ -227,6 +248,14 @@ pub fn run(args: &SandboxProbeArgs) -> u8 {
         rebind: Vec::new(),
         raw_socket: if args.raw_socket {
             vec![attempt("raw IPv4 socket".into(), try_raw_socket())]
+        } else {
+            Vec::new()
+        },
+        netlink: if args.netlink {
+            vec![
+                attempt("sock_diag".into(), try_netlink(libc::NETLINK_SOCK_DIAG)),
+                attempt("route".into(), try_netlink(libc::NETLINK_ROUTE)),
+            ]
         } else {
             Vec::new()
         },

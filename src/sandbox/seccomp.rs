@@ -7,6 +7,11 @@
 //! UDP, to whatever server resolv.conf names, and no filter can tell those
 //! from any other datagram. Unix sockets (the `NOTIFY_SOCKET` the watchdog
 //! pings, unix listeners and targets) and TCP are left to Landlock.
+//! Netlink sockets are refused (EACCES) but for one protocol,
+//! `NETLINK_SOCK_DIAG`, which the target-exposure check reads listening
+//! sockets with (`crate::proxy::exposure::sockdiag`): no other netlink
+//! protocol (routes, interfaces, audit, netfilter) is asked for by the
+//! sidecar once it serves.
 //!
 //! `SOCK_CLOEXEC` and `SOCK_NONBLOCK` ride in `socket()`'s type argument
 //! (Rust's std and glibc's resolver always set the first), so the filter
@@ -53,6 +58,7 @@ const NR: u32 = 0;
 const ARCH_OFFSET: u32 = 4;
 const ARG0: u32 = 16;
 const ARG1: u32 = 24;
+const ARG2: u32 = 32;
 
 const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
 const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
@@ -108,7 +114,10 @@ fn decisions(arch: &Arch, dns: bool) -> (Vec<Insn>, usize) {
         Insn::Jump(JEQ_K, arch.socket, To::Next, To::Allow),
         Insn::Load(ARG0),
         Insn::Jump(JEQ_K, libc::AF_INET as u32, To::Type, To::Next),
-        Insn::Jump(JEQ_K, libc::AF_INET6 as u32, To::Type, To::Allow),
+        Insn::Jump(JEQ_K, libc::AF_INET6 as u32, To::Type, To::Next),
+        Insn::Jump(JEQ_K, libc::AF_NETLINK as u32, To::Next, To::Allow),
+        Insn::Load(ARG2),
+        Insn::Jump(JEQ_K, libc::NETLINK_SOCK_DIAG as u32, To::Allow, To::Refuse),
     ]);
     let type_at = p.len();
     let flags = (libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK) as u32;

@@ -100,7 +100,10 @@ fn the_systemd_unit_is_notify_reloadable_and_hardened() {
         ("ProtectHome", "yes"),
         ("PrivateTmp", "yes"),
         ("CapabilityBoundingSet", ""),
-        ("RestrictAddressFamilies", "AF_INET AF_INET6 AF_UNIX"),
+        (
+            "RestrictAddressFamilies",
+            "AF_INET AF_INET6 AF_UNIX AF_NETLINK",
+        ),
         ("SystemCallFilter", "@system-service"),
     ] {
         assert!(get(k).contains(&v), "{k}={v} missing; have {:?}", get(k));

@@ -276,6 +276,34 @@ fn raw_sockets_are_refused_by_the_filter() {
     assert!(!a.to_string().contains(&eacces), "unsandboxed: {a}");
 }
 
+/// The seccomp filter lets one netlink protocol through, the one the
+/// target-exposure check lists listening sockets with
+/// (`NETLINK_SOCK_DIAG`), and refuses any other with EACCES
+/// (`NETLINK_ROUTE` here); without the sandbox both open.
+#[test]
+fn netlink_is_refused_but_for_sock_diag() {
+    let s = Setup::new();
+    let report = run(&s, "", &["--netlink".to_string()]);
+    assert_eq!(report["sandbox"]["seccomp"], "enforced", "{report}");
+    assert_eq!(
+        results(&report, "netlink"),
+        ["allowed", "refused"],
+        "{report}"
+    );
+    let eacces = format!("(os error {})", libc::EACCES);
+    let route = &report["netlink"][1];
+    assert!(
+        route["error"].as_str().unwrap_or("").contains(&eacces),
+        "{route}"
+    );
+    let report = run(&s, "sandbox = \"off\"", &["--netlink".to_string()]);
+    assert_eq!(
+        results(&report, "netlink"),
+        ["allowed", "allowed"],
+        "{report}"
+    );
+}
+
 /// What the README says the sandbox does not restrict, held to the truth:
 /// `/status` lists `pathname_unix_socket` as unrestricted, and a connect to
 /// a unix socket of this test, by its path, is accepted.

@@ -11,12 +11,17 @@
 //! the first line in another state. That bounds what is parsed, not what
 //! the kernel does: it walks its whole established hash table to make the
 //! first page (milliseconds on a large machine; see [`super::sockdiag`]),
-//! which is why `/proc` is only the fallback. A line that does not parse
-//! is skipped, and at most [`MAX_LINES`] lines are read, so a strange file
-//! costs a bounded amount and never panics.
+//! which is why `/proc` is only the fallback (said once, at INFO, when it
+//! is first taken; `/status` shows which was used). A line that does not
+//! parse is skipped, and at most [`MAX_LINES`] lines are read, so a strange
+//! file costs a bounded amount and never panics; a table with more
+//! listeners than that, or one that cannot be read to its end, is an
+//! error, never a shorter list (a listener past the cut must not read as
+//! "not exposed").
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Once;
 
 /// The files read, and whether each holds IPv6 addresses.
 pub const FILES: [(&str, bool); 2] = [("/proc/self/net/tcp", false), ("/proc/self/net/tcp6", true)];
@@ -27,11 +32,52 @@ pub const MAX_LINES: usize = 65_536;
 /// The kernel's code for `TCP_LISTEN` in the `st` column.
 const LISTEN: &str = "0A";
 
+/// Where the listening sockets were read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Source {
+    Netlink = 1,
+    Proc = 2,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Netlink => "netlink",
+            Source::Proc => "proc",
+        }
+    }
+
+    /// The source stored as `n`; `None` for any other value.
+    pub fn from_u8(n: u8) -> Option<Source> {
+        match n {
+            1 => Some(Source::Netlink),
+            2 => Some(Source::Proc),
+            _ => None,
+        }
+    }
+}
+
 /// Every listening TCP socket's local address, IPv4 and IPv6: asked of the
 /// kernel over netlink ([`super::sockdiag`], cheap), else read from `/proc`
-/// (what a kernel without `inet_diag` leaves).
-pub fn listening() -> std::io::Result<Vec<SocketAddr>> {
-    super::sockdiag::listening().or_else(|_| from_proc())
+/// (a kernel without `inet_diag`, or netlink sockets not allowed).
+pub fn listening() -> std::io::Result<(Vec<SocketAddr>, Source)> {
+    match super::sockdiag::listening() {
+        Ok(list) => Ok((list, Source::Netlink)),
+        Err(e) => {
+            static SAID: Once = Once::new();
+            SAID.call_once(|| {
+                tracing::info!(
+                    target: "mtls_sidecar::exposure",
+                    error = %e,
+                    "cannot list listening sockets over netlink (NETLINK_SOCK_DIAG); reading \
+                     /proc/self/net/tcp and tcp6 instead, which costs milliseconds of kernel \
+                     time per check on a large host (allow AF_NETLINK; see docs/transparent.md)"
+                )
+            });
+            from_proc().map(|list| (list, Source::Proc))
+        }
+    }
 }
 
 /// Every listening TCP socket's local address, read from `/proc`. A missing
@@ -40,7 +86,11 @@ pub fn from_proc() -> std::io::Result<Vec<SocketAddr>> {
     let mut all = Vec::new();
     for (path, v6) in FILES {
         match std::fs::File::open(path) {
-            Ok(f) => all.extend(parse(f, v6)),
+            Ok(f) => {
+                all.extend(parse(f, v6).map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("cannot read {path}: {e}"))
+                })?)
+            }
             Err(e) if v6 && e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
                 return Err(std::io::Error::new(
@@ -54,19 +104,25 @@ pub fn from_proc() -> std::io::Result<Vec<SocketAddr>> {
 }
 
 /// The listening sockets in one `/proc/net/tcp{,6}` table, up to its first
-/// socket in another state.
-pub fn parse(table: impl Read, v6: bool) -> Vec<SocketAddr> {
+/// socket in another state; an error when the table cannot be read that
+/// far, or holds more than [`MAX_LINES`] lines before it.
+pub fn parse(table: impl Read, v6: bool) -> std::io::Result<Vec<SocketAddr>> {
     let mut out = Vec::new();
     // The first line is the header.
-    for line in BufReader::new(table).lines().skip(1).take(MAX_LINES) {
-        let Ok(line) = line else { break };
-        match parse_line(&line, v6) {
+    for (n, line) in BufReader::new(table).lines().skip(1).enumerate() {
+        if n >= MAX_LINES {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("more than {MAX_LINES} listening sockets"),
+            ));
+        }
+        match parse_line(&line?, v6) {
             Some((addr, true)) => out.push(addr),
             Some((_, false)) => break,
             None => {}
         }
     }
-    out
+    Ok(out)
 }
 
 /// One line: the local address, and whether the socket listens. `None`
@@ -138,7 +194,7 @@ mod tests {
             .chain(lines.iter().cloned())
             .collect::<Vec<_>>()
             .join("\n");
-        parse(table.as_bytes(), v6)
+        parse(table.as_bytes(), v6).unwrap()
     }
 
     fn addrs(list: &[&str]) -> Vec<SocketAddr> {
@@ -189,23 +245,35 @@ mod tests {
             "   0: 0100007F:0834",
         ]
         .join("\n");
-        assert!(parse(table.as_bytes(), false).is_empty());
-        assert!(parse(table.as_bytes(), true).is_empty());
-        // Invalid UTF-8 ends the read.
-        assert!(parse(&[0xff, b'\n', 0xfe][..], false).is_empty());
+        assert!(parse(table.as_bytes(), false).unwrap().is_empty());
+        assert!(parse(table.as_bytes(), true).unwrap().is_empty());
+        // A table that cannot be read to its end is an error, not a
+        // shorter list.
+        assert!(parse(&[b'h', b'\n', 0xff, b'\n', 0xfe][..], false).is_err());
     }
 
+    /// At most `MAX_LINES` listeners are read; more is an error, since a
+    /// listener past the cut could be the one that exposes the target.
     #[test]
-    fn at_most_max_lines_are_read() {
+    fn more_than_max_lines_of_listeners_is_an_error() {
         let one = line(&v4_hex(Ipv4Addr::LOCALHOST), 1, "0A");
-        let lines = vec![one; MAX_LINES + 5];
-        assert_eq!(parsed(&lines, false).len(), MAX_LINES);
+        assert_eq!(
+            parsed(&vec![one.clone(); MAX_LINES], false).len(),
+            MAX_LINES
+        );
+        let table = std::iter::once(HEADER.to_string())
+            .chain(std::iter::repeat_n(one, MAX_LINES + 1))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(parse(table.as_bytes(), false).is_err());
     }
 
     #[test]
     fn this_process_sees_its_own_listener() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
-        assert!(listening().unwrap().contains(&addr), "{addr}");
+        let (list, source) = listening().unwrap();
+        assert!(list.contains(&addr), "{addr}");
+        assert_eq!(source, Source::Netlink, "this kernel answers sock_diag");
     }
 }

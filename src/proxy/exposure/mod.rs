@@ -21,6 +21,7 @@ pub mod listeners;
 pub mod sockdiag;
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -77,6 +78,9 @@ struct Watched {
 #[derive(Debug, Default)]
 pub struct TargetExposure {
     watched: Vec<Watched>,
+    /// Where the last check read the listening sockets: 0 not read,
+    /// else a [`listeners::Source`] as its `u8`.
+    source: AtomicU8,
 }
 
 /// One route in `/status`'s `target_exposure`.
@@ -92,6 +96,12 @@ pub struct ExposureStatus {
     /// When unknown: why the listeners could not be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Where the last check read the listening sockets: `netlink`
+    /// (`NETLINK_SOCK_DIAG`, cheap) or `proc` (`/proc/self/net/tcp{,6}`,
+    /// the fallback, which costs milliseconds of kernel time per check on
+    /// a large host); absent before a check has read them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<&'static str>,
 }
 
 /// The port of a server route's target when that target is on loopback
@@ -168,7 +178,10 @@ impl TargetExposure {
                 "1 while the application behind a server route also listens on a non-loopback address of the target's port (only capture rules or a firewall keep plaintext peers from it), by route."
             );
         }
-        Arc::new(TargetExposure { watched })
+        Arc::new(TargetExposure {
+            watched,
+            source: AtomicU8::new(0),
+        })
     }
 
     /// Reads the listening sockets once and judges every watched route.
@@ -176,7 +189,13 @@ impl TargetExposure {
         if self.watched.is_empty() {
             return;
         }
-        let listening = listeners::listening().map_err(|e| e.to_string());
+        let listening = match listeners::listening() {
+            Ok((list, source)) => {
+                self.source.store(source as u8, Ordering::Relaxed);
+                Ok(list)
+            }
+            Err(e) => Err(e.to_string()),
+        };
         for w in &self.watched {
             w.update(judge(w.port, &listening));
         }
@@ -198,7 +217,14 @@ impl TargetExposure {
 
     /// What `/status` shows, one entry per watched route.
     pub fn status(&self) -> Vec<ExposureStatus> {
-        self.watched.iter().map(Watched::status).collect()
+        let source = listeners::Source::from_u8(self.source.load(Ordering::Relaxed));
+        self.watched
+            .iter()
+            .map(|w| ExposureStatus {
+                source: source.map(listeners::Source::as_str),
+                ..w.status()
+            })
+            .collect()
     }
 }
 
@@ -266,6 +292,7 @@ impl Watched {
             state: state.name(),
             listening,
             error,
+            source: None,
         }
     }
 }

@@ -11,14 +11,21 @@
 //! the connections on it stalled that long every second (the ping-pong
 //! bench's p99.9 went from ~1 ms to 4-6 ms). A dump that asks for
 //! `TCP_LISTEN` only walks the listening table and stops. Needs no
-//! capability, and the sandbox allows it (its seccomp filter restricts IP
-//! sockets only; Landlock has no netlink rules).
+//! capability; the in-process sandbox allows a `NETLINK_SOCK_DIAG` socket
+//! (and no other netlink protocol), and the shipped systemd unit allows
+//! `AF_NETLINK`. Which way the last check went is in `/status`
+//! (`target_exposure[].source`).
 //!
 //! The reply is parsed from bytes, never cast: every length is checked
 //! against what was received, at most [`MAX_SOCKETS`] sockets and
 //! [`MAX_DATAGRAMS`] datagrams are read per family, and the socket has a
 //! receive timeout, so a strange reply costs a bounded amount and is an
-//! error (the caller then reads `/proc`), never a panic or a hang.
+//! error (the caller then reads `/proc`), never a panic or a hang. Every
+//! failure is an error, never a shorter list: a dump the kernel ends with
+//! an error (`NLMSG_DONE` carrying one, as a missing `tcp_diag` module
+//! gives), marks as interrupted (`NLM_F_DUMP_INTR`) or overran, and either
+//! family's, IPv6 included (the kernel's diag answers an empty IPv6 dump
+//! when IPv6 is off), so a missed listener never reads as "not exposed".
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -28,6 +35,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
+const NLMSG_OVERRUN: u16 = 4;
+/// The dump changed while it was read: its answer may miss sockets.
+const NLM_F_DUMP_INTR: u16 = 0x10;
 const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_DUMP: u16 = 0x300;
 /// The kernel's `TCP_LISTEN` state.
@@ -47,26 +57,18 @@ pub const MAX_DATAGRAMS: usize = 4_096;
 /// fills at most 32 KiB per datagram); a longer one is refused.
 const DATAGRAM: usize = 64 * 1024;
 
-/// Every listening TCP socket's local address, IPv4 and IPv6. No IPv6 in
-/// the kernel is no error; any other failure is.
+/// How long one receive may wait: a dump of the listening table takes
+/// microseconds, and the check runs on a thread that also forwards bytes.
+const RECEIVE_TIMEOUT_US: libc::suseconds_t = 100_000;
+
+/// Every listening TCP socket's local address, IPv4 and IPv6. Any failure
+/// of either family's dump is an error (see the module's doc).
 pub fn listening() -> io::Result<Vec<SocketAddr>> {
     let fd = open()?;
     let mut all = Vec::new();
     dump(&fd, libc::AF_INET as u8, 1, &mut all)?;
-    match dump(&fd, libc::AF_INET6 as u8, 2, &mut all) {
-        Ok(()) => {}
-        // The kernel has no IPv6 (or no inet6 diag handler).
-        Err(e) if no_family(&e) => {}
-        Err(e) => return Err(e),
-    }
+    dump(&fd, libc::AF_INET6 as u8, 2, &mut all)?;
     Ok(all)
-}
-
-fn no_family(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::ENOENT | libc::EAFNOSUPPORT | libc::EINVAL)
-    )
 }
 
 fn open() -> io::Result<OwnedFd> {
@@ -84,8 +86,8 @@ fn open() -> io::Result<OwnedFd> {
     // SAFETY: `raw` is a descriptor just returned to us and not owned yet.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     let timeout = libc::timeval {
-        tv_sec: 1,
-        tv_usec: 0,
+        tv_sec: 0,
+        tv_usec: RECEIVE_TIMEOUT_US,
     };
     // SAFETY: a valid timeval of the size passed.
     let r = unsafe {
@@ -232,18 +234,17 @@ pub fn parse(datagram: &[u8], seq: u32, out: &mut Vec<SocketAddr>) -> Result<Par
             return Err(Malformed::Bytes("a message length out of bounds"));
         }
         let kind = u16_at(rest, 4).ok_or(Malformed::Bytes("a truncated message header"))?;
+        let flags = u16_at(rest, 6).ok_or(Malformed::Bytes("a truncated message header"))?;
         let this_seq = u32_at(rest, 8).ok_or(Malformed::Bytes("a truncated message header"))?;
         let body = rest.get(HEADER..len).unwrap_or_default();
         if this_seq == seq {
+            if flags & NLM_F_DUMP_INTR != 0 {
+                return Err(Malformed::Bytes("the dump was interrupted"));
+            }
             match kind {
-                NLMSG_DONE => return Ok(Part::Done),
-                NLMSG_ERROR => {
-                    let code = u32_at(body, 0)
-                        .ok_or(Malformed::Bytes("a truncated error message"))?
-                        as i32;
-                    // 0 is an acknowledgement, which a dump does not send.
-                    return Err(Malformed::Errno(code.checked_neg().unwrap_or(libc::EINVAL)));
-                }
+                NLMSG_DONE => return done(body),
+                NLMSG_ERROR => return Err(kernel_error(body)),
+                NLMSG_OVERRUN => return Err(Malformed::Bytes("the dump overran")),
                 SOCK_DIAG_BY_FAMILY => {
                     if let Some(addr) = listener(body)? {
                         out.push(addr);
@@ -257,6 +258,27 @@ pub fn parse(datagram: &[u8], seq: u32, out: &mut Vec<SocketAddr>) -> Result<Par
         rest = rest.get(next..).unwrap_or_default();
     }
     Ok(Part::More)
+}
+
+/// The end of a dump: the kernel puts the dump's own error (negative) in
+/// the `NLMSG_DONE` message, 0 (or, from older kernels, a length) when it
+/// completed.
+fn done(body: &[u8]) -> Result<Part, Malformed> {
+    let code = u32_at(body, 0).ok_or(Malformed::Bytes("a truncated end of dump"))? as i32;
+    if code < 0 {
+        return Err(Malformed::Errno(code.checked_neg().unwrap_or(libc::EINVAL)));
+    }
+    Ok(Part::Done)
+}
+
+/// An `NLMSG_ERROR` answer: the kernel's error number, or, for 0 (an
+/// acknowledgement, which a dump never sends), a malformed answer.
+fn kernel_error(body: &[u8]) -> Malformed {
+    match u32_at(body, 0).map(|c| c as i32) {
+        None => Malformed::Bytes("a truncated error message"),
+        Some(0) => Malformed::Bytes("an acknowledgement where a dump was expected"),
+        Some(code) => Malformed::Errno(code.checked_neg().unwrap_or(libc::EINVAL).abs()),
+    }
 }
 
 /// The local address of one `inet_diag_msg`, when its socket listens.
@@ -397,6 +419,53 @@ mod tests {
         }
     }
 
+    /// What the kernel says about its dump is an error whatever message
+    /// carries it: an end of dump with an error (a missing `tcp_diag`), an
+    /// interrupted or overrun dump, an acknowledgement where a dump was
+    /// expected, and a message whose length is 0. An end of dump without a
+    /// code is refused; with 0 or a length, the dump completed.
+    #[test]
+    fn a_dump_the_kernel_ends_badly_is_an_error() {
+        let mut out = Vec::new();
+        let enoent = message(NLMSG_DONE, 7, &(-libc::ENOENT).to_ne_bytes());
+        assert_eq!(
+            parse(&enoent, 7, &mut out),
+            Err(Malformed::Errno(libc::ENOENT))
+        );
+        let old_kernel = message(NLMSG_DONE, 7, &20i32.to_ne_bytes());
+        assert_eq!(parse(&old_kernel, 7, &mut out), Ok(Part::Done));
+        assert!(matches!(
+            parse(&message(NLMSG_DONE, 7, &[]), 7, &mut out),
+            Err(Malformed::Bytes(_))
+        ));
+        let mut intr = message(
+            SOCK_DIAG_BY_FAMILY,
+            7,
+            &socket(2, TCP_LISTEN, "0.0.0.0:1".parse().unwrap()),
+        );
+        intr[6..8].copy_from_slice(&(0x2 | NLM_F_DUMP_INTR).to_ne_bytes());
+        assert!(matches!(
+            parse(&intr, 7, &mut out),
+            Err(Malformed::Bytes(_))
+        ));
+        assert!(matches!(
+            parse(&message(NLMSG_OVERRUN, 7, &[0; 4]), 7, &mut out),
+            Err(Malformed::Bytes(_))
+        ));
+        assert!(matches!(
+            parse(&message(NLMSG_ERROR, 7, &[0; 4]), 7, &mut out),
+            Err(Malformed::Bytes(_))
+        ));
+        // Another request's message, its length 0: refused, not looped on.
+        let mut zero = message(SOCK_DIAG_BY_FAMILY, 8, &[0; MESSAGE]);
+        zero[0..4].copy_from_slice(&0u32.to_ne_bytes());
+        assert!(matches!(
+            parse(&zero, 7, &mut out),
+            Err(Malformed::Bytes(_))
+        ));
+        assert!(out.is_empty());
+    }
+
     #[test]
     fn the_request_asks_for_listening_tcp_sockets_only() {
         let r = request(10, 5);
@@ -418,12 +487,21 @@ mod tests {
         let v6 = std::net::TcpListener::bind("[::1]:0")
             .ok()
             .map(|l| (l.local_addr().unwrap(), l));
+        // The addresses the verdict turns on: every IPv4 and IPv6 address.
+        let any4 = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+        let any4 = any4.local_addr().unwrap();
+        let any6 = std::net::TcpListener::bind("[::]:0")
+            .ok()
+            .map(|l| (l.local_addr().unwrap(), l));
         let diag = listening().unwrap();
         let proc_ = super::super::listeners::from_proc().unwrap();
-        assert!(diag.contains(&v4), "{v4} not in {diag:?}");
-        assert!(proc_.contains(&v4));
-        if let Some((a, _keep)) = &v6 {
+        for a in [v4, any4] {
+            assert!(diag.contains(&a), "{a} not in {diag:?}");
+            assert!(proc_.contains(&a), "{a} not in {proc_:?}");
+        }
+        for (a, _keep) in v6.iter().chain(any6.iter()) {
             assert!(diag.contains(a), "{a} not in {diag:?}");
+            assert!(proc_.contains(a), "{a} not in {proc_:?}");
         }
         let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let gone = closed.local_addr().unwrap();
