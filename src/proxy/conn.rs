@@ -8,7 +8,10 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll};
 use std::time::Instant;
+
+use futures_util::task::AtomicWaker;
 
 use rustls_pki_types::CertificateDer;
 use tokio::sync::{watch, Notify};
@@ -18,29 +21,42 @@ use crate::proxy::forward::Totals;
 use crate::reason::CloseReason;
 
 /// Asks one connection's task to close, with a reason. The first reason wins.
+/// Only that connection's own task waits on it, so one waker is kept
+/// (24 bytes, where a `Notify` is 48 with its waiter list), and the wait
+/// can be polled from a hand-written future that owns the connection
+/// ([`CloseSignal::poll_closed`]), which a borrowed `Notified` cannot.
 #[derive(Debug, Default)]
 pub struct CloseSignal {
     reason: OnceLock<CloseReason>,
-    notify: Notify,
+    waker: AtomicWaker,
 }
 
 impl CloseSignal {
     /// Requests the close; returns false when a reason was already set.
     pub fn close(&self, reason: CloseReason) -> bool {
         let first = self.reason.set(reason).is_ok();
-        self.notify.notify_waiters();
+        self.waker.wake();
         first
+    }
+
+    /// `Ready` with the reason once a close was requested; else the task
+    /// polling is woken when one is. The connection's task is the only one
+    /// to poll it: a later poll replaces the waker an earlier one left.
+    pub fn poll_closed(&self, cx: &mut Context<'_>) -> Poll<CloseReason> {
+        if let Some(r) = self.reason.get() {
+            return Poll::Ready(*r);
+        }
+        self.waker.register(cx.waker());
+        // Set between the look above and the registration: seen here.
+        match self.reason.get() {
+            Some(r) => Poll::Ready(*r),
+            None => Poll::Pending,
+        }
     }
 
     /// Resolves once a close was requested.
     pub async fn closed(&self) -> CloseReason {
-        loop {
-            let notified = self.notify.notified();
-            if let Some(r) = self.reason.get() {
-                return *r;
-            }
-            notified.await;
-        }
+        std::future::poll_fn(|cx| self.poll_closed(cx)).await
     }
 }
 
@@ -211,5 +227,68 @@ impl Registry {
         let mut rx = self.count.subscribe();
         // The sender lives as long as self, so this cannot fail.
         let _ = rx.wait_for(|n| *n == 0).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::task::{Wake, Waker};
+
+    /// A waker that counts its wake-ups.
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counting() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        (count.clone(), Waker::from(count))
+    }
+
+    #[test]
+    fn a_close_wakes_the_waiting_task_and_the_first_reason_wins() {
+        let s = CloseSignal::default();
+        let (count, waker) = counting();
+        let mut cx = Context::from_waker(&waker);
+        assert_eq!(s.poll_closed(&mut cx), Poll::Pending);
+        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+        assert!(s.close(CloseReason::Revoked));
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            1,
+            "the waiting task is woken"
+        );
+        assert!(
+            !s.close(CloseReason::Drain),
+            "a second reason is not the first"
+        );
+        assert_eq!(s.poll_closed(&mut cx), Poll::Ready(CloseReason::Revoked));
+    }
+
+    #[test]
+    fn a_close_before_any_wait_is_seen_at_once() {
+        let s = CloseSignal::default();
+        assert!(s.close(CloseReason::Displaced));
+        let (count, waker) = counting();
+        let mut cx = Context::from_waker(&waker);
+        assert_eq!(s.poll_closed(&mut cx), Poll::Ready(CloseReason::Displaced));
+        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn the_latest_poll_is_the_one_woken() {
+        let s = CloseSignal::default();
+        let (first, w1) = counting();
+        let (second, w2) = counting();
+        assert_eq!(s.poll_closed(&mut Context::from_waker(&w1)), Poll::Pending);
+        assert_eq!(s.poll_closed(&mut Context::from_waker(&w2)), Poll::Pending);
+        s.close(CloseReason::Drain);
+        assert_eq!(second.0.load(Ordering::SeqCst), 1);
+        assert_eq!(first.0.load(Ordering::SeqCst), 0);
     }
 }

@@ -224,10 +224,8 @@ pub struct Deadline {
 
 /// Forwards between `peer` (the side that connected to us, or the TLS side)
 /// and `target` until both directions end, either side fails, a
-/// half-closed connection stays quiet for `linger`, or `deadline` comes.
-/// One timer serves both the deadline and the linger: it is laid out in
-/// every live connection's task (~110 bytes each), and the earlier of the
-/// two is the one that fires.
+/// half-closed connection stays quiet for `linger`, or `deadline` comes:
+/// a [`Forwarder`] driven to its end.
 pub async fn forward<P, T>(
     mut peer: P,
     mut target: T,
@@ -241,82 +239,173 @@ where
     P: AsyncRead + AsyncWrite + Unpin,
     T: AsyncRead + AsyncWrite + Unpin,
 {
-    let activity = AtomicU64::new(0);
-    let start = Instant::now();
-    let up_tally = Tally {
-        metric: to_target,
-        total: &totals.to_target,
-        activity: &activity,
-        start,
+    let mut copy = Forwarder::new(linger, deadline);
+    let counters = Counters {
+        to_target,
+        from_target,
+        totals,
     };
-    let down_tally = Tally {
-        metric: from_target,
-        total: &totals.from_target,
-        activity: &activity,
-        start,
-    };
-    let mut up = Pump::new(Side::Peer);
-    let mut down = Pump::new(Side::Target);
-    // When one direction finished: from then on the other has `linger` of
-    // quiet to live.
-    let mut half_closed: Option<Instant> = None;
-    // Never later than the deadline.
-    let capped = |t: Instant| deadline.map_or(t, |d| d.at.min(t));
-    let timer = tokio::time::sleep_until(deadline.map_or(start, |d| d.at));
-    tokio::pin!(timer);
-    let error = |side| match side {
-        Side::Peer => CloseReason::PeerError,
-        Side::Target => CloseReason::TargetError,
-    };
-    poll_fn(|cx| {
-        for (pump, src_is_peer) in [(&mut up, true), (&mut down, false)] {
+    poll_fn(|cx| copy.poll(cx, &mut peer, &mut target, &counters)).await
+}
+
+/// Where a connection's forwarded bytes are counted: the route's metrics
+/// and the connection's own totals.
+pub struct Counters<'a> {
+    pub to_target: &'a Counter,
+    pub from_target: &'a Counter,
+    pub totals: &'a Totals,
+}
+
+/// The state of one connection's copy both ways, polled with the two
+/// streams and the counters lent to it each time rather than holding them:
+/// a connection's task keeps it beside the streams it owns, so the copy
+/// adds only its own state to every live connection (an `async fn` over
+/// the same work laid its arguments and the references between its locals
+/// out again, ~230 bytes more per connection).
+///
+/// One timer serves both the deadline and the linger, made when first
+/// needed and boxed (a timer is ~110 bytes, and pins), and the earlier of
+/// the two is the one that fires.
+pub struct Forwarder {
+    up: Pump,
+    down: Pump,
+    /// The last forwarded chunk, in microseconds since `start`.
+    activity: AtomicU64,
+    start: Instant,
+    /// When one direction finished: from then on the other has `linger`
+    /// of quiet to live.
+    half_closed: Option<Instant>,
+    linger: Duration,
+    deadline: Option<Deadline>,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Forwarder {
+    /// A copy not yet started; its clock starts now. Needs the runtime
+    /// whose timer it will use only once it is polled.
+    pub fn new(linger: Duration, deadline: Option<Deadline>) -> Forwarder {
+        Forwarder {
+            up: Pump::new(Side::Peer),
+            down: Pump::new(Side::Target),
+            activity: AtomicU64::new(0),
+            start: Instant::now(),
+            half_closed: None,
+            linger,
+            deadline,
+            timer: None,
+        }
+    }
+
+    /// `t`, never later than the deadline.
+    fn capped(&self, t: Instant) -> Instant {
+        self.deadline.map_or(t, |d| d.at.min(t))
+    }
+
+    /// Arms the timer for `at`, making it on first use.
+    fn arm(&mut self, at: Instant) {
+        match &mut self.timer {
+            Some(timer) => timer.as_mut().reset(at),
+            None => self.timer = Some(Box::pin(tokio::time::sleep_until(at))),
+        }
+    }
+
+    /// Drives both directions until the copy ends (`Ready` with the
+    /// reason) or has to wait.
+    pub fn poll<P, T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        peer: &mut P,
+        target: &mut T,
+        counters: &Counters<'_>,
+    ) -> Poll<CloseReason>
+    where
+        P: AsyncRead + AsyncWrite + Unpin,
+        T: AsyncRead + AsyncWrite + Unpin,
+    {
+        if self.timer.is_none() {
+            if let Some(d) = self.deadline {
+                self.arm(d.at);
+            }
+        }
+        let up_tally = Tally {
+            metric: counters.to_target,
+            total: &counters.totals.to_target,
+            activity: &self.activity,
+            start: self.start,
+        };
+        let down_tally = Tally {
+            metric: counters.from_target,
+            total: &counters.totals.from_target,
+            activity: &self.activity,
+            start: self.start,
+        };
+        let mut ended = false;
+        for (pump, src_is_peer) in [(&mut self.up, true), (&mut self.down, false)] {
             if pump.state == State::Done {
                 continue;
             }
             let r = if src_is_peer {
-                pump.poll(cx, &mut peer, &mut target, &up_tally)
+                pump.poll(cx, peer, target, &up_tally)
             } else {
-                pump.poll(cx, &mut target, &mut peer, &down_tally)
+                pump.poll(cx, target, peer, &down_tally)
             };
             match r {
                 Poll::Ready(Err(side)) => return Poll::Ready(error(side)),
-                Poll::Ready(Ok(())) => {
-                    let now = Instant::now();
-                    half_closed = Some(now);
-                    timer.as_mut().reset(capped(now + linger));
-                }
+                Poll::Ready(Ok(())) => ended = true,
                 Poll::Pending => {}
             }
         }
-        if up.state == State::Done && down.state == State::Done {
+        if ended {
+            let now = Instant::now();
+            self.half_closed = Some(now);
+            let at = self.capped(now + self.linger);
+            self.arm(at);
+        }
+        if self.up.state == State::Done && self.down.state == State::Done {
             return Poll::Ready(CloseReason::Completed);
         }
-        if half_closed.is_none() && deadline.is_none() {
-            // Nothing to time yet: the timer is not armed.
-            return Poll::Pending;
-        }
-        while timer.as_mut().poll(cx).is_ready() {
+        self.poll_timer(cx)
+    }
+
+    /// The deadline or the linger, once the timer fires for one of them.
+    fn poll_timer(&mut self, cx: &mut Context<'_>) -> Poll<CloseReason> {
+        loop {
+            // Nothing to time yet: no timer is armed.
+            let Some(timer) = &mut self.timer else {
+                return Poll::Pending;
+            };
+            if timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
             let now = Instant::now();
-            if let Some(d) = deadline.filter(|d| d.at <= now) {
+            if let Some(d) = self.deadline.filter(|d| d.at <= now) {
                 return Poll::Ready(d.reason);
             }
-            let next = match half_closed {
+            let next = match self.half_closed {
                 Some(closed) => {
-                    let last = start
-                        .checked_add(Duration::from_micros(activity.load(Ordering::Relaxed)))
+                    let last = self
+                        .start
+                        .checked_add(Duration::from_micros(self.activity.load(Ordering::Relaxed)))
                         .unwrap_or(now);
-                    let quiet_until = last.max(closed) + linger;
+                    let quiet_until = last.max(closed) + self.linger;
                     if quiet_until <= now {
                         return Poll::Ready(CloseReason::Linger);
                     }
                     quiet_until
                 }
                 // Fired before the deadline (a timer never does): wait on.
-                None => now + linger,
+                None => now + self.linger,
             };
-            timer.as_mut().reset(capped(next));
+            let at = self.capped(next);
+            self.arm(at);
         }
-        Poll::Pending
-    })
-    .await
+    }
+}
+
+/// The close reason of a failed side.
+fn error(side: Side) -> CloseReason {
+    match side {
+        Side::Peer => CloseReason::PeerError,
+        Side::Target => CloseReason::TargetError,
+    }
 }

@@ -3,36 +3,46 @@
 //! the local application's stream to it; for a transparent route, first
 //! the rule that its original destination selects.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
 use rustls_pki_types::ServerName;
 use tracing::debug;
 
+use super::supervise::{Established, Forwarding, Phased};
 use super::verdict::ServerVerdict;
 use super::LOG_TARGET;
 use super::{Dial, Local, Route, RouteTls};
+use crate::process::memtrim::Live;
 use crate::proxy::addr::Stream;
 use crate::proxy::pending::Ticket;
 use crate::proxy::preauth::Capped;
 use crate::reason::{CloseReason, FailureReason};
 use crate::tls::verify::PeerReport;
 
+/// A client connection's forwarding: the local application's stream to
+/// the remote sidecar's TLS stream, holding its slot, its load count and
+/// what its dial returned beside the stream (`K`).
+pub(super) type ClientForwarding<K> =
+    Forwarding<Stream, ServerVerdict<Capped<Stream>>, (tokio::sync::OwnedSemaphorePermit, Live, K)>;
+
 impl Route {
     /// A connection diverted to a transparent route: where it was going
     /// decides the rule, and so the server identity required there; one
     /// that no rule covers, that was not redirected, or that is our own
     /// connection looping back is closed (`no_destination`), never forwarded.
-    pub(super) async fn handle_transparent(
+    pub(super) fn handle_transparent(
         self: Arc<Self>,
         stream: Stream,
         peer_addr: String,
         ticket: Ticket,
-        live: crate::process::memtrim::Live,
-    ) {
+        live: Live,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         use crate::proxy::transparent::{dial, NoDestination};
         let RouteTls::Transparent(t) = &self.tls else {
-            return;
+            return Box::pin(std::future::ready(()));
         };
         let decided = match &stream {
             Stream::Tcp(tcp) => t.resolve(tcp),
@@ -45,7 +55,7 @@ impl Route {
                 drop(stream);
                 self.metrics.closed(CloseReason::NoDestination);
                 t.log.refused(&peer_addr, &why);
-                return;
+                return Box::pin(std::future::ready(()));
             }
         };
         // Every line about this connection from here on (dial failure,
@@ -56,7 +66,9 @@ impl Route {
         let _entered = span.enter();
         debug!(target: LOG_TARGET, route = %self.cfg.name, peer = %peer_addr, dial = %to, "transparent: dialing the original destination's sidecar");
         drop(_entered);
-        let Some(tls) = t.tls.get(rule) else { return };
+        let Some(tls) = t.tls.get(rule) else {
+            return Box::pin(std::future::ready(()));
+        };
         let server_name = t.server_name(rule, to);
         let connect = dial(to, self.cfg.mark, self.cfg.connect_timeout);
         let connect: Dial<_> =
@@ -69,50 +81,63 @@ impl Route {
         };
         let connector = tls.client.config();
         use tracing::Instrument;
-        self.clone()
-            .handle_client(connector, server_name, connect, to.to_string(), local)
-            .instrument(span)
-            .await
+        let established =
+            self.clone()
+                .establish_client(connector, server_name, connect, to.to_string(), local);
+        Box::pin(Phased::establishing(established).instrument(span))
     }
 
-    /// `connect` dials the remote sidecar; what it returns beside the
-    /// stream is held for as long as the connection lasts. `target` names
-    /// the remote sidecar in logs.
+    /// The slot, dial, handshake and admission of a client connection:
+    /// what forwarding it then needs, or how it went otherwise. `connect`
+    /// dials the remote sidecar; what it returns beside the stream is held
+    /// for as long as the connection lasts. `target` names the remote
+    /// sidecar in logs.
     ///
-    /// `connect` comes boxed: an `async fn`'s arguments stay laid out in its
-    /// future for its whole life, and a dial's future (its timeout timer
-    /// included) would have sat in every live client connection's task.
-    pub(super) async fn handle_client<K>(
+    /// `connect` comes boxed, so its future (its timeout timer included)
+    /// is let go of once dialed, not laid out in this future for the rest
+    /// of the establishment.
+    pub(super) async fn establish_client<K: Send + Unpin + 'static>(
         self: Arc<Self>,
         connector: Arc<rustls::ClientConfig>,
         server_name: ServerName<'static>,
         connect: Dial<K>,
         target: String,
         local: Local,
-    ) {
+    ) -> Established<ClientForwarding<K>> {
         let Local {
             stream: local,
             addr: local_addr,
             ticket,
-            live: _live,
+            live,
         } = local;
         // A client route's slot is taken before dialing, so a full route
         // holds no remote connection open while it waits; the wait is under
         // the handshake ticket and its bounds.
         let slot = tokio::select! {
             s = self.slots.clone().acquire_owned() => s.ok(),
-            reason = ticket.stopped() => return self.stopped_before_handshake(&local_addr, reason, "closed while waiting for a connection slot"),
+            reason = ticket.stopped() => {
+                self.stopped_before_handshake(&local_addr, reason, "closed while waiting for a connection slot");
+                return Established::Closed;
+            }
         };
-        let Some(_slot) = slot else { return };
+        let Some(slot) = slot else {
+            return Established::Closed;
+        };
         // Nothing is read from the local application before the remote
         // sidecar is verified: bytes wait in the socket until supervise.
         let remote = tokio::select! {
             r = connect => r,
-            reason = ticket.stopped() => return self.stopped_before_handshake(&local_addr, reason, "closed while connecting to the target"),
+            reason = ticket.stopped() => {
+                self.stopped_before_handshake(&local_addr, reason, "closed while connecting to the target");
+                return Established::Closed;
+            }
         };
-        let (remote, _keep) = match remote {
+        let (remote, keep) = match remote {
             Ok(r) => r,
-            Err(e) => return self.target_unreachable_at(&local_addr, &target, &e),
+            Err(e) => {
+                self.target_unreachable_at(&local_addr, &target, &e);
+                return Established::Closed;
+            }
         };
         let handshake = Box::pin(crate::tls::stream::connect(
             connector,
@@ -125,9 +150,11 @@ impl Route {
             if let Some(p) = tls.get_ref().1.alpn_protocol() {
                 debug!(target: LOG_TARGET, route = %self.cfg.name, conn = reg.conn.id, alpn = %String::from_utf8_lossy(p), "ALPN negotiated");
             }
-            let mut server = ServerVerdict::new(tls, &self.metrics.handshakes);
-            self.supervise(reg, local, &mut server).await;
+            let server = ServerVerdict::new(tls, self.metrics.handshakes.clone());
+            let held = (slot, live, keep);
+            return Established::Forward(Forwarding::new(self, reg, local, server, held));
         }
+        Established::Closed
     }
 
     /// A client connection whose ticket was stopped (`--max-handshakes`

@@ -40,6 +40,7 @@ use crate::proxy::pending::{Pending, Ticket};
 use crate::reason::FailureReason;
 use crate::tls::verify::{ClientCertPolicy, ServerCertPolicy};
 use spread::Runtimes;
+use supervise::Phased;
 
 /// The target of every log line a route writes, whichever file of this
 /// folder writes it: the name those lines had before `route.rs` became a
@@ -329,7 +330,8 @@ impl Route {
         match &self.tls {
             RouteTls::Server { config, .. } => {
                 let config = config.clone();
-                Box::pin(self.handle_server(config, stream, peer_addr, ticket, live))
+                let established = self.establish_server(config, stream, peer_addr, ticket, live);
+                Box::pin(Phased::establishing(established))
             }
             RouteTls::Client {
                 client,
@@ -353,11 +355,11 @@ impl Route {
                     ticket,
                     live,
                 };
-                Box::pin(self.handle_client(connector, server_name, connect, target, local))
+                let established =
+                    self.establish_client(connector, server_name, connect, target, local);
+                Box::pin(Phased::establishing(established))
             }
-            RouteTls::Transparent(_) => {
-                Box::pin(self.handle_transparent(stream, peer_addr, ticket, live))
-            }
+            RouteTls::Transparent(_) => self.handle_transparent(stream, peer_addr, ticket, live),
         }
     }
 }

@@ -5,25 +5,36 @@
 use std::sync::Arc;
 
 use tokio::io::AsyncWriteExt;
+use tokio::sync::OwnedSemaphorePermit;
 use tracing::debug;
 
+use super::supervise::{Established, Forwarding};
 use super::Route;
 use super::LOG_TARGET;
+use crate::process::memtrim::Live;
 use crate::proxy::addr::Stream;
 use crate::proxy::conn::Registration;
 use crate::proxy::pending::Ticket;
 use crate::proxy::preauth::Capped;
 use crate::reason::CloseReason;
+use crate::tls::stream::ServerStream;
+
+/// A server connection's forwarding: the remote client's TLS stream to
+/// the local target, holding its slot and load count.
+pub(super) type ServerForwarding =
+    Forwarding<Box<ServerStream<Capped<Stream>>>, Stream, (OwnedSemaphorePermit, Live)>;
 
 impl Route {
-    pub(super) async fn handle_server(
+    /// The handshake, admission, slot, dial and PROXY header of a server
+    /// connection: what forwarding it then needs, or how it went otherwise.
+    pub(super) async fn establish_server(
         self: Arc<Self>,
         config: Arc<rustls::ServerConfig>,
         stream: Stream,
         peer_addr: String,
         ticket: Ticket,
-        _live: crate::process::memtrim::Live,
-    ) {
+        live: Live,
+    ) -> Established<ServerForwarding> {
         let addresses = match &stream {
             Stream::Tcp(s) => s.peer_addr().ok().zip(s.local_addr().ok()),
             Stream::Unix(_) => None,
@@ -32,7 +43,7 @@ impl Route {
         let Some((mut tls, reg, displaced)) =
             self.authenticate(peer_addr, handshake, &ticket).await
         else {
-            return;
+            return Established::Closed;
         };
         tls.get_mut().0.lift();
         if let Some(p) = tls.get_ref().1.alpn_protocol() {
@@ -43,14 +54,14 @@ impl Route {
         // --max-handshakes (the oldest closed as overload), never unbounded.
         let slot = self.take_slot(&reg, &ticket).await;
         drop(ticket);
-        let Some(_slot) = slot else {
+        let Some(slot) = slot else {
             // Closed before forwarding: let go only after any incumbent this
             // one displaced, so a newcomer waiting on this connection waits
             // on the whole displacement chain.
             if let Some(old) = &displaced {
                 self.await_displaced(old).await;
             }
-            return;
+            return Established::Closed;
         };
         if let Some(old) = &displaced {
             self.await_displaced(old).await;
@@ -61,13 +72,17 @@ impl Route {
             .connect_marked(self.cfg.connect_timeout, self.cfg.mark);
         let target = tokio::select! {
             r = connect => r,
-            reason = reg.conn.signal.closed() => return self.closed_early(&reg, reason),
+            reason = reg.conn.signal.closed() => {
+                self.closed_early(&reg, reason);
+                return Established::Closed;
+            }
         };
         let mut target = match target {
             Ok(t) => t,
             Err(e) => {
                 self.access(&reg.conn, CloseReason::TargetError);
-                return self.target_unreachable(&reg.conn.peer_addr, &e);
+                self.target_unreachable(&reg.conn.peer_addr, &e);
+                return Established::Closed;
             }
         };
         if self.cfg.proxy_protocol {
@@ -83,7 +98,8 @@ impl Route {
                 ))
             }) {
                 self.access(&reg.conn, CloseReason::TargetError);
-                return self.target_unreachable(&reg.conn.peer_addr, &e);
+                self.target_unreachable(&reg.conn.peer_addr, &e);
+                return Established::Closed;
             }
         }
         if let Some(settings) = self.cfg.http {
@@ -91,9 +107,14 @@ impl Route {
             // times the byte copy's, and a task keeps the size of its
             // largest state for the life of the connection, so inline it
             // made every server route's idle connection pay for it.
-            return Box::pin(self.carry_http(reg, tls, target, settings)).await;
+            // The slot and the load count live as long as the HTTP path.
+            return Established::Other(Box::pin(async move {
+                let _held = (slot, live);
+                self.carry_http(reg, tls, target, settings).await
+            }));
         }
-        self.supervise(reg, tls, target).await
+        drop(displaced);
+        Established::Forward(Forwarding::new(self, reg, tls, target, (slot, live)))
     }
 
     /// The PROXY v2 header for an authenticated server-side connection.

@@ -4,18 +4,22 @@
 //! and log line; plus the trust watcher that closes live connections whose
 //! peer no longer verifies.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use rustls::AlertDescription;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::Route;
 use super::LOG_TARGET;
 use crate::proxy::addr::Stream;
-use crate::proxy::conn::Registration;
-use crate::proxy::forward::{forward, Deadline, Totals};
+use crate::proxy::conn::{LiveConn, Registration};
+use crate::proxy::forward::{Counters, Deadline, Forwarder, Totals};
 use crate::reason::CloseReason;
 
 /// `now + d`, or never when that is past what an `Instant` can hold.
@@ -59,50 +63,157 @@ pub(super) struct Bytes<P, T> {
     pub target: T,
 }
 
-impl<P, T> Carry for Bytes<P, T>
-where
-    P: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send,
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + Settle,
-{
-    fn carry<'a>(
-        &'a mut self,
-        route: &'a Route,
-        totals: &'a Totals,
-        deadline: Option<Deadline>,
-    ) -> impl std::future::Future<Output = CloseReason> + Send + 'a {
-        let m = &route.metrics;
-        let linger = route.cfg.half_close_linger;
-        forward(
-            &mut self.peer,
-            &mut self.target,
-            &m.to_target,
-            &m.from_target,
-            totals,
-            linger,
-            deadline,
-        )
-    }
+/// A connection's forwarding phase as one state machine, held inline in
+/// its task ([`Phased`]): the route, the registration, the two streams,
+/// the copy's state ([`Forwarder`]), and `held`, what must live exactly as
+/// long as the connection (its `--max-connections` slot, its load count, a
+/// transparent route's dial guard). Written by hand rather than as nested
+/// `async fn`s because each of those layers laid its arguments, and the
+/// references between its locals, out again in every live connection's
+/// task: a server connection's task was 1,336 bytes, ~700 of them such
+/// copies.
+pub(super) struct Forwarding<P, T, H> {
+    route: Arc<Route>,
+    /// Taken (and so dropped, after both streams) when the copy ends.
+    reg: Option<Registration>,
+    streams: Option<Bytes<P, T>>,
+    copy: Forwarder,
+    _held: H,
+}
 
-    fn settle(&mut self) -> Option<AlertDescription> {
-        self.target.settle()
+impl<P, T, H> Forwarding<P, T, H> {
+    /// Starts forwarding `peer` ↔ `target` for the connection `reg`: under
+    /// its deadline, counted as active until it ends.
+    pub(super) fn new(route: Arc<Route>, reg: Registration, peer: P, target: T, held: H) -> Self {
+        let deadline = route.deadline_of(&reg.conn);
+        let copy = Forwarder::new(route.cfg.half_close_linger, deadline);
+        route.metrics.active.increment(1.0);
+        Forwarding {
+            route,
+            reg: Some(reg),
+            streams: Some(Bytes { peer, target }),
+            copy,
+            _held: held,
+        }
+    }
+}
+
+impl<P, T, H> Future for Forwarding<P, T, H>
+where
+    P: AsyncRead + AsyncWrite + Unpin,
+    T: AsyncRead + AsyncWrite + Unpin + Settle,
+    H: Unpin,
+{
+    type Output = ();
+
+    /// Forwards until the copy ends or the connection is told to close
+    /// (revocation, displacement, drain: looked at first), then closes.
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let (Some(reg), Some(streams)) = (&this.reg, &mut this.streams) else {
+            return Poll::Ready(());
+        };
+        let reason = match reg.conn.signal.poll_closed(cx) {
+            Poll::Ready(reason) => reason,
+            Poll::Pending => {
+                let m = &this.route.metrics;
+                let counters = Counters {
+                    to_target: &m.to_target,
+                    from_target: &m.from_target,
+                    totals: &reg.conn.totals,
+                };
+                match this
+                    .copy
+                    .poll(cx, &mut streams.peer, &mut streams.target, &counters)
+                {
+                    Poll::Ready(reason) => reason,
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+        };
+        this.route.metrics.active.decrement(1.0);
+        let (Some(reg), Some(mut streams)) = (this.reg.take(), this.streams.take()) else {
+            return Poll::Ready(());
+        };
+        if let Some(alert) = streams.target.settle() {
+            drop(streams);
+            this.route.refused_by_server(&reg.conn, alert);
+            return Poll::Ready(());
+        }
+        // Both sockets closed before the close is logged.
+        drop(streams);
+        this.route.closed_after_forwarding(&reg.conn, reason);
+        drop(reg);
+        Poll::Ready(())
+    }
+}
+
+/// A connection's task: its establishment (handshake, admission, slot,
+/// dial), boxed and let go of once done, then its forwarding held inline,
+/// so an idle connection's task holds only the forwarding state. A
+/// connection carried otherwise (HTTP) keeps that future boxed instead.
+pub(super) enum Phased<F> {
+    Establishing(Pin<Box<dyn Future<Output = Established<F>> + Send>>),
+    Forwarding(F),
+    Other(Pin<Box<dyn Future<Output = ()> + Send>>),
+    Done,
+}
+
+/// What an establishment ends in.
+pub(super) enum Established<F> {
+    /// Forwarding bytes ([`Forwarding`]).
+    Forward(F),
+    /// Carried by another future (HTTP).
+    Other(Pin<Box<dyn Future<Output = ()> + Send>>),
+    /// Closed before forwarding (refused, unreachable, told to close).
+    Closed,
+}
+
+impl<F> Phased<F> {
+    /// The task of a connection that `establishment` establishes.
+    pub(super) fn establishing(
+        establishment: impl Future<Output = Established<F>> + Send + 'static,
+    ) -> Phased<F> {
+        Phased::Establishing(Box::pin(establishment))
+    }
+}
+
+impl<F: Future<Output = ()> + Unpin> Future for Phased<F> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        loop {
+            let done = match this {
+                Phased::Establishing(e) => match e.as_mut().poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Established::Forward(f)) => {
+                        *this = Phased::Forwarding(f);
+                        continue;
+                    }
+                    Poll::Ready(Established::Other(o)) => {
+                        *this = Phased::Other(o);
+                        continue;
+                    }
+                    Poll::Ready(Established::Closed) => true,
+                },
+                Phased::Forwarding(f) => Pin::new(f).poll(cx).is_ready(),
+                Phased::Other(o) => o.as_mut().poll(cx).is_ready(),
+                Phased::Done => true,
+            };
+            if !done {
+                return Poll::Pending;
+            }
+            *this = Phased::Done;
+            return Poll::Ready(());
+        }
     }
 }
 
 impl Route {
-    /// Forwards until the connection ends or is told to close. A client
-    /// route's server that turns out to have refused our certificate
-    /// ([`Settle`]) ends it as a refused handshake instead of a close.
-    pub(super) async fn supervise<P, T>(&self, reg: Registration, peer: P, target: T)
-    where
-        P: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send,
-        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + Settle,
-    {
-        self.supervise_carried(reg, Bytes { peer, target }).await
-    }
-
-    /// [`supervise`](Self::supervise) with what carries the traffic given.
-    pub(super) async fn supervise_carried<C: Carry>(&self, reg: Registration, mut carried: C) {
-        let conn = reg.conn.clone();
+    /// When a connection must end whatever its traffic: its peer
+    /// certificate's expiry or `--max-connection-lifetime`, the earlier.
+    fn deadline_of(&self, conn: &LiveConn) -> Option<Deadline> {
         let expiry = conn.peer.as_ref().map(|c| {
             let left = c
                 .not_after_time()
@@ -113,20 +224,23 @@ impl Route {
         });
         let expiry = expiry.flatten();
         let lifetime = self.cfg.max_connection_lifetime.and_then(deadline_after);
-        // One timer for both (and the half-close linger, in `forward`): each
-        // is laid out in every live connection's task, and only the earlier
-        // can fire first.
-        let (deadline, timed_out) = match (expiry, lifetime) {
+        // One timer for both (and the half-close linger, in `forward`): only
+        // the earlier can fire first.
+        let (at, reason) = match (expiry, lifetime) {
             (Some(e), Some(l)) if l < e => (Some(l), CloseReason::Lifetime),
             (Some(e), _) => (Some(e), CloseReason::Expired),
             (None, l) => (l, CloseReason::Lifetime),
         };
+        at.map(|at| Deadline { at, reason })
+    }
+
+    /// Forwards until the traffic `carried` ends or the connection is told
+    /// to close (the HTTP path; bytes are forwarded by [`Forwarding`]).
+    pub(super) async fn supervise_carried<C: Carry>(&self, reg: Registration, mut carried: C) {
+        let conn = reg.conn.clone();
+        let deadline = self.deadline_of(&conn);
         let totals = &conn.totals;
         self.metrics.active.increment(1.0);
-        let deadline = deadline.map(|at| Deadline {
-            at,
-            reason: timed_out,
-        });
         let reason = tokio::select! {
             r = carried.carry(self, totals, deadline) => r,
             r = conn.signal.closed() => r,
@@ -138,8 +252,15 @@ impl Route {
         // Both sockets closed before the close is logged, as when the copy
         // itself dropped them.
         drop(carried);
+        self.closed_after_forwarding(&conn, reason);
+        drop(reg);
+    }
+
+    /// Counts and logs a forwarded connection's close.
+    fn closed_after_forwarding(&self, conn: &LiveConn, reason: CloseReason) {
         self.metrics.closed(reason);
-        self.access(&conn, reason);
+        self.access(conn, reason);
+        let totals = &conn.totals;
         let to = totals.to_target.load(std::sync::atomic::Ordering::Relaxed);
         let from = totals
             .from_target
@@ -161,7 +282,6 @@ impl Route {
                 debug!(target: LOG_TARGET, route = %self.cfg.name, conn = conn.id, peer = %conn.peer_addr, reason = reason.as_str(), to_target = to, from_target = from, ?duration, "connection closed")
             }
         }
-        drop(reg);
     }
 
     /// Re-verifies every live connection whenever the store's trust shrinks,

@@ -23,9 +23,9 @@ use crate::tls::stream::ClientStream;
 ///
 /// Watched as the forwarding reads, in place: no timer, no task, and
 /// nothing read or written is held back.
-pub(super) struct ServerVerdict<'m, IO> {
+pub(super) struct ServerVerdict<IO> {
     tls: Box<ClientStream<IO>>,
-    handshakes: &'m metrics::Counter,
+    handshakes: metrics::Counter,
     verdict: Verdict,
 }
 
@@ -39,8 +39,8 @@ enum Verdict {
     Refused(AlertDescription),
 }
 
-impl<'m, IO: AsyncRead + AsyncWrite + Unpin> ServerVerdict<'m, IO> {
-    pub(super) fn new(tls: Box<ClientStream<IO>>, handshakes: &'m metrics::Counter) -> Self {
+impl<IO: AsyncRead + AsyncWrite + Unpin> ServerVerdict<IO> {
+    pub(super) fn new(tls: Box<ClientStream<IO>>, handshakes: metrics::Counter) -> Self {
         let mut s = ServerVerdict {
             tls,
             handshakes,
@@ -78,7 +78,7 @@ impl<'m, IO: AsyncRead + AsyncWrite + Unpin> ServerVerdict<'m, IO> {
     }
 }
 
-impl<IO: AsyncRead + AsyncWrite + Unpin> Settle for &mut ServerVerdict<'_, IO> {
+impl<IO: AsyncRead + AsyncWrite + Unpin> Settle for ServerVerdict<IO> {
     /// Forwarding may have stopped on something else first (a write to the
     /// server failing on the reset that followed its alert, a close signal):
     /// one last read without waiting looks at what the server sent. Still
@@ -101,7 +101,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Settle for &mut ServerVerdict<'_, IO> {
     }
 }
 
-impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for ServerVerdict<'_, IO> {
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for ServerVerdict<IO> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -114,7 +114,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for ServerVerdict<'_, IO> {
     }
 }
 
-impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ServerVerdict<'_, IO> {
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ServerVerdict<IO> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -237,7 +237,7 @@ mod tests {
     }
 
     /// One read, never waiting: what forwarding's read returns on a wake-up.
-    fn read_once<IO>(v: &mut ServerVerdict<'_, IO>) -> Poll<std::io::Result<usize>>
+    fn read_once<IO>(v: &mut ServerVerdict<IO>) -> Poll<std::io::Result<usize>>
     where
         IO: AsyncRead + AsyncWrite + Unpin,
     {
@@ -255,7 +255,7 @@ mod tests {
         let (tls, server) = connect(TLS13).await;
         let mut server = server.expect("accepted");
         let (_, c) = counter();
-        let mut v = ServerVerdict::new(tls, &c);
+        let mut v = ServerVerdict::new(tls, c.clone());
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let chunk = [7u8; 16 * 1024];
         // Write until the pipe (64 KiB) is full and a record's tail waits.
@@ -293,9 +293,9 @@ mod tests {
         .await;
         assert!(server.is_none(), "the server refused us");
         let (n, c) = counter();
-        let mut v = ServerVerdict::new(tls, &c);
+        let mut v = ServerVerdict::new(tls, c.clone());
         assert!(matches!(read_once(&mut v), Poll::Ready(Err(_))));
-        assert_eq!((&mut v).settle(), Some(AlertDescription::UnknownCA));
+        assert_eq!(v.settle(), Some(AlertDescription::UnknownCA));
         assert_eq!(count(&n), 0);
     }
 
@@ -309,9 +309,9 @@ mod tests {
         })
         .await;
         let (n, c) = counter();
-        let mut v = ServerVerdict::new(tls, &c);
-        assert_eq!((&mut v).settle(), Some(AlertDescription::UnknownCA));
-        assert_eq!((&mut v).settle(), Some(AlertDescription::UnknownCA));
+        let mut v = ServerVerdict::new(tls, c.clone());
+        assert_eq!(v.settle(), Some(AlertDescription::UnknownCA));
+        assert_eq!(v.settle(), Some(AlertDescription::UnknownCA));
         assert_eq!(count(&n), 0);
     }
 
@@ -320,7 +320,7 @@ mod tests {
         let (tls, server) = connect(TLS13).await;
         let mut server = server.expect("accepted");
         let (n, c) = counter();
-        let mut v = ServerVerdict::new(tls, &c);
+        let mut v = ServerVerdict::new(tls, c.clone());
         assert!(read_once(&mut v).is_pending());
         assert_eq!(count(&n), 0, "nothing from the server yet");
         for _ in 0..2 {
@@ -329,7 +329,7 @@ mod tests {
             assert!(matches!(read_once(&mut v), Poll::Ready(Ok(2))));
             assert_eq!(count(&n), 1);
         }
-        assert_eq!((&mut v).settle(), None);
+        assert_eq!(v.settle(), None);
         assert_eq!(count(&n), 1);
     }
 
@@ -341,11 +341,11 @@ mod tests {
         })
         .await;
         let (n, c) = counter();
-        let mut v = ServerVerdict::new(tls, &c);
+        let mut v = ServerVerdict::new(tls, c.clone());
         assert_eq!(count(&n), 0);
         assert!(read_once(&mut v).is_pending());
         assert_eq!(count(&n), 1);
-        assert_eq!((&mut v).settle(), None);
+        assert_eq!(v.settle(), None);
         assert_eq!(count(&n), 1);
     }
 
@@ -355,7 +355,7 @@ mod tests {
         let mut server = server.expect("accepted");
         server.shutdown().await.unwrap();
         let (n, c) = counter();
-        let mut v = ServerVerdict::new(tls, &c);
+        let mut v = ServerVerdict::new(tls, c.clone());
         assert!(matches!(read_once(&mut v), Poll::Ready(Ok(0))));
         assert_eq!(count(&n), 1);
     }
@@ -364,12 +364,12 @@ mod tests {
     async fn a_server_that_said_nothing_is_counted_once_when_forwarding_stops() {
         let (tls, _server) = connect(TLS13).await;
         let (n, c) = counter();
-        let mut v = ServerVerdict::new(tls, &c);
+        let mut v = ServerVerdict::new(tls, c.clone());
         assert!(read_once(&mut v).is_pending());
         assert_eq!(count(&n), 0);
-        assert_eq!((&mut v).settle(), None);
+        assert_eq!(v.settle(), None);
         assert_eq!(count(&n), 1);
-        assert_eq!((&mut v).settle(), None);
+        assert_eq!(v.settle(), None);
         assert_eq!(count(&n), 1);
     }
 
@@ -379,10 +379,10 @@ mod tests {
         let version = &rustls::version::TLS12;
         let (tls, _server) = connect(Setup { version, ..TLS13 }).await;
         let (n, c) = counter();
-        let mut v = ServerVerdict::new(tls, &c);
+        let mut v = ServerVerdict::new(tls, c.clone());
         assert_eq!(count(&n), 1);
         assert!(read_once(&mut v).is_pending());
-        assert_eq!((&mut v).settle(), None);
+        assert_eq!(v.settle(), None);
         assert_eq!(count(&n), 1);
     }
 }
