@@ -3,15 +3,14 @@
 //! the local application's stream to it; for a transparent route, first
 //! the rule that its original destination selects.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
 use rustls_pki_types::ServerName;
 use tracing::debug;
+use tracing::instrument::{Instrument, Instrumented};
 
-use super::supervise::{Established, Forwarding, Phased};
+use super::supervise::{Established, Forwarding};
 use super::verdict::ServerVerdict;
 use super::LOG_TARGET;
 use super::{Dial, Local, Route, RouteTls};
@@ -19,6 +18,7 @@ use crate::process::memtrim::Live;
 use crate::proxy::addr::Stream;
 use crate::proxy::pending::Ticket;
 use crate::proxy::preauth::Capped;
+use crate::proxy::transparent::Outbound;
 use crate::reason::{CloseReason, FailureReason};
 use crate::tls::verify::PeerReport;
 
@@ -33,16 +33,19 @@ impl Route {
     /// decides the rule, and so the server identity required there; one
     /// that no rule covers, that was not redirected, or that is our own
     /// connection looping back is closed (`no_destination`), never forwarded.
-    pub(super) fn handle_transparent(
+    /// Resolved in the connection's own task, not on the accept loop. The
+    /// span naming the original destination is entered for the whole
+    /// connection, its forwarding included.
+    pub(super) async fn establish_transparent(
         self: Arc<Self>,
         stream: Stream,
         peer_addr: String,
         ticket: Ticket,
         live: Live,
-    ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    ) -> Established<Instrumented<ClientForwarding<Outbound>>> {
         use crate::proxy::transparent::{dial, NoDestination};
         let RouteTls::Transparent(t) = &self.tls else {
-            return Box::pin(std::future::ready(()));
+            return Established::Closed;
         };
         let decided = match &stream {
             Stream::Tcp(tcp) => t.resolve(tcp),
@@ -55,7 +58,7 @@ impl Route {
                 drop(stream);
                 self.metrics.closed(CloseReason::NoDestination);
                 t.log.refused(&peer_addr, &why);
-                return Box::pin(std::future::ready(()));
+                return Established::Closed;
             }
         };
         // Every line about this connection from here on (dial failure,
@@ -67,7 +70,7 @@ impl Route {
         debug!(target: LOG_TARGET, route = %self.cfg.name, peer = %peer_addr, dial = %to, "transparent: dialing the original destination's sidecar");
         drop(_entered);
         let Some(tls) = t.tls.get(rule) else {
-            return Box::pin(std::future::ready(()));
+            return Established::Closed;
         };
         let server_name = t.server_name(rule, to);
         let connect = dial(to, self.cfg.mark, self.cfg.connect_timeout);
@@ -80,11 +83,16 @@ impl Route {
             live,
         };
         let connector = tls.client.config();
-        use tracing::Instrument;
-        let established =
-            self.clone()
-                .establish_client(connector, server_name, connect, to.to_string(), local);
-        Box::pin(Phased::establishing(established).instrument(span))
+        let established = self
+            .clone()
+            .establish_client(connector, server_name, connect, to.to_string(), local)
+            .instrument(span.clone())
+            .await;
+        match established {
+            Established::Forward(f) => Established::Forward(f.instrument(span)),
+            Established::Other(o) => Established::Other(o),
+            Established::Closed => Established::Closed,
+        }
     }
 
     /// The slot, dial, handshake and admission of a client connection:

@@ -359,7 +359,10 @@ impl Route {
                     self.establish_client(connector, server_name, connect, target, local);
                 Box::pin(Phased::establishing(established))
             }
-            RouteTls::Transparent(_) => self.handle_transparent(stream, peer_addr, ticket, live),
+            RouteTls::Transparent(_) => {
+                let established = self.establish_transparent(stream, peer_addr, ticket, live);
+                Box::pin(Phased::establishing(established))
+            }
         }
     }
 }

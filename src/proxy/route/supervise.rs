@@ -73,10 +73,13 @@ pub(super) struct Bytes<P, T> {
 /// task: a server connection's task was 1,336 bytes, ~700 of them such
 /// copies.
 pub(super) struct Forwarding<P, T, H> {
-    route: Arc<Route>,
+    /// Declared before `reg`: a task dropped mid-forwarding (its runtime
+    /// shut down) closes both sockets before it lets go of the
+    /// registration, as a connection that ends does.
+    streams: Option<Bytes<P, T>>,
     /// Taken (and so dropped, after both streams) when the copy ends.
     reg: Option<Registration>,
-    streams: Option<Bytes<P, T>>,
+    route: Arc<Route>,
     copy: Forwarder,
     _held: H,
 }
@@ -89,9 +92,9 @@ impl<P, T, H> Forwarding<P, T, H> {
         let copy = Forwarder::new(route.cfg.half_close_linger, deadline);
         route.metrics.active.increment(1.0);
         Forwarding {
-            route,
-            reg: Some(reg),
             streams: Some(Bytes { peer, target }),
+            reg: Some(reg),
+            route,
             copy,
             _held: held,
         }
