@@ -7,11 +7,13 @@
 //! UDP, to whatever server resolv.conf names, and no filter can tell those
 //! from any other datagram. Unix sockets (the `NOTIFY_SOCKET` the watchdog
 //! pings, unix listeners and targets) and TCP are left to Landlock.
-//! Netlink sockets are refused (EACCES) but for one protocol,
-//! `NETLINK_SOCK_DIAG`, which the target-exposure check reads listening
-//! sockets with (`crate::proxy::exposure::sockdiag`): no other netlink
-//! protocol (routes, interfaces, audit, netfilter) is asked for by the
-//! sidecar once it serves.
+//! Netlink sockets are refused (EACCES) but for `NETLINK_SOCK_DIAG`, which
+//! the target-exposure check lists listening sockets with
+//! (`crate::proxy::exposure::sockdiag`), and, when a target is a host name,
+//! `NETLINK_ROUTE`: glibc's resolver asks it which address families the
+//! host has whenever a name has several addresses to sort (it copes with a
+//! refusal, but sorts without that knowledge). No other netlink protocol
+//! (audit, netfilter, ...) is asked for by the sidecar once it serves.
 //!
 //! `SOCK_CLOEXEC` and `SOCK_NONBLOCK` ride in `socket()`'s type argument
 //! (Rust's std and glibc's resolver always set the first), so the filter
@@ -32,21 +34,26 @@ struct Arch {
     x32_bit: bool,
 }
 
-#[cfg(target_arch = "x86_64")]
+// Little-endian only: the argument offsets below read an argument's low
+// 32 bits, which come first there (and the audit ids are the LE ones).
+#[cfg(all(target_arch = "x86_64", target_endian = "little"))]
 const ARCH: Option<Arch> = Some(Arch {
     audit: 0xC000_003E, // AUDIT_ARCH_X86_64
     socket: libc::SYS_socket as u32,
     x32_bit: true,
 });
 
-#[cfg(target_arch = "aarch64")]
+#[cfg(all(target_arch = "aarch64", target_endian = "little"))]
 const ARCH: Option<Arch> = Some(Arch {
     audit: 0xC000_00B7, // AUDIT_ARCH_AARCH64
     socket: libc::SYS_socket as u32,
     x32_bit: false,
 });
 
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(not(all(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    target_endian = "little"
+)))]
 const ARCH: Option<Arch> = None;
 
 /// x32 system calls are the x86_64 numbers with this bit set.
@@ -100,6 +107,16 @@ fn refused_types(dns: bool) -> Vec<u32> {
     t
 }
 
+/// The netlink protocols allowed: the exposure check's, and glibc's
+/// resolver's when DNS is.
+fn netlink_protocols(dns: bool) -> Vec<u32> {
+    let mut p = vec![libc::NETLINK_SOCK_DIAG as u32];
+    if dns {
+        p.push(libc::NETLINK_ROUTE as u32);
+    }
+    p
+}
+
 /// The filter's decisions, before jump offsets are worked out.
 fn decisions(arch: &Arch, dns: bool) -> (Vec<Insn>, usize) {
     let mut p = vec![
@@ -117,8 +134,12 @@ fn decisions(arch: &Arch, dns: bool) -> (Vec<Insn>, usize) {
         Insn::Jump(JEQ_K, libc::AF_INET6 as u32, To::Type, To::Next),
         Insn::Jump(JEQ_K, libc::AF_NETLINK as u32, To::Next, To::Allow),
         Insn::Load(ARG2),
-        Insn::Jump(JEQ_K, libc::NETLINK_SOCK_DIAG as u32, To::Allow, To::Refuse),
     ]);
+    for (i, protocol) in netlink_protocols(dns).iter().enumerate() {
+        let last = i + 1 == netlink_protocols(dns).len();
+        let otherwise = if last { To::Refuse } else { To::Next };
+        p.push(Insn::Jump(JEQ_K, *protocol, To::Allow, otherwise));
+    }
     let type_at = p.len();
     let flags = (libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK) as u32;
     p.extend([Insn::Load(ARG1), Insn::And(!flags)]);
@@ -196,6 +217,15 @@ mod tests {
         socket: 41,
         x32_bit: true,
     };
+
+    #[test]
+    fn netlink_route_is_allowed_only_with_dns() {
+        let route = libc::NETLINK_ROUTE as u32;
+        let diag = libc::NETLINK_SOCK_DIAG as u32;
+        assert_eq!(netlink_protocols(false), [diag]);
+        assert!(netlink_protocols(true).contains(&route));
+        assert!(netlink_protocols(true).contains(&diag));
+    }
 
     #[test]
     fn datagram_sockets_are_refused_only_without_dns() {

@@ -194,7 +194,10 @@ impl TargetExposure {
                 self.source.store(source as u8, Ordering::Relaxed);
                 Ok(list)
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => {
+                self.source.store(0, Ordering::Relaxed);
+                Err(e.to_string())
+            }
         };
         for w in &self.watched {
             w.update(judge(w.port, &listening));

@@ -12,7 +12,7 @@
 //! bench's p99.9 went from ~1 ms to 4-6 ms). A dump that asks for
 //! `TCP_LISTEN` only walks the listening table and stops. Needs no
 //! capability; the in-process sandbox allows a `NETLINK_SOCK_DIAG` socket
-//! (and no other netlink protocol), and the shipped systemd unit allows
+//! (`crate::sandbox`'s seccomp filter), and the shipped systemd unit allows
 //! `AF_NETLINK`. Which way the last check went is in `/status`
 //! (`target_exposure[].source`).
 //!
