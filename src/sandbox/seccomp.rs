@@ -135,9 +135,13 @@ fn decisions(arch: &Arch, dns: bool) -> (Vec<Insn>, usize) {
         Insn::Jump(JEQ_K, libc::AF_NETLINK as u32, To::Next, To::Allow),
         Insn::Load(ARG2),
     ]);
-    for (i, protocol) in netlink_protocols(dns).iter().enumerate() {
-        let last = i + 1 == netlink_protocols(dns).len();
-        let otherwise = if last { To::Refuse } else { To::Next };
+    let protocols = netlink_protocols(dns);
+    for (i, protocol) in protocols.iter().enumerate() {
+        let otherwise = if i + 1 == protocols.len() {
+            To::Refuse
+        } else {
+            To::Next
+        };
         p.push(Insn::Jump(JEQ_K, *protocol, To::Allow, otherwise));
     }
     let type_at = p.len();
