@@ -39,6 +39,7 @@ def main():
     parts = order.split(found, conn)
     seen = set().union(*found.values(), *conn.values())
     committed, (kept, remapped, gone) = order.carry(order.read_parts(src), binary)
+    moved = order.keep_serving(parts, committed)
     extra = 0
     for part in order.PARTS:
         more = [n for n in committed[part] if n not in seen]
@@ -46,7 +47,7 @@ def main():
         parts[part] += more
     total = order.write_parts(dst, parts, f"Derived by scripts/link-order/derive.py from {binary} and {src}.")
     print(f"{total} functions: callgrind {len(seen)}, from the committed list {extra} more "
-          f"(of its names: kept {kept}, remapped {remapped}, gone {gone}); "
+          f"(of its names: kept {kept}, remapped {remapped}, gone {gone}), kept serving {moved}; "
           f"{time.monotonic() - began:.0f} s")
 
 

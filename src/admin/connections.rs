@@ -191,11 +191,11 @@ fn conn_view(route: &str, c: &LiveConn) -> ConnView {
         sans,
         serial: serial.to_string(),
         spki_sha256: crate::proxy::route::leaf_spki(c),
-        not_after: c.peer.as_ref().map_or(0, |p| p.not_after),
+        not_after: c.peer().map_or(0, |p| p.not_after),
         age_seconds: c.opened.elapsed().as_secs_f64(),
         bytes_to_target: c.totals.to_target.load(Relaxed),
         bytes_from_target: c.totals.from_target.load(Relaxed),
-        chain_pem: crate::identity::pem::certificates(&c.chain),
+        chain_pem: crate::identity::pem::certificates(c.chain()),
     }
 }
 

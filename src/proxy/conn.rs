@@ -4,10 +4,18 @@
 //! and the admin endpoint's `/connections` reads it. One lock per route,
 //! taken when a connection registers, leaves or is listed, never per
 //! forwarded chunk: the byte counts are atomics inside each entry.
+//!
+//! What a peer presented (its chain and its leaf's fields) is kept once per
+//! distinct chain among a route's live connections and shared by all of
+//! them ([`Presented`]): a route's connections mostly come from a handful
+//! of peers, and a copy per connection was the largest per-connection item
+//! of our own (~0.6 KiB on each side of an idle connection).
 
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -60,14 +68,27 @@ impl CloseSignal {
     }
 }
 
+/// What a peer presented in its handshake: the chain as sent (re-verified
+/// when the trust shrinks) and its leaf's fields. Shared by every live
+/// connection of a route whose peer presented the same chain, byte for
+/// byte ([`Registry::register`]); the leaf's fields are derived from the
+/// chain alone, so they are the same too.
+#[derive(Debug)]
+pub struct Presented {
+    pub cert: Option<CertInfo>,
+    pub chain: Vec<CertificateDer<'static>>,
+    /// Its key in the registry's table of shared chains.
+    key: u64,
+}
+
 /// One authenticated, forwarded connection.
 #[derive(Debug)]
 pub struct LiveConn {
     pub id: u64,
     pub peer_addr: String,
-    pub peer: Option<CertInfo>,
-    /// The chain the peer presented, re-verified when the trust shrinks.
-    pub chain: Vec<CertificateDer<'static>>,
+    /// The peer's chain and leaf, shared with the route's other connections
+    /// from the same peer.
+    presented: Arc<Presented>,
     pub opened: Instant,
     /// Bytes forwarded each way, counted by the forwarder itself (the
     /// same atomics it always kept), so `/connections` reads them at query
@@ -84,11 +105,20 @@ pub struct LiveConn {
 }
 
 impl LiveConn {
+    /// The peer's leaf, when it sent one that parsed.
+    pub fn peer(&self) -> Option<&CertInfo> {
+        self.presented.cert.as_ref()
+    }
+
+    /// The chain the peer presented, re-verified when the trust shrinks.
+    pub fn chain(&self) -> &[CertificateDer<'static>] {
+        &self.presented.chain
+    }
+
     /// The peer certificate's subject, serial and SANs, empty when it had
     /// none that parsed: what every line about the connection names.
     pub fn peer_fields(&self) -> (&str, &str, Vec<String>) {
-        self.peer
-            .as_ref()
+        self.peer()
             .map(|c| (c.subject.as_str(), c.serial.as_str(), c.sans()))
             .unwrap_or_default()
     }
@@ -112,6 +142,27 @@ struct Inner {
     live: HashMap<u64, Arc<LiveConn>>,
     /// The one connection an `--exclusive` route forwards.
     incumbent: Option<Arc<LiveConn>>,
+    /// The chains live connections presented, by [`Registry::key_of`]:
+    /// each distinct chain is held once. An entry goes when the last
+    /// connection holding it leaves (or, if that one was still referenced
+    /// elsewhere then, at the next sweep: [`needs_sweep`] bounds the table
+    /// to twice the live connections).
+    presented: HashMap<u64, Weak<Presented>>,
+}
+
+/// Whether a chain just presented is the one `held` holds: only then is
+/// `held` shared. The table's key is a hash, so two different chains can
+/// share a key; sharing on the key alone would re-verify a connection
+/// against another peer's chain.
+fn same_chain(held: &Presented, chain: &[CertificateDer<'static>]) -> bool {
+    held.chain == chain
+}
+
+/// Whether the table of shared chains has grown past what the live
+/// connections justify (entries left by connections that were still
+/// referenced when they left), so its dead entries are swept.
+fn needs_sweep(entries: usize, live: usize) -> bool {
+    entries > live.saturating_mul(2).saturating_add(16)
 }
 
 /// All live connections of a route.
@@ -120,6 +171,11 @@ pub struct Registry {
     inner: Mutex<Inner>,
     next_id: AtomicU64,
     count: watch::Sender<usize>,
+    /// Keys the table of shared chains (seeded per registry).
+    hasher: RandomState,
+    /// Tests only: every chain gets the same key, as colliding hashes would.
+    #[cfg(test)]
+    collide: bool,
 }
 
 impl Default for Registry {
@@ -128,6 +184,9 @@ impl Default for Registry {
             inner: Mutex::default(),
             next_id: AtomicU64::new(1),
             count: watch::channel(0).0,
+            hasher: RandomState::new(),
+            #[cfg(test)]
+            collide: false,
         }
     }
 }
@@ -143,6 +202,16 @@ impl Drop for Registration {
     fn drop(&mut self) {
         let mut inner = self.registry.lock();
         inner.live.remove(&self.conn.id);
+        let presented = &self.conn.presented;
+        // The last connection holding this chain: its entry goes with it.
+        if Arc::strong_count(presented) == 1
+            && inner
+                .presented
+                .get(&presented.key)
+                .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(presented)))
+        {
+            inner.presented.remove(&presented.key);
+        }
         if inner
             .incumbent
             .as_ref()
@@ -164,6 +233,47 @@ impl Registry {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The key of `chain` in the table of shared chains.
+    fn key_of(&self, chain: &[CertificateDer<'static>]) -> u64 {
+        #[cfg(test)]
+        if self.collide {
+            return 0;
+        }
+        let mut h = self.hasher.build_hasher();
+        for c in chain {
+            c.as_ref().hash(&mut h);
+        }
+        h.finish()
+    }
+
+    /// What `chain` (whose leaf's fields are `peer`) is held as: the entry
+    /// of a live connection that presented the same chain, else a new one.
+    fn presented(
+        &self,
+        inner: &mut Inner,
+        key: u64,
+        peer: Option<CertInfo>,
+        chain: Vec<CertificateDer<'static>>,
+    ) -> Arc<Presented> {
+        if let Some(held) = inner.presented.get(&key).and_then(Weak::upgrade) {
+            if same_chain(&held, &chain) {
+                return held;
+            }
+        }
+        if needs_sweep(inner.presented.len(), inner.live.len()) {
+            inner.presented.retain(|_, w| w.strong_count() > 0);
+        }
+        let p = Arc::new(Presented {
+            cert: peer,
+            chain,
+            key,
+        });
+        // A different chain under the same key takes the slot; the one it
+        // replaces stays with its connections, only no longer shared.
+        inner.presented.insert(key, Arc::downgrade(&p));
+        p
+    }
+
     /// Adds an authenticated connection, visible from now on to trust
     /// re-verification, expiry and draining.
     pub fn register(
@@ -172,18 +282,19 @@ impl Registry {
         peer: Option<CertInfo>,
         chain: Vec<CertificateDer<'static>>,
     ) -> Registration {
+        let key = self.key_of(&chain);
+        let mut inner = self.lock();
+        let presented = self.presented(&mut inner, key, peer, chain);
         let conn = Arc::new(LiveConn {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             peer_addr,
-            peer,
-            chain,
+            presented,
             opened: Instant::now(),
             totals: Totals::default(),
             signal: CloseSignal::default(),
             finished: AtomicBool::new(false),
             finished_notify: Notify::new(),
         });
-        let mut inner = self.lock();
         inner.live.insert(conn.id, conn.clone());
         let n = inner.live.len();
         drop(inner);
@@ -290,5 +401,77 @@ mod tests {
         s.close(CloseReason::Drain);
         assert_eq!(second.0.load(Ordering::SeqCst), 1);
         assert_eq!(first.0.load(Ordering::SeqCst), 0);
+    }
+
+    fn chain(bytes: &[u8]) -> Vec<CertificateDer<'static>> {
+        vec![CertificateDer::from(bytes.to_vec())]
+    }
+
+    fn entries(r: &Registry) -> usize {
+        r.lock().presented.len()
+    }
+
+    #[test]
+    fn connections_presenting_the_same_chain_share_one_copy() {
+        let r = Arc::new(Registry::default());
+        let a = r.register("a".into(), None, chain(b"leaf-1"));
+        let b = r.register("b".into(), None, chain(b"leaf-1"));
+        let c = r.register("c".into(), None, chain(b"leaf-2"));
+        assert!(Arc::ptr_eq(&a.conn.presented, &b.conn.presented));
+        assert!(!Arc::ptr_eq(&a.conn.presented, &c.conn.presented));
+        assert_eq!(c.conn.chain(), chain(b"leaf-2").as_slice());
+        assert_eq!(entries(&r), 2);
+        drop(a);
+        assert_eq!(entries(&r), 2, "b still holds leaf-1");
+        drop(b);
+        assert_eq!(entries(&r), 1, "the last holder of leaf-1 took its entry");
+        drop(c);
+        assert_eq!(entries(&r), 0);
+    }
+
+    #[test]
+    fn a_different_chain_under_the_same_key_is_never_shared() {
+        let r = Arc::new(Registry {
+            collide: true,
+            ..Registry::default()
+        });
+        let a = r.register("a".into(), None, chain(b"leaf-1"));
+        let b = r.register("b".into(), None, chain(b"leaf-2"));
+        assert!(!Arc::ptr_eq(&a.conn.presented, &b.conn.presented));
+        assert_eq!(a.conn.chain(), chain(b"leaf-1").as_slice());
+        assert_eq!(b.conn.chain(), chain(b"leaf-2").as_slice());
+        // The slot went to leaf-2; leaf-1's connections keep their own.
+        let c = r.register("c".into(), None, chain(b"leaf-2"));
+        assert!(Arc::ptr_eq(&b.conn.presented, &c.conn.presented));
+        drop(a);
+        assert_eq!(entries(&r), 1, "leaf-1 did not own the slot");
+    }
+
+    #[test]
+    fn entries_left_behind_are_swept_within_the_bound() {
+        let r = Arc::new(Registry::default());
+        // Connections still referenced when they leave (as a `/connections`
+        // listing holds them) leave their entries behind.
+        let mut kept = Vec::new();
+        for i in 0..100u32 {
+            let reg = r.register("p".into(), None, chain(&i.to_be_bytes()));
+            kept.push(reg.conn.clone());
+            drop(reg);
+        }
+        drop(kept);
+        assert!(
+            entries(&r) <= 17,
+            "{} entries for no live connection",
+            entries(&r)
+        );
+    }
+
+    #[test]
+    fn the_sweep_bound_is_twice_the_live_connections_and_sixteen() {
+        assert!(!needs_sweep(16, 0));
+        assert!(needs_sweep(17, 0));
+        assert!(!needs_sweep(36, 10));
+        assert!(needs_sweep(37, 10));
+        assert!(!needs_sweep(usize::MAX, usize::MAX));
     }
 }

@@ -22,7 +22,7 @@ pub(crate) const ACCESS_TARGET: &str = "mtls_sidecar::access";
 /// The base64 SHA-256 of the SubjectPublicKeyInfo of a chain's leaf, or
 /// `""` when there is no leaf that parses.
 pub fn leaf_spki(conn: &LiveConn) -> String {
-    conn.chain
+    conn.chain()
         .first()
         .and_then(|c| crate::identity::pin::spki_sha256(c.as_ref()))
         .map(|p| crate::identity::pin::encode(&p))

@@ -234,7 +234,7 @@ impl Route {
         let verdict = if unchanged {
             Ok(())
         } else {
-            self.reverify(&reg.conn.chain, SystemTime::now())
+            self.reverify(reg.conn.chain(), SystemTime::now())
         };
         if let Err(e) = verdict {
             if resumed {

@@ -84,7 +84,7 @@ impl Route {
         let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
         let ours = self.store.current();
         let ours = ours.identity.cert.first().map(|c| c.as_ref());
-        let peer = reg.conn.chain.first().map(|c| c.as_ref());
+        let peer = reg.conn.chain().first().map(|c| c.as_ref());
         let Some(identity) = peer.and_then(|p| Identity::new(p, ours, settings)) else {
             warn!(target: LOG_TARGET, route = %self.cfg.name, conn = reg.conn.id, "closing connection: no identity header can be built for its peer");
             return;

@@ -85,7 +85,7 @@ impl Route {
             "{}, in a resumed session: closed after the handshake",
             crate::reason::plain_tls(error)
         );
-        self.log_refusal(&conn.peer_addr, reason, &error, conn.peer.as_ref());
+        self.log_refusal(&conn.peer_addr, reason, &error, conn.peer());
     }
 
     /// A client route's server refused us with `alert` once our handshake
@@ -102,6 +102,6 @@ impl Route {
         )
         .increment(1);
         let error = format!("{error}, after our handshake finished: the server refused us");
-        self.log_refusal(&conn.peer_addr, reason, &error, conn.peer.as_ref());
+        self.log_refusal(&conn.peer_addr, reason, &error, conn.peer());
     }
 }

@@ -125,7 +125,7 @@ impl Route {
         sni: Option<&str>,
         addresses: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
     ) -> std::io::Result<Vec<u8>> {
-        let peer = reg.conn.peer.as_ref();
+        let peer = reg.conn.peer();
         let matched = match &self.cfg.peer_sans {
             crate::identity::SanPolicy::Any => Some("*".to_string()),
             policy => peer.and_then(|c| {
@@ -143,7 +143,7 @@ impl Route {
             alpn: conn.alpn_protocol().map(<[u8]>::to_vec),
             sni: sni.map(str::to_string),
             unique_id: reg.conn.id.to_string(),
-            peer_cert: reg.conn.chain.first().map(|c| c.as_ref().to_vec()),
+            peer_cert: reg.conn.chain().first().map(|c| c.as_ref().to_vec()),
             // The identity in force now: the one presented in this handshake
             // unless a rotation landed in between (then its successor).
             local_cert: self

@@ -115,14 +115,15 @@ impl Runtimes {
     /// runtime, `me` (the one that accepted it) when tied. A stream moved
     /// to another runtime is deregistered here and registered there; one
     /// that cannot be is closed (counted by the caller's `on_lost`).
-    pub fn dispatch<F>(
+    pub fn dispatch<F, C>(
         self: &Arc<Self>,
         me: usize,
         stream: Stream,
         conn: F,
         on_lost: fn(std::io::Error),
     ) where
-        F: FnOnce(Stream) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + 'static,
+        F: FnOnce(Stream) -> C + Send + 'static,
+        C: Future<Output = ()> + Unpin + Send + 'static,
     {
         let to = least_loaded(
             self.seats.iter().map(|p| p.load.load(Ordering::Relaxed)),
@@ -180,17 +181,18 @@ pub fn least_loaded(loads: impl Iterator<Item = usize>, me: usize) -> usize {
 }
 
 /// A connection task with its seat: the seat is released when the task
-/// ends or is dropped unfinished (its runtime shutting down).
-struct Seated {
-    conn: Pin<Box<dyn Future<Output = ()> + Send>>,
+/// ends or is dropped unfinished (its runtime shutting down). The
+/// connection's future is held inline, in the task's own allocation.
+struct Seated<C> {
+    conn: C,
     _seat: Seat,
 }
 
-impl Future for Seated {
+impl<C: Future<Output = ()> + Unpin> Future for Seated<C> {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        self.conn.as_mut().poll(cx)
+        Pin::new(&mut self.conn).poll(cx)
     }
 }
 

@@ -89,7 +89,7 @@ impl<P, T, H> Forwarding<P, T, H> {
     /// its deadline, counted as active until it ends.
     pub(super) fn new(route: Arc<Route>, reg: Registration, peer: P, target: T, held: H) -> Self {
         let deadline = route.deadline_of(&reg.conn);
-        let copy = Forwarder::new(route.cfg.half_close_linger, deadline);
+        let copy = Forwarder::new(deadline);
         route.metrics.active.increment(1.0);
         Forwarding {
             streams: Some(Bytes { peer, target }),
@@ -124,6 +124,7 @@ where
                     to_target: &m.to_target,
                     from_target: &m.from_target,
                     totals: &reg.conn.totals,
+                    linger: this.route.cfg.half_close_linger,
                 };
                 match this
                     .copy
@@ -217,7 +218,7 @@ impl Route {
     /// When a connection must end whatever its traffic: its peer
     /// certificate's expiry or `--max-connection-lifetime`, the earlier.
     fn deadline_of(&self, conn: &LiveConn) -> Option<Deadline> {
-        let expiry = conn.peer.as_ref().map(|c| {
+        let expiry = conn.peer().map(|c| {
             let left = c
                 .not_after_time()
                 .duration_since(SystemTime::now())
@@ -308,7 +309,7 @@ impl Route {
     /// now: `denied` when a deny-list entry matches it, else `revoked`.
     pub fn revoke_untrusted(&self, now: SystemTime) {
         for conn in self.registry.snapshot() {
-            if let Err(e) = self.reverify(&conn.chain, now) {
+            if let Err(e) = self.reverify(conn.chain(), now) {
                 let reason = CloseReason::of_lost_trust(&e);
                 if conn.signal.close(reason) {
                     self.log_lost_trust(&conn, &e);
