@@ -11,14 +11,16 @@
 //! (what observers see) → [`cli`] → [`config`] (what the user asked) →
 //! [`sandbox`] → [`proxy`] (the data path) → [`tls`] → [`credentials`] →
 //! [`metrics`] and [`logging`] → [`logsafe`] → [`reason`] → the leaves:
-//! [`identity`] and [`process`] (fd limit, allocator trimming, start-up
-//! pages, process metrics, systemd, the off switches).
+//! [`identity`], [`process`] (fd limit, allocator trimming, start-up
+//! pages, process metrics, systemd, the off switches) and [`crypto`] (which
+//! AES-GCM protects TLS 1.3 records).
 
 pub mod admin;
 pub mod app;
 pub mod cli;
 pub mod config;
 pub mod credentials;
+pub mod crypto;
 pub mod identity;
 pub mod logging;
 pub mod logsafe;
@@ -43,8 +45,12 @@ pub mod tls;
 /// client listing that curve (RFC 8422 §5.1). P-521 is not offered:
 /// rustls' aws-lc-rs provider has no P-521 group (we would have to write
 /// one), and CNSA asks for P-384, not P-521.
+///
+/// The TLS 1.3 AES-GCM suites protect records with ring's AES-GCM on CPUs
+/// where that is the faster one ([`crypto`]); the suites are the same.
 pub fn crypto_provider() -> std::sync::Arc<rustls::crypto::CryptoProvider> {
     use rustls::crypto::aws_lc_rs::{self, kx_group};
+    let base = aws_lc_rs::default_provider();
     std::sync::Arc::new(rustls::crypto::CryptoProvider {
         kx_groups: vec![
             kx_group::X25519MLKEM768,
@@ -52,6 +58,7 @@ pub fn crypto_provider() -> std::sync::Arc<rustls::crypto::CryptoProvider> {
             kx_group::SECP256R1,
             kx_group::SECP384R1,
         ],
-        ..aws_lc_rs::default_provider()
+        cipher_suites: crypto::cipher_suites(&base.cipher_suites),
+        ..base
     })
 }

@@ -310,17 +310,28 @@ pub const RUSTLS_VERSION: &str = locked_version(include_str!("../Cargo.lock"), "
 /// How often the process metrics are refreshed.
 const PROCESS_INTERVAL: Duration = Duration::from_secs(5);
 
-/// `mtls_sidecar_build_info{version, rustls} 1`, an [`info`] family (the
-/// labels never change, but every `_info` metric is rendered the same way).
+/// `mtls_sidecar_build_info{version, rustls, aes_gcm} 1`, an [`info`]
+/// family (the labels never change, but every `_info` metric is rendered
+/// the same way).
 fn build_info() {
     info::set(
         BUILD_INFO,
-        "Always 1; the labels say which build runs: version (mtls-sidecar) and rustls.",
+        "Always 1; the labels say which build runs: version (mtls-sidecar), rustls, and which AES-GCM protects TLS 1.3 records on this CPU (ring or aws-lc).",
         vec![vec![
             ("version", VERSION.to_string()),
             ("rustls", RUSTLS_VERSION.to_string()),
+            ("aes_gcm", aes_gcm().to_string()),
         ]],
     );
+}
+
+/// Which implementation protects TLS 1.3 AES-GCM records here.
+pub fn aes_gcm() -> &'static str {
+    if crate::crypto::records_with_ring() {
+        "ring"
+    } else {
+        "aws-lc"
+    }
 }
 
 /// `process_resident_memory_bytes`, `process_open_fds`, `process_max_fds`,

@@ -30,7 +30,7 @@ const LAYERS: &[&[&str]] = &[
     &["metrics", "logging"],
     &["logsafe"],
     &["reason"],
-    &["identity", "process"],
+    &["identity", "process", "crypto"],
 ];
 
 fn rank(module: &str) -> Option<usize> {
@@ -116,16 +116,29 @@ fn without_tests(code: &str) -> String {
         let after = at + "#[cfg(test)]".len();
         let bytes = out.as_bytes();
         // The item ends at its first `;` before any `{`, or at the brace
-        // that closes its first `{`.
+        // that closes its first `{`; a field or struct-literal entry
+        // (`#[cfg(test)] name: T,`) at its `,`, or before the `}` that
+        // closes what holds it.
         let mut depth = 0usize;
+        let mut parens = 0usize;
         let mut end = out.len();
         for (k, &c) in bytes[after..].iter().enumerate() {
             match c {
+                b'(' | b'[' | b'<' if depth == 0 => parens += 1,
+                b')' | b']' | b'>' if depth == 0 => parens = parens.saturating_sub(1),
                 b';' if depth == 0 => {
                     end = after + k + 1;
                     break;
                 }
+                b',' if depth == 0 && parens == 0 => {
+                    end = after + k + 1;
+                    break;
+                }
                 b'{' => depth += 1,
+                b'}' if depth == 0 => {
+                    end = after + k;
+                    break;
+                }
                 b'}' => {
                     depth -= 1;
                     if depth == 0 {
