@@ -23,8 +23,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "train.py")
 ROLES = ("server", "client")
 PHASES = ("serve", "start")
-PARTS = ("conn-both", "conn-server", "conn-client", "both", "server", "client",
-         "start-both", "start-server", "start-client")
+# The order the linker lays them out in: each role's serving code in one
+# run (a server maps server, conn-server, conn-both, both; a client both,
+# conn-both, conn-client, client), so a part one role never runs does not
+# sit between two it does (the kernel maps 64 KiB around every page run).
+PARTS = ("server", "conn-server", "conn-both", "both", "conn-client", "client",
+         "start-server", "start-both", "start-client")
 # The function whose entry ends start-up (src/process/resident.rs).
 RELEASE = "release_startup_pages"
 # Fewer functions than this in a role's phase: the workload did not run.
