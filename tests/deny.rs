@@ -239,6 +239,38 @@ async fn each_format_refuses_new_handshakes_and_closes_live_connections() {
     w.admitted(&victim).await;
 }
 
+/// A route keeps one copy of a peer's chain for all its connections that
+/// presented it (src/proxy/conn.rs): a deny closes every one of them, and
+/// a connection under the same names but another key (a re-issued
+/// certificate: another chain) is judged on its own chain and stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deny_closes_every_connection_sharing_the_peers_chain_and_only_those() {
+    let w = World::start().await;
+    let old = victim(&w.pki);
+    let reissued = victim(&w.pki);
+    assert_ne!(spki_of(&old.cert_der), spki_of(&reissued.cert_der));
+    let mut first = w.admitted(&old).await;
+    let mut second = w.admitted(&old).await;
+    let mut other = w.admitted(&reissued).await;
+    w.deny(Some(&format!(
+        "spki-sha256:{}  # the old key\n",
+        spki_of(&old.cert_der)
+    )))
+    .await;
+    read_until_closed(&mut first).await;
+    read_until_closed(&mut second).await;
+    w.sidecar.wait_closed("server", "denied", 2.0).await;
+    assert_eq!(roundtrip(&mut other, b"still").await, b"still");
+    assert!(
+        w.refused(&old).await,
+        "a new handshake of the old key passed"
+    );
+    // The survivor's entry is its own: a second connection of it shares it.
+    let mut again = w.admitted(&reissued).await;
+    assert_eq!(roundtrip(&mut again, b"again").await, b"again");
+    assert_eq!(w.count(CLOSED, "denied").await, 2.0);
+}
+
 /// Entries that look close but do not match deny nothing: a serial under
 /// a CA of the same name but another key, a URI differing in case or by a
 /// trailing character, another DNS name. The victim's connection stays up
