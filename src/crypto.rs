@@ -343,6 +343,48 @@ mod tests {
         assert!(matches!(dec.decrypt(opaque, 0), Err(Error::DecryptError)));
     }
 
+    /// A record that is only a tag (an empty TLSInnerPlaintext: no content
+    /// type) authenticates, and is then refused as the reference refuses
+    /// it: the same error from ring's opener as from aws-lc's.
+    #[test]
+    fn a_tag_only_record_is_refused_as_aws_lc_refuses_it() {
+        for (suite, ring) in [
+            (CipherSuite::TLS13_AES_128_GCM_SHA256, &RING_AES_128_GCM),
+            (CipherSuite::TLS13_AES_256_GCM_SHA384, &RING_AES_256_GCM),
+        ] {
+            let aws = aws_lc(suite);
+            let sealing = ring.key(&key(ring)).expect("a key of the suite's length");
+            let mut tag_only = Vec::new();
+            sealing
+                .seal_in_place_append_tag(
+                    aead::Nonce::assume_unique_for_key(Nonce::new(&iv(), 5).0),
+                    aead::Aad::from(make_tls13_aad(TAG_LEN)),
+                    &mut tag_only,
+                )
+                .expect("sealed");
+            assert_eq!(tag_only.len(), TAG_LEN);
+            let mut errors = Vec::new();
+            for alg in [ring as &dyn Tls13AeadAlgorithm, aws] {
+                let mut wire = tag_only.clone();
+                let opaque = InboundOpaqueMessage::new(
+                    ContentType::ApplicationData,
+                    ProtocolVersion::TLSv1_2,
+                    &mut wire,
+                );
+                let Err(e) = alg.decrypter(key(alg), iv()).decrypt(opaque, 5) else {
+                    panic!("{suite:?}: a record with no content type was accepted");
+                };
+                errors.push(e);
+            }
+            assert_eq!(errors[0], errors[1], "{suite:?}");
+            assert_ne!(
+                errors[0],
+                Error::DecryptError,
+                "{suite:?}: it did authenticate"
+            );
+        }
+    }
+
     #[test]
     fn ring_only_with_vaes_and_avx2_and_no_avx512() {
         assert!(prefers_ring(true, false));
@@ -353,6 +395,8 @@ mod tests {
 
     #[test]
     fn only_the_tls13_aes_gcm_suites_change_and_the_order_is_kept() {
+        // Not FIPS-validated code: the provider must never say otherwise.
+        assert!(!RING_AES_128_GCM.fips() && !RING_AES_256_GCM.fips());
         let base = rustls::crypto::aws_lc_rs::ALL_CIPHER_SUITES;
         let mixed: Vec<_> = base.iter().map(|s| with_ring_records(*s)).collect();
         assert_eq!(

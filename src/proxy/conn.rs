@@ -448,22 +448,28 @@ mod tests {
     }
 
     #[test]
-    fn entries_left_behind_are_swept_within_the_bound() {
+    fn entries_left_behind_are_swept_within_the_bound_and_live_ones_kept() {
         let r = Arc::new(Registry::default());
-        // Connections still referenced when they leave (as a `/connections`
-        // listing holds them) leave their entries behind.
-        let mut kept = Vec::new();
+        let live = r.register("live".into(), None, chain(b"live"));
+        // Two connections sharing a chain, both still referenced when they
+        // leave (as a `/connections` listing holds them): neither is the
+        // last holder when its registration goes, so the entry stays behind.
         for i in 0..100u32 {
-            let reg = r.register("p".into(), None, chain(&i.to_be_bytes()));
-            kept.push(reg.conn.clone());
-            drop(reg);
+            let a = r.register("p".into(), None, chain(&i.to_be_bytes()));
+            let b = r.register("p".into(), None, chain(&i.to_be_bytes()));
+            let held = (a.conn.clone(), b.conn.clone());
+            drop(a);
+            drop(b);
+            drop(held);
         }
-        drop(kept);
         assert!(
-            entries(&r) <= 17,
-            "{} entries for no live connection",
+            entries(&r) <= 2 + 16 + 1,
+            "{} entries for one live connection",
             entries(&r)
         );
+        // The sweeps kept the live connection's entry: it is still shared.
+        let again = r.register("again".into(), None, chain(b"live"));
+        assert!(Arc::ptr_eq(&live.conn.presented, &again.conn.presented));
     }
 
     #[test]
