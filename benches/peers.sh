@@ -25,7 +25,11 @@
 # each system, so both see the same machine; the median of each is
 # reported, GET/SET averaged. Rows go to $WORK/redis.tsv and a table is
 # printed; the sidecar pair is the shipped binary started by hand with the
-# same PKI as the peers (BENCH_SIDECAR_ARGS added to both sides).
+# same PKI as the peers (BENCH_SIDECAR_ARGS added to both sides). Each run
+# through a system also gives CPU µs per request (user + system, GET and
+# SET runs together): of the pair's processes and their descendants, and
+# of redis-server plus redis-benchmark: the box's two cores are shared by
+# all four, so the requests/s through a pair follow from the two sums.
 #
 # Worker threads: the sidecar's tokio runtime has one worker per core (2 on
 # the 2-core bench machine); HAProxy gets `nbthread $WORKERS`, nginx
@@ -192,22 +196,65 @@ while True:
 PY
 }
 
-redis_rps() { # port pipeline: "GET SET" requests/s
-    redis-benchmark -h 127.0.0.1 -p "$1" -t get,set -n "$REDIS_REQUESTS" -c 50 -P "$2" --csv 2>/dev/null |
-        python3 -c 'import csv,sys
-r = {row[0]: float(row[1]) for row in csv.reader(sys.stdin) if len(row) > 1 and row[0] in ("GET", "SET")}
+redis_rps() { # port pipeline [pids]: "GET SET" requests/s, then with pids
+    # (comma-separated: the proxies) the CPU µs per request of those
+    # processes and their descendants, and of redis-server and the
+    # benchmark together, over the whole run (both commands).
+    python3 - "$1" "$2" "$REDIS_REQUESTS" "${3:-}" "${REDIS_PID:-}" <<'PY'
+import csv, os, resource, subprocess, sys
+port, pipeline, requests, pids, server = sys.argv[1:6]
+def tree(roots):
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                ppid = int(open("/proc/%s/stat" % d).read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    out, todo = [], [int(r) for r in roots if r]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+def ticks(roots):
+    t = 0
+    for p in tree(roots):
+        try:
+            f = open("/proc/%d/stat" % p).read().rsplit(")", 1)[1].split()
+            t += int(f[11]) + int(f[12])
+        except OSError:
+            pass
+    return t
+proxies, srv = pids.split(",") if pids else [], [server]
+before = (ticks(proxies), ticks(srv), resource.getrusage(resource.RUSAGE_CHILDREN))
+out = subprocess.run(["redis-benchmark", "-h", "127.0.0.1", "-p", port, "-t", "get,set",
+                      "-n", requests, "-c", "50", "-P", pipeline, "--csv"],
+                     capture_output=True, text=True).stdout
+after = (ticks(proxies), ticks(srv), resource.getrusage(resource.RUSAGE_CHILDREN))
+r = {row[0]: float(row[1]) for row in csv.reader(out.splitlines()) if len(row) > 1 and row[0] in ("GET", "SET")}
 if not r.get("GET") or not r.get("SET"):
     sys.exit("redis-benchmark gave no GET/SET figure")
-print(r["GET"], r["SET"])'
+line = "%s %s" % (r["GET"], r["SET"])
+if pids:
+    hz = os.sysconf("SC_CLK_TCK")
+    n = 2 * int(requests)
+    bench = (after[2].ru_utime + after[2].ru_stime) - (before[2].ru_utime + before[2].ru_stime)
+    line += " %.2f %.2f" % ((after[0] - before[0]) / hz * 1e6 / n,
+                            ((after[1] - before[1]) / hz + bench) * 1e6 / n)
+print(line)
+PY
 }
 
-redis_external() { # name: REDIS_REPS alternations of direct and the system
-    local name=$1 rep p d v
+redis_external() { # name npids: REDIS_REPS alternations of direct and the system
+    local name=$1 n=$2 rep p d v pids
+    pids=$(IFS=,; echo "${PIDS[*]:0:$n}")
     wait_port "$CLIENT_PORT"
     for rep in $(seq "$REDIS_REPS"); do
         for p in 1 16; do
-            d=$(redis_rps "$TARGET_PORT" "$p") || exit 1
-            v=$(redis_rps "$CLIENT_PORT" "$p") || exit 1
+            d=$(redis_rps "$TARGET_PORT" "$p" "") || exit 1
+            v=$(redis_rps "$CLIENT_PORT" "$p" "$pids") || exit 1
             echo "direct-for-$name $p $d" >>"$WORK/redis.tsv"
             echo "$name $p $v" >>"$WORK/redis.tsv"
         done
@@ -220,7 +267,7 @@ resumed_pair() { [ "$RESUMED" != 0 ] && [ "$SCENARIO" != redis ]; }
 external() { # name npids [extra key=value]: the first npids of PIDS are the measured pair's
     local name=$1 n=$2
     if [ "$SCENARIO" = redis ]; then
-        redis_external "$name"
+        redis_external "$name" "$n"
         return
     fi
     shift 2
@@ -510,20 +557,29 @@ redis_table() {
     python3 - "$WORK/redis.tsv" <<'PY'
 import statistics, sys
 rows = {}
+cpu = {}
 for line in open(sys.argv[1]):
-    name, p, get, set_ = line.split()
+    if line.startswith("#"):
+        continue
+    name, p, get, set_, *more = line.split()
     rows.setdefault((name, p), []).append((float(get) + float(set_)) / 2)
+    if more:
+        cpu.setdefault((name, p), []).append(tuple(map(float, more)))
 med = {k: statistics.median(v) for k, v in rows.items()}
+def cpu_cell(k):
+    if k not in cpu:
+        return "-"
+    return "%.1f / %.1f" % tuple(statistics.median(c[i] for c in cpu[k]) for i in (0, 1))
 names = [n for n, p in med if p == "1" and not n.startswith("direct-for-")]
 peers = [n for n in names if n not in ("mtls-sidecar", "socat-plaintext", "plain-rust")]
-print("| system | GET/SET rps, plain (x its direct) | -P 16 (x its direct) | reps |")
-print("|---|---|---|---|")
+print("| system | GET/SET rps, plain (x its direct) | -P 16 (x its direct) | CPU µs/request, proxies / redis-server + benchmark, plain | -P 16 | reps |")
+print("|---|---|---|---|---|---|")
 for n in names:
     cells = []
     for p in ("1", "16"):
         v, d = med[(n, p)], med[("direct-for-" + n, p)]
         cells.append("%.0f (%.2fx)" % (v, v / d))
-    print("| %s | %s | %s | %d |" % (n, cells[0], cells[1], len(rows[(n, "1")])))
+    print("| %s | %s | %s | %s | %s | %d |" % (n, cells[0], cells[1], cpu_cell((n, "1")), cpu_cell((n, "16")), len(rows[(n, "1")])))
 if "mtls-sidecar" in names and peers:
     for p in ("1", "16"):
         best = max(peers, key=lambda n: med[(n, p)])
