@@ -2,7 +2,7 @@
 # The test command: the whole suite (unit, end-to-end, interop).
 #
 # Some tests run external tools (OpenSSL, Python and its grpcio module, HAProxy, nginx, iproute2,
-# nftables, iptables, systemd-socket-activate, systemd-analyze) or need
+# nftables, iptables, systemd-socket-activate, systemd-analyze, promtool) or need
 # root (network namespaces, a packet tap on lo). Before building anything,
 # this checks that every one is
 # here and stops at once, printing the apt-get line that installs what is
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 # name:package, in the order tests/common/tools.rs lists them.
 known="openssl:openssl python3:python3 haproxy:haproxy nginx:nginx ip:iproute2 nft:nftables
 iptables:iptables ip6tables:iptables systemd-socket-activate:systemd
-systemd-analyze:systemd root: grpcio:"
+systemd-analyze:systemd promtool:prometheus root: grpcio:"
 
 asked=${MTLS_SIDECAR_SKIP:-}
 skip=",$asked,"

@@ -2,7 +2,8 @@
 //! listening socket: the limits stay process-wide, whichever runtime
 //! accepted a connection (the connections of these tests are spread over
 //! both runtimes: each goes to the one holding fewer), and the model is
-//! chosen by flag or config key.
+//! chosen by flag or config key. `per-core` is the default; `multi`, one
+//! work-stealing runtime, stays available and keeps the same limits.
 
 mod common;
 
@@ -121,6 +122,71 @@ async fn per_core_pair_forwards_many_connections() {
             let msg = format!("round {round} conn {i}");
             assert_eq!(roundtrip(c, msg.as_bytes()).await, msg.as_bytes());
         }
+    }
+}
+
+/// The names of a process's threads.
+fn thread_names(pid: u32) -> Vec<String> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .collect()
+}
+
+/// Without `--runtime` a sidecar runs per-core: a single-threaded runtime
+/// on a thread of its own for each worker past the first (named
+/// `mtls-sidecar-N`), and no work-stealing workers (`tokio-rt-worker`).
+/// `--runtime multi` still gives the work-stealing runtime.
+#[tokio::test]
+async fn per_core_is_the_default_and_multi_is_a_flag_away() {
+    let default = ServerSide::start(&["--worker-threads", "2"]).await;
+    let multi = ServerSide::start(&["--worker-threads", "2", "--runtime", "multi"]).await;
+    // Both serve before their threads are looked at.
+    for s in [&default, &multi] {
+        let mut tls = s.connect_good().await;
+        assert_eq!(roundtrip(&mut tls, b"up").await, b"up");
+    }
+    let names = thread_names(default.sidecar.pid());
+    assert!(names.iter().any(|n| n == "mtls-sidecar-1"), "{names:?}");
+    assert!(!names.iter().any(|n| n == "tokio-rt-worker"), "{names:?}");
+    let names = thread_names(multi.sidecar.pid());
+    assert!(names.iter().any(|n| n == "tokio-rt-worker"), "{names:?}");
+    assert!(!names.iter().any(|n| n == "mtls-sidecar-1"), "{names:?}");
+}
+
+/// `--runtime multi` (no longer the default) keeps `--max-connections` a
+/// limit and forwards every connection intact.
+#[tokio::test]
+async fn the_multi_runtime_keeps_the_limit_and_forwards() {
+    let s = ServerSide::start(&[
+        "--runtime",
+        "multi",
+        "--worker-threads",
+        "2",
+        "--handshake-timeout",
+        "60s",
+        "--admin",
+        "127.0.0.1:0",
+        "--max-connections",
+        "2",
+        "--max-handshakes",
+        "100",
+    ])
+    .await;
+    let admin = s.sidecar.admin();
+    let mut conns = Vec::new();
+    for _ in 0..4 {
+        conns.push(s.connect_good().await);
+    }
+    route_until(&admin, "2 forwarded and 2 waiting for a slot", |r| {
+        r["live_connections"] == 4 && r["pending_handshakes"] == 2
+    })
+    .await;
+    target_saw(&s.echo, 2).await;
+    for (i, c) in conns.iter_mut().take(2).enumerate() {
+        let msg = format!("multi conn {i}");
+        assert_eq!(roundtrip(c, msg.as_bytes()).await, msg.as_bytes());
     }
 }
 

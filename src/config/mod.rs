@@ -98,14 +98,16 @@ pub struct Settings {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RuntimeModel {
     /// One work-stealing runtime with `--worker-threads` workers: a task
-    /// may run on any of them. The default: `per-core` measured better
-    /// 16-connection throughput but a worse single-connection p99 (the
-    /// product's real load), see benches/README.md.
-    #[default]
+    /// may run on any of them.
     Multi,
     /// `--worker-threads` single-threaded runtimes, each accepting from
     /// the same listening sockets (one descriptor, never `SO_REUSEPORT`); a
     /// connection lives its whole life on the thread that accepted it.
+    /// The default: on the quiet 2-core box it did more 16-connection
+    /// round trips for less CPU each than `multi`, with no worse
+    /// single-connection latency, once the release build's link order was
+    /// derived from it (benches/README.md, "thread model, decided").
+    #[default]
     PerCore,
 }
 

@@ -25,6 +25,7 @@ pub const KNOWN: &[(&str, &str)] = &[
     ("ip6tables", "iptables"),
     ("systemd-socket-activate", "systemd"),
     ("systemd-analyze", "systemd"),
+    ("promtool", "prometheus"),
     ("root", "(run as root)"),
     ("grpcio", "(python3 -m pip install grpcio)"),
 ];
