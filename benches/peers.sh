@@ -31,8 +31,8 @@
 # of redis-server plus redis-benchmark: the box's two cores are shared by
 # all four, so the requests/s through a pair follow from the two sums.
 #
-# Worker threads: the sidecar's tokio runtime has one worker per core (2 on
-# the 2-core bench machine); HAProxy gets `nbthread $WORKERS`, nginx
+# Worker threads: the sidecar runs one worker thread per core (2 on the
+# 2-core bench machine), at its default `--runtime per-core`; HAProxy gets `nbthread $WORKERS`, nginx
 # `worker_processes $WORKERS`. stunnel has no worker setting (one thread
 # per connection) and socat forks one process per connection. plain-rust
 # always runs 2 tokio workers per process.

@@ -124,7 +124,7 @@ pub struct CommonArgs {
     /// Runtime worker threads [default: the CPUs this process may use].
     #[arg(long, value_name = "N")]
     pub worker_threads: Option<u64>,
-    /// How the threads share connections: `per-core` (one single-threaded runtime per thread, each accepting; a connection stays on its thread) or `multi` (one work-stealing runtime).
+    /// How the threads share connections: `per-core` (one single-threaded runtime per thread, each accepting; a connection stays on its thread) or `multi` (one work-stealing runtime) [default: per-core].
     #[arg(long, value_name = "MODEL", value_parser = crate::config::RuntimeModel::NAMES)]
     pub runtime: Option<String>,
     /// How often the credential files are polled.

@@ -15,10 +15,18 @@ use tokio::net::TcpStream;
 /// Two runtimes, per-core.
 const PER_CORE_2: [&str; 4] = ["--runtime", "per-core", "--worker-threads", "2"];
 
+/// Two threads, one work-stealing runtime.
+const MULTI_2: [&str; 4] = ["--runtime", "multi", "--worker-threads", "2"];
+
 /// A server sidecar on two per-core runtimes, with an admin endpoint,
 /// handshakes that do not time out during the test, and the limits given.
 async fn server_with(limits: &[&str]) -> ServerSide {
-    let mut args = PER_CORE_2.to_vec();
+    server_on(&PER_CORE_2, limits).await
+}
+
+/// [`server_with`] on the runtime model `model` gives.
+async fn server_on(model: &[&str], limits: &[&str]) -> ServerSide {
+    let mut args = model.to_vec();
     args.extend(["--handshake-timeout", "60s", "--admin", "127.0.0.1:0"]);
     args.extend(limits);
     ServerSide::start(&args).await
@@ -159,20 +167,10 @@ async fn per_core_is_the_default_and_multi_is_a_flag_away() {
 /// limit and forwards every connection intact.
 #[tokio::test]
 async fn the_multi_runtime_keeps_the_limit_and_forwards() {
-    let s = ServerSide::start(&[
-        "--runtime",
-        "multi",
-        "--worker-threads",
-        "2",
-        "--handshake-timeout",
-        "60s",
-        "--admin",
-        "127.0.0.1:0",
-        "--max-connections",
-        "2",
-        "--max-handshakes",
-        "100",
-    ])
+    let s = server_on(
+        &MULTI_2,
+        &["--max-connections", "2", "--max-handshakes", "100"],
+    )
     .await;
     let admin = s.sidecar.admin();
     let mut conns = Vec::new();
