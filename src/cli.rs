@@ -121,7 +121,7 @@ pub struct CommonArgs {
     /// Unauthenticated handshakes in flight on the route; when full, the oldest is closed.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub max_handshakes: u64,
-    /// Runtime worker threads [default: the CPUs this process may use].
+    /// Runtime worker threads [default: the CPUs this process may use, at most 4].
     #[arg(long, value_name = "N")]
     pub worker_threads: Option<u64>,
     /// How the threads share connections: `per-core` (one single-threaded runtime per thread, each accepting; a connection stays on its thread) or `multi` (one work-stealing runtime) [default: per-core].

@@ -64,15 +64,25 @@ fn usage_error(e: &dyn std::fmt::Display) -> u8 {
     2
 }
 
+/// The most runtimes (or worker threads) a sidecar starts unless told
+/// otherwise: a sidecar carries one port's traffic, which two cores
+/// saturate on the benches' box (`benches/README.md`); on a large node with
+/// no CPU limit, one thread per node CPU would only add idle reactors,
+/// their memory, and loops that all wake for every new connection.
+const DEFAULT_MAX_WORKERS: usize = 4;
+
 /// The runtime's worker threads: `configured`, or one per CPU the process
-/// may use (cgroup quota included). Decided before the sandbox, which would
-/// hide the cgroup files this reads.
+/// may use (cgroup quota included), at most [`DEFAULT_MAX_WORKERS`].
+/// Decided before the sandbox, which would hide the cgroup files this reads.
 fn worker_count(configured: Option<usize>) -> usize {
     configured.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
+        default_workers(std::thread::available_parallelism().map(|n| n.get()).ok())
     })
+}
+
+/// [`worker_count`]'s default for `cpus` usable CPUs (unknown: one).
+fn default_workers(cpus: Option<usize>) -> usize {
+    cpus.unwrap_or(1).clamp(1, DEFAULT_MAX_WORKERS)
 }
 
 /// Builds the runtime (`workers` threads, or one per CPU the process may
@@ -170,6 +180,7 @@ fn per_core(n: usize, prepared: app::Prepared) -> u8 {
     // Dropping `done` (an early return included) ends the other threads.
     let (done, _) = tokio::sync::watch::channel(false);
     let (ended_tx, ended) = std::sync::mpsc::channel::<()>();
+    let fault = runtime_fault();
     let mut handles = vec![first.handle().clone()];
     for i in 1..n {
         let rt = match build() {
@@ -182,6 +193,9 @@ fn per_core(n: usize, prepared: app::Prepared) -> u8 {
         let spawned = std::thread::Builder::new()
             .name(format!("mtls-sidecar-{i}"))
             .spawn(move || {
+                if fault == Some(i) {
+                    panic!("test fault: runtime {i} ends");
+                }
                 rt.block_on(async move {
                     let _ = until.wait_for(|d| *d).await;
                 });
@@ -207,9 +221,20 @@ fn per_core(n: usize, prepared: app::Prepared) -> u8 {
     code
 }
 
+/// `MTLS_SIDECAR_TEST_FAULT=runtime-exit:I`: runtime thread `I` panics as
+/// it starts, for the test that a lost runtime ends the process. Like the
+/// route fault (`proxy::route`), only the process's own environment sets
+/// it; never set it in production.
+fn runtime_fault() -> Option<usize> {
+    let spec = std::env::var("MTLS_SIDECAR_TEST_FAULT").ok()?;
+    spec.strip_prefix("runtime-exit:")?.parse().ok()
+}
+
 /// Serves `prepared` with an accept loop of every route on each of
 /// `runtimes` (the first being the current one, which runs the control
-/// tasks) until a signal or a failed route drains it.
+/// tasks) until a signal or a failed route drains it. A runtime that dies
+/// fails every route (each has an accept loop there, and its end is the
+/// route's failure), so a lost runtime drains the rest and exits 1 too.
 async fn run(prepared: app::Prepared, runtimes: Vec<tokio::runtime::Handle>) -> u8 {
     let runtimes = Runtimes::new(runtimes);
     // The handlers go in before any route says "listening": a SIGTERM
@@ -254,10 +279,14 @@ async fn run(prepared: app::Prepared, runtimes: Vec<tokio::runtime::Handle>) -> 
     code
 }
 
-/// Resolves once every runtime has run a task: the watchdog's probe.
+/// Resolves once every runtime has run a task: the watchdog's probe. A
+/// runtime that has shut down cancels the task: never resolves, so the
+/// watchdog stops petting and systemd restarts the process.
 async fn all_alive(runtimes: Arc<Runtimes>) {
     for h in runtimes.handles() {
-        let _ = h.spawn(async {}).await;
+        if h.spawn(async {}).await.is_err() {
+            std::future::pending::<()>().await;
+        }
     }
 }
 
@@ -320,5 +349,24 @@ impl Signals {
                 _ = self.hup.recv() => { info!("SIGHUP received: polling credentials"); running.reload_now() }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_is_one_worker_per_cpu_up_to_the_cap() {
+        assert_eq!(default_workers(None), 1);
+        assert_eq!(default_workers(Some(0)), 1);
+        assert_eq!(default_workers(Some(1)), 1);
+        assert_eq!(default_workers(Some(2)), 2);
+        assert_eq!(
+            default_workers(Some(DEFAULT_MAX_WORKERS)),
+            DEFAULT_MAX_WORKERS
+        );
+        assert_eq!(default_workers(Some(64)), DEFAULT_MAX_WORKERS);
+        assert_eq!(worker_count(Some(9)), 9);
     }
 }

@@ -10,6 +10,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
+use mtls_sidecar::ops::pki::Role;
 use tokio::net::TcpStream;
 
 /// Two runtimes, per-core.
@@ -144,8 +145,10 @@ fn thread_names(pid: u32) -> Vec<String> {
 
 /// Without `--runtime` a sidecar runs per-core: a single-threaded runtime
 /// on a thread of its own for each worker past the first (named
-/// `mtls-sidecar-N`), and no work-stealing workers (`tokio-rt-worker`).
-/// `--runtime multi` still gives the work-stealing runtime.
+/// `mtls-sidecar-N`). `--runtime multi` still gives the work-stealing
+/// runtime (`tokio-rt-worker` threads, and no `mtls-sidecar-N`). Whether a
+/// per-core process has a `tokio-rt-worker` is not asserted: tokio names
+/// its blocking-pool threads the same (the allocator trim runs there).
 #[tokio::test]
 async fn per_core_is_the_default_and_multi_is_a_flag_away() {
     let default = ServerSide::start(&["--worker-threads", "2"]).await;
@@ -157,10 +160,43 @@ async fn per_core_is_the_default_and_multi_is_a_flag_away() {
     }
     let names = thread_names(default.sidecar.pid());
     assert!(names.iter().any(|n| n == "mtls-sidecar-1"), "{names:?}");
-    assert!(!names.iter().any(|n| n == "tokio-rt-worker"), "{names:?}");
     let names = thread_names(multi.sidecar.pid());
     assert!(names.iter().any(|n| n == "tokio-rt-worker"), "{names:?}");
     assert!(!names.iter().any(|n| n == "mtls-sidecar-1"), "{names:?}");
+}
+
+/// A runtime thread that dies (a hidden fault makes runtime 1 panic as it
+/// starts) ends the process with 1 and an ERROR, so the orchestrator
+/// restarts it, rather than serving on with one runtime gone, where every
+/// connection placed there (the least loaded: about half of them) would be
+/// closed unserved. The route's accept loop on that runtime is cancelled,
+/// and its end is the route's failure.
+#[tokio::test]
+async fn a_lost_runtime_exits_1() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("lost runtime CA");
+    let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+    let echo = echo_target().await;
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args(["server", "--listen", "127.0.0.1:0", "--target"])
+        .arg(echo.addr.to_string())
+        .arg("--tls-dir")
+        .arg(&dir)
+        .args(["--allow-san", CONTROLLER])
+        .args(PER_CORE_2)
+        .env("MTLS_SIDECAR_TEST_FAULT", "runtime-exit:1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let sc = Sidecar::from_command(cmd);
+    let (code, logs) = sc.wait_exit().await;
+    assert_eq!(code, Some(1), "{}", logs.join("\n"));
+    assert!(
+        logs.iter()
+            .any(|l| l.contains("ERROR") && l.contains("stopped accepting")),
+        "{}",
+        logs.join("\n")
+    );
 }
 
 /// `--runtime multi` (no longer the default) keeps `--max-connections` a

@@ -86,7 +86,7 @@ pub struct Settings {
     /// Which certificates of a peer chain are checked against the CRLs.
     pub crl_scope: CrlScope,
     pub drain_timeout: Duration,
-    /// Runtime worker threads; `None`: the CPUs the process may use.
+    /// Runtime worker threads; `None`: the CPUs the process may use, at most 4.
     pub worker_threads: Option<usize>,
     /// `--runtime` / `runtime`: how those threads share the work.
     pub runtime: RuntimeModel,

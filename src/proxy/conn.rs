@@ -115,6 +115,13 @@ impl LiveConn {
         &self.presented.chain
     }
 
+    /// Which shared chain this connection holds: equal for two live
+    /// connections exactly when they share one [`Presented`] (an address,
+    /// stable while either connection is held).
+    pub fn presented_id(&self) -> usize {
+        Arc::as_ptr(&self.presented) as usize
+    }
+
     /// The peer certificate's subject, serial and SANs, empty when it had
     /// none that parsed: what every line about the connection names.
     pub fn peer_fields(&self) -> (&str, &str, Vec<String>) {
