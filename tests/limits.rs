@@ -34,15 +34,20 @@ fn failures(m: &Exposition, reason: &str) -> f64 {
 
 /// Opens `n` TCP connections that never send a byte, and waits until the
 /// sidecar has them all as pending handshakes.
+/// Each is pending before the next connects, so the order they were
+/// admitted in (which `--max-handshakes` evicts by) is the order of the
+/// returned vector: with a runtime per core, two accept loops take sockets
+/// from one queue, and sockets connected together can be admitted in
+/// either order (the first was then not always the one evicted).
 async fn silent_sockets(addr: &str, admin: &str, n: usize) -> Vec<TcpStream> {
     let mut v = Vec::new();
-    for _ in 0..n {
+    for i in 1..=n {
         v.push(TcpStream::connect(addr).await.expect("connect"));
+        route_status_until(admin, &format!("{i} pending handshakes"), |r| {
+            r["pending_handshakes"].as_u64() == Some(i as u64)
+        })
+        .await;
     }
-    route_status_until(admin, &format!("{n} pending handshakes"), |r| {
-        r["pending_handshakes"].as_u64() == Some(n as u64)
-    })
-    .await;
     v
 }
 

@@ -95,15 +95,26 @@ async fn max_connections_is_one_limit_across_runtimes() {
 async fn max_handshakes_is_one_set_across_runtimes() {
     let s = server_with(&["--max-handshakes", "3"]).await;
     let admin = s.sidecar.admin();
-    let mut silent = Vec::new();
-    for _ in 0..6 {
-        silent.push(TcpStream::connect(&s.addr).await.expect("connect"));
-    }
+    // Each admitted before the next connects: the admission order, which
+    // eviction follows, is then the order of `silent` (two loops accepting
+    // sockets connected together may admit them in either order).
     let labels = [("route", "server"), ("reason", "overload")];
-    scrape_until(&admin, "3 overload evictions", |m| {
-        m.value("mtls_sidecar_tls_handshake_failures_total", &labels) == Some(3.0)
-    })
-    .await;
+    let mut silent = Vec::new();
+    for i in 1..=6usize {
+        silent.push(TcpStream::connect(&s.addr).await.expect("connect"));
+        if i <= 3 {
+            route_until(&admin, "the socket pending", |r| {
+                r["pending_handshakes"] == i
+            })
+            .await;
+        } else {
+            let evicted = (i - 3) as f64;
+            scrape_until(&admin, "the oldest evicted", |m| {
+                m.value("mtls_sidecar_tls_handshake_failures_total", &labels) == Some(evicted)
+            })
+            .await;
+        }
+    }
     route_until(&admin, "3 pending handshakes", |r| {
         r["pending_handshakes"] == 3
     })

@@ -6,8 +6,9 @@ generate.py, which run both sidecars under `valgrind --tool=callgrind` (the
 WRAP environment variable) and turn the functions they executed into the
 linker's symbol-ordering file. The workload
 is what the resident code of a real sidecar consists of: start-up, admin
-scrapes, full handshakes, forwarding small frames and a bulk stream with a
-half-close, refused peers (wrong identity, plaintext probe), a credential
+scrapes, full handshakes, forwarding small frames (one connection at a
+time, and several at once, which places some on another runtime) and a
+bulk stream with a half-close, refused peers (wrong identity, plaintext probe), a credential
 rotation through a kubelet-style `..data` swap, and the SIGTERM drain.
 
 With `connections`, only what a serving pod does all the time: start-up,
@@ -115,6 +116,27 @@ def roundtrip(addr, payload):
         sys.exit(f"train.py: {len(payload)} bytes sent, {len(got)} came back")
 
 
+def held_roundtrips(addr, n):
+    """`n` connections open at once, a round trip on each: with several
+    runtimes per sidecar (`--runtime per-core`), a connection accepted while
+    others are live is placed on a less loaded runtime, so this runs the
+    code that moves a socket to another runtime and starts its task there,
+    which one connection at a time never reaches."""
+    held = [socket.create_connection(addr) for _ in range(n)]
+    try:
+        for s in held:
+            s.sendall(b"z" * 64)
+        for s in held:
+            got = b""
+            while len(got) < 64 and (chunk := s.recv(64 - len(got))):
+                got += chunk
+            if got != b"z" * 64:
+                sys.exit(f"train.py: a held connection returned {len(got)} bytes of 64")
+    finally:
+        for s in held:
+            s.close()
+
+
 def scrape(admin, path):
     url = f"http://{admin[0]}:{admin[1]}{path}"
     try:
@@ -153,6 +175,7 @@ def main():
 
     for _ in range(5):
         roundtrip(c_addr, b"x" * 64)
+    held_roundtrips(c_addr, 6)
     roundtrip(c_addr, os.urandom(4 << 20))
     if connections_only:
         client.stop()
