@@ -160,15 +160,20 @@ def main():
     publish(s_dir, 1, files(s_id))
 
     target = echo_target()
+    # Two runtimes each, whatever the build machine's CPUs (the default is
+    # one per CPU, up to 4): on a one-CPU builder a sidecar would run one,
+    # never place a connection on another, and the derived order would
+    # leave that path among cold code (held_roundtrips).
+    two = ["--worker-threads", "2"]
     server = Sidecar(binary, ["server", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{target}",
                               "--tls-dir", s_dir, "--allow-san", "controller.train.svc",
-                              "--admin", "127.0.0.1:0", "--reload-interval", "200ms"],
+                              "--admin", "127.0.0.1:0", "--reload-interval", "200ms", *two],
                      os.path.join(work, "server.log"))
     s_addr = server.addr(r"route=server .*listen=(\S+)")
     s_admin = server.addr(r"admin=(\S+)")
     client = Sidecar(binary, ["client", "--listen", "127.0.0.1:0", "--target", f"127.0.0.1:{s_addr[1]}",
                               "--server-name", "replica-0.train.svc", "--tls-dir", c_id,
-                              "--admin", "127.0.0.1:0"],
+                              "--admin", "127.0.0.1:0", *two],
                      os.path.join(work, "client.log"))
     c_addr = client.addr(r"route=client .*listen=(\S+)")
     c_admin = client.addr(r"admin=(\S+)")
