@@ -397,3 +397,30 @@ async fn json_logs_are_one_object_per_line_with_sans_as_an_array() {
         );
     }
 }
+
+/// One "listening" and one "stopped accepting" line per route, whatever
+/// the number of runtimes accepting for it (loop 0 writes both), naming
+/// that number: with one runtime the lines are there, with two they are
+/// not doubled.
+#[tokio::test]
+async fn one_listening_and_one_stopped_line_per_route_at_any_runtime_count() {
+    for n in ["1", "2"] {
+        let s = ServerSide::start(&["--worker-threads", n]).await;
+        let line = s.sidecar.wait_log(&[" listening ", "route=server"]).await;
+        assert!(has_field(&line, "runtimes", n), "{line}");
+        let mut tls = s.connect_good().await;
+        assert_eq!(roundtrip(&mut tls, b"up").await, b"up");
+        drop(tls);
+        s.sidecar.signal(libc::SIGTERM);
+        let (code, logs) = s.sidecar.wait_exit().await;
+        assert_eq!(code, Some(0), "{}", logs.join("\n"));
+        let count = |needle: &str| logs.iter().filter(|l| l.contains(needle)).count();
+        assert_eq!(count(" listening "), 1, "{n} runtimes: {}", logs.join("\n"));
+        assert_eq!(
+            count("stopped accepting"),
+            1,
+            "{n} runtimes: {}",
+            logs.join("\n")
+        );
+    }
+}

@@ -559,11 +559,14 @@ async fn running_out_of_file_descriptors_backs_off_and_recovers() {
     }
 }
 
-/// Out of descriptors with no pending handshake to give one back (every
-/// descriptor held by forwarded connections), the accept loop backs off:
-/// the waits between failed accepts double up to a second, so a second and
-/// a half of failing accepts is a handful of WARN lines, not a spin. (With
-/// the wait halved instead, it fell to zero: thousands of lines.)
+/// Out of descriptors, a failing accept loop does not spin: a second and
+/// a half after the first failure is a handful of WARN lines. What this
+/// sees with a runtime per core is each failure evicting a handshake still
+/// in flight, whose descriptor lets the next accept succeed, so the loops
+/// rarely fail twice in a row (a halved wait passed it on 2026-12-04: two
+/// lines in 1.5 s). That the wait doubles up to a second, the rate of an
+/// unbroken run of failures, is the unit test of `next_backoff` in
+/// src/proxy/route/mod.rs.
 #[tokio::test(flavor = "multi_thread")]
 async fn out_of_descriptors_with_nothing_to_evict_the_accept_loop_backs_off() {
     let With64Fds { pki, sc, addr, .. } = with_64_fds("60s").await;

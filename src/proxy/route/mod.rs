@@ -273,7 +273,7 @@ impl Route {
                     }
                     warn!(target: LOG_TARGET, route = %self.cfg.name, error = %e, backoff = ?backoff, "accept failed; backing off");
                     tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    backoff = next_backoff(backoff);
                 }
             }
         }
@@ -416,6 +416,12 @@ fn test_fault(route: &str) -> Option<u64> {
     (name == route).then(|| n.parse().ok()).flatten()
 }
 
+/// The wait after a failed accept that follows a wait of `now`: doubled,
+/// at most a second (a run of failures, out of descriptors, must not spin).
+fn next_backoff(now: Duration) -> Duration {
+    now.saturating_mul(2).min(Duration::from_secs(1))
+}
+
 /// Whether an accept loop failing with `e` closes the oldest pending
 /// handshake: out of descriptors, it gives its own back so that the next
 /// peer can be accepted. Every loop that fails makes room for its own next
@@ -446,6 +452,26 @@ pub enum RouteError {
 mod tests {
     use super::evicts_on;
     use std::io::Error;
+
+    #[test]
+    fn the_accept_back_off_doubles_up_to_a_second() {
+        use super::next_backoff;
+        use std::time::Duration;
+        let ms = Duration::from_millis;
+        assert_eq!(next_backoff(ms(5)), ms(10));
+        assert_eq!(next_backoff(ms(320)), ms(640));
+        assert_eq!(next_backoff(ms(640)), ms(1000));
+        assert_eq!(next_backoff(ms(1000)), ms(1000));
+        assert_eq!(next_backoff(Duration::MAX), ms(1000));
+        // From the first wait, 1.5 s of unbroken failures is 9 of them.
+        let (mut wait, mut spent, mut n) = (ms(5), Duration::ZERO, 0);
+        while spent < ms(1500) {
+            spent += wait;
+            wait = next_backoff(wait);
+            n += 1;
+        }
+        assert_eq!(n, 9);
+    }
 
     #[test]
     fn only_running_out_of_descriptors_evicts() {
