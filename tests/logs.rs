@@ -414,7 +414,11 @@ async fn one_listening_and_one_stopped_line_per_route_at_any_runtime_count() {
         s.sidecar.signal(libc::SIGTERM);
         let (code, logs) = s.sidecar.wait_exit().await;
         assert_eq!(code, Some(0), "{}", logs.join("\n"));
-        let count = |needle: &str| logs.iter().filter(|l| l.contains(needle)).count();
+        let count = |needle: &str| {
+            logs.iter()
+                .filter(|l| l.contains(needle) && l.contains("route=server"))
+                .count()
+        };
         assert_eq!(count(" listening "), 1, "{n} runtimes: {}", logs.join("\n"));
         assert_eq!(
             count("stopped accepting"),

@@ -568,7 +568,7 @@ async fn running_out_of_file_descriptors_backs_off_and_recovers() {
 /// unbroken run of failures, is the unit test of `next_backoff` in
 /// src/proxy/route/mod.rs.
 #[tokio::test(flavor = "multi_thread")]
-async fn out_of_descriptors_with_nothing_to_evict_the_accept_loop_backs_off() {
+async fn out_of_descriptors_the_accept_loops_do_not_spin() {
     let With64Fds { pki, sc, addr, .. } = with_64_fds("60s").await;
     let cfg = client_config(Some(&pki.leaf(CONTROLLER, Role::Client)), &pki.ca.cert_pem);
     // Forwarded connections (two descriptors each) until the sidecar
