@@ -6,7 +6,8 @@
 //! scenario through the pair and directly against the target in the same
 //! run. `--system plain-rust` measures a plaintext forwarder pair instead
 //! (this executable re-run twice with `--plain-forward`: the ceiling of a
-//! user-space forwarder without crypto). `--external` measures any other
+//! user-space forwarder without crypto; their CPU time is counted, not
+//! their memory). `--external` measures any other
 //! pair (stunnel, HAProxy, nginx, socat: see `peers.sh`) with the same
 //! generator.
 //!

@@ -15,7 +15,13 @@ use crate::target::Target;
 pub struct System {
     pub name: String,
     pub listen: SocketAddr,
+    /// The processes of the pair: their CPU time is counted per unit of
+    /// work, and their RSS (when `memory`) is the memory figure.
     pub pids: Vec<u32>,
+    /// Whether the memory scenario measures `pids` (not for processes
+    /// whose RSS is another program's: the `plain-rust` forwarders are
+    /// this load generator re-run).
+    pub memory: bool,
     pub idle: usize,
     /// Where the same system with session resumption on listens, for the
     /// `resumed` scenario (none: not measured).
@@ -41,7 +47,7 @@ pub fn measure(
     let say = |what: &str| eprintln!("# {}: {what}", sys.name);
 
     // Memory first, before the heavy scenarios grow any heap.
-    if opts.wants("memory") && !sys.pids.is_empty() {
+    if opts.wants("memory") && sys.memory && !sys.pids.is_empty() {
         for _ in 0..5 {
             one_roundtrip(via).expect("warm-up round trip");
         }

@@ -120,6 +120,11 @@ impl PlainForwarder {
             listen,
         }
     }
+
+    /// The forwarder's process id (its CPU time is the pair's cost).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 impl Drop for PlainForwarder {

@@ -30,6 +30,7 @@ pub fn run_external(opts: &Opts, scale: &Scale, kv: &HashMap<String, String>) ->
             .get("pids")
             .map(|p| p.split(',').filter_map(|x| x.trim().parse().ok()).collect())
             .unwrap_or_default(),
+        memory: true,
         idle: kv
             .get("idle")
             .and_then(|v| v.parse().ok())
@@ -115,6 +116,7 @@ pub fn run_sidecar(opts: &Opts, scale: &Scale) -> Row {
         name: opts.name.clone().unwrap_or_else(|| "mtls-sidecar".into()),
         listen: client.listen,
         pids: vec![client.pid(), server.pid()],
+        memory: true,
         idle: scale.idle,
         resuming: resuming.as_ref().map(|(_, c)| c.listen),
         resuming_pids: resuming
@@ -134,9 +136,11 @@ pub fn run_sidecar(opts: &Opts, scale: &Scale) -> Row {
 
 /// The `plain-rust` ceiling: two plaintext forwarder processes (this
 /// executable re-run, see `plain_forward`), client side → server side →
-/// target. No pids are given to `measure`, so no memory figures (the
-/// forwarder is the whole load generator's binary; RSS would measure that),
-/// and there is no identity to rotate.
+/// target. Their pids are given to `measure` for the CPU they spend per
+/// unit of work (what the pair costs with no TLS at all, beside the
+/// sidecar's), not for memory: the forwarder is the whole load generator's
+/// binary, so its RSS would measure that; and there is no identity to
+/// rotate.
 pub fn run_plain_rust(opts: &Opts, scale: &Scale) -> Row {
     let target = Target::start("127.0.0.1:0");
     let server = PlainForwarder::start(target.addr);
@@ -144,7 +148,8 @@ pub fn run_plain_rust(opts: &Opts, scale: &Scale) -> Row {
     let sys = System {
         name: opts.name.clone().unwrap_or_else(|| "plain-rust".into()),
         listen: client.listen,
-        pids: Vec::new(),
+        pids: vec![client.pid(), server.pid()],
+        memory: false,
         idle: 0,
         resuming: None,
         resuming_pids: Vec::new(),
