@@ -29,6 +29,8 @@ use rustls::{
     SupportedCipherSuite, Tls13CipherSuite,
 };
 
+use crate::copy;
+
 /// Whether this CPU has 256-bit AES (VAES) and carry-less multiply
 /// (VPCLMULQDQ) with AVX2, but not AVX-512 (where aws-lc has its own
 /// VAES code, as fast).
@@ -178,7 +180,16 @@ impl MessageEncrypter for Sealer {
         let key = self.key.as_ref().ok_or(Error::EncryptError)?;
         let total = self.encrypted_payload_len(msg.payload.len());
         let mut payload = PrefixedPayload::with_capacity(total);
-        payload.extend_from_chunks(&msg.payload);
+        // Where the record starts: its 5-byte header precedes the payload.
+        copy::note_sealed(payload.as_ref().as_ptr().wrapping_sub(5));
+        // In pieces: the payload lands 5 bytes past the buffer's start
+        // (after the header), where one large memcpy is slow ([`copy`]).
+        let mut rest = msg.payload;
+        while !rest.is_empty() {
+            let (piece, after) = rest.split_at(copy::PIECE);
+            payload.extend_from_chunks(&piece);
+            rest = after;
+        }
         // TLSInnerPlaintext: the content, then its real type (RFC 8446 5.2).
         payload.extend_from_slice(&msg.typ.to_array());
         let nonce = aead::Nonce::assume_unique_for_key(Nonce::new(&self.iv, seq).0);

@@ -13,12 +13,13 @@
 //! [`metrics`] and [`logging`] → [`logsafe`] → [`reason`] → the leaves:
 //! [`identity`], [`process`] (fd limit, allocator trimming, start-up
 //! pages, process metrics, systemd, the off switches) and [`crypto`] (which
-//! AES-GCM protects TLS 1.3 records).
+//! AES-GCM protects TLS 1.3 records) → [`copy`] (bulk copies in pieces).
 
 pub mod admin;
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod copy;
 pub mod credentials;
 pub mod crypto;
 pub mod identity;

@@ -31,6 +31,7 @@ const LAYERS: &[&[&str]] = &[
     &["logsafe"],
     &["reason"],
     &["identity", "process", "crypto"],
+    &["copy"],
 ];
 
 fn rank(module: &str) -> Option<usize> {

@@ -4,17 +4,24 @@
 //!
 //! Memory is never zeroed ahead of use: socket reads fill a buffer's spare
 //! capacity (tokio's `read_buf`), and only room handed to rustls to write
-//! into (records to send) is initialised, once, and stays so while the
-//! buffer is reused. A page is resident only once bytes were put in it,
-//! so a handshake's few KiB cost a few KiB, not a whole buffer.
+//! into (records to send) is initialised, once. What a buffer has
+//! initialised stays so while it is reused, in the pool too: a read goes
+//! into that room when there is a record's worth of it, and moving bytes
+//! into a pooled buffer does not forget it, so a bulk stream's records are
+//! not written over zeroes first (the pool's one buffer serves both
+//! directions, and an idle direction's poll used to take and truncate it
+//! between two writes). A page is resident only once bytes were put in
+//! it, so a handshake's few KiB cost a few KiB, not a whole buffer.
 
 use std::cell::RefCell;
 use std::future::Future;
 use std::io;
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
+
+use crate::copy;
 
 /// The capacity of a pooled buffer: four full TLS records (16 KiB of
 /// plaintext each, with header and tag) and room to spare, so one socket
@@ -27,6 +34,11 @@ pub(crate) const SIZE: usize = 72 * 1024;
 /// buffer goes back between reading and writing); a second one in use at
 /// once is allocated and freed.
 const KEEP: usize = 1;
+
+/// The least initialised room a read goes into (a full record with its
+/// header and tag); with less, it fills the buffer's uninitialised
+/// capacity instead, so reads do not shrink to what a write initialised.
+const READ_INIT: usize = 16 * 1024 + 5 + 256;
 
 thread_local! {
     static POOL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
@@ -94,7 +106,7 @@ impl Buf {
     /// enough, past the pool's size).
     fn room(&mut self, want: usize) {
         if self.mem.capacity() - self.end < want && self.start > 0 {
-            self.mem.copy_within(self.start..self.end, 0);
+            copy::to_front(&mut self.mem[..self.end], self.start);
             self.end -= self.start;
             self.start = 0;
         }
@@ -106,8 +118,7 @@ impl Buf {
             } else {
                 Vec::with_capacity(need)
             };
-            mem.clear();
-            mem.extend_from_slice(&self.mem[..self.end]);
+            put(&mut mem, 0, &self.mem[..self.end]);
             give(std::mem::replace(&mut self.mem, mem));
         }
     }
@@ -123,6 +134,23 @@ impl Buf {
         &mut self.mem[self.end..]
     }
 
+    /// Like [`spare`](Self::spare) on an empty buffer, with the room
+    /// starting where rustls's copies of records sealed on this thread run
+    /// at full speed ([`copy::sealed_placement`]): up to a page past the
+    /// start of a pooled buffer, which has that much to spare.
+    pub(crate) fn spare_for_records(&mut self, want: usize) -> &mut [u8] {
+        if self.is_empty() && want <= SIZE - 4096 {
+            self.room(want.saturating_add(4096));
+            let shift = copy::sealed_placement(self.mem.as_ptr());
+            if self.mem.len() < shift {
+                self.mem.resize(shift, 0);
+            }
+            self.start = shift;
+            self.end = shift;
+        }
+        self.spare(want)
+    }
+
     /// Marks `n` bytes of the room [`spare`](Self::spare) gave as held.
     pub(crate) fn filled(&mut self, n: usize) {
         self.end = self.end.saturating_add(n).min(self.mem.len());
@@ -134,9 +162,8 @@ impl Buf {
             return;
         }
         self.room(bytes.len());
-        self.mem.truncate(self.end);
-        self.mem.extend_from_slice(bytes);
-        self.end = self.mem.len();
+        put(&mut self.mem, self.end, bytes);
+        self.end += bytes.len();
     }
 
     /// Reads what `io` has into the room after the bytes held (a pooled
@@ -147,6 +174,14 @@ impl Buf {
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<usize>> {
         self.room(1);
+        if self.mem.len() - self.end >= READ_INIT {
+            // Into room initialised earlier, which stays initialised.
+            let mut room = ReadBuf::new(&mut self.mem[self.end..]);
+            let read = Pin::new(io).poll_read(cx, &mut room);
+            let n = room.filled().len();
+            self.end += n;
+            return read.map_ok(|()| n);
+        }
         self.mem.truncate(self.end);
         let read = pin!(io.read_buf(&mut self.mem)).poll(cx);
         self.end = self.mem.len();
@@ -169,7 +204,8 @@ impl Buf {
             return self.release();
         }
         if self.mem.capacity() > self.len() {
-            let small = self.data().to_vec();
+            let mut small = Vec::with_capacity(self.len());
+            copy::extend(&mut small, self.data());
             self.end = small.len();
             self.start = 0;
             give(std::mem::replace(&mut self.mem, small));
@@ -180,6 +216,25 @@ impl Buf {
     #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
         self.mem.capacity()
+    }
+
+    /// How much of that memory is initialised (tests).
+    #[cfg(test)]
+    pub(crate) fn initialised(&self) -> usize {
+        self.mem.len()
+    }
+}
+
+/// Writes `bytes` into `mem` at `at`, keeping what `mem` has initialised
+/// past them (`mem` holds at least `at` initialised bytes and room for
+/// `bytes`).
+fn put(mem: &mut Vec<u8>, at: usize, bytes: &[u8]) {
+    let end = at + bytes.len();
+    if mem.len() >= end {
+        copy::copy(&mut mem[at..end], bytes);
+    } else {
+        mem.truncate(at);
+        copy::extend(mem, bytes);
     }
 }
 
@@ -216,6 +271,69 @@ mod tests {
         let room = b.spare(SIZE).len();
         assert!(room >= SIZE);
         assert_eq!(b.data(), &[1; 10]);
+    }
+
+    /// A bulk stream's writer and the other direction's idle reader share
+    /// the thread's pooled buffer: the reader's poll must not make the next
+    /// write initialise (zero) its room again.
+    #[tokio::test]
+    async fn a_pooled_buffer_stays_initialised_across_an_idle_read() {
+        let mut out = Buf::default();
+        out.push(b"held");
+        let room = out.spare(40_000).len();
+        assert!(room >= 40_000);
+        out.filled(40_000);
+        out.consume(out.len());
+        out.release();
+
+        let (_tx, mut rx) = tokio::io::duplex(64);
+        let mut idle = Buf::default();
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(idle.read_from(&mut rx, &mut cx).is_pending());
+        assert!(idle.initialised() >= 40_004, "{}", idle.initialised());
+        idle.release();
+
+        let mut next = Buf::default();
+        next.push(b"x");
+        assert!(next.initialised() >= 40_004, "{}", next.initialised());
+        assert_eq!(next.data(), b"x");
+    }
+
+    #[test]
+    fn records_are_placed_clear_of_where_they_were_sealed() {
+        let sealed = vec![0u8; 20_000];
+        copy::note_sealed(sealed[7..].as_ptr());
+        let mut out = Buf::default();
+        let room = out.spare_for_records(40_000);
+        assert!(room.len() >= 40_000);
+        let at = room.as_ptr() as usize;
+        assert_eq!((at + 4096 - (sealed[7..].as_ptr() as usize) % 4096) % 4096, 64);
+        room[..3].copy_from_slice(b"rec");
+        out.filled(3);
+        assert_eq!(out.data(), b"rec");
+        out.push(b"ord");
+        assert_eq!(out.data(), b"record");
+        out.consume(6);
+        out.release();
+        assert_eq!(out.capacity(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_read_into_initialised_room_shows_only_what_was_read() {
+        let mut b = Buf::default();
+        let room = b.spare(SIZE / 2);
+        room.fill(b'z');
+        b.push(b"held ");
+        let (mut tx, mut rx) = tokio::io::duplex(64);
+        tokio::io::AsyncWriteExt::write_all(&mut tx, b"read")
+            .await
+            .unwrap();
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(matches!(b.read_from(&mut rx, &mut cx), Poll::Ready(Ok(4))));
+        assert_eq!(b.data(), b"held read");
+        drop(tx);
+        assert!(matches!(b.read_from(&mut rx, &mut cx), Poll::Ready(Ok(0))));
+        assert_eq!(b.data(), b"held read");
     }
 
     #[tokio::test]

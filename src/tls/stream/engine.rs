@@ -12,6 +12,7 @@ use tokio::io::ReadBuf;
 
 use super::buf::Buf;
 use super::{Side, TlsStream};
+use crate::copy;
 
 /// What the caller of [`TlsStream::step`] wants done.
 #[derive(Clone, Copy)]
@@ -47,7 +48,10 @@ fn deliver(payload: &[u8], dst: Option<&mut ReadBuf<'_>>, stash: &mut Buf) {
     let n = match dst {
         Some(d) if stash.is_empty() => {
             let n = payload.len().min(d.remaining());
-            d.put_slice(&payload[..n]);
+            // In pieces, as every bulk copy ([`crate::copy`]).
+            for piece in payload[..n].chunks(copy::PIECE) {
+                d.put_slice(piece);
+            }
             n
         }
         _ => 0,
@@ -75,15 +79,26 @@ fn encode<D>(e: &mut EncodeTlsData<'_, D>, out: &mut Buf) -> Result<(), Error> {
     }
 }
 
+/// Room for `data` sealed as TLS 1.3 records of at most 16 KiB of
+/// plaintext each: a 5-byte header, the content type and a 16-byte tag per
+/// record (TLS 1.2's explicit nonce fits in the slack), so one
+/// `encrypt` call is enough; rustls says so if it needs more.
+fn sealed_len(data: &[u8]) -> usize {
+    let records = data.len().div_ceil(16 * 1024).max(1);
+    data.len()
+        .saturating_add(records.saturating_mul(5 + 1 + 16 + 8))
+        .saturating_add(64)
+}
+
 /// Encrypts `data` (or a close_notify when `None`) into the outgoing buffer.
 fn encrypt<D>(
     w: &mut WriteTraffic<'_, D>,
     data: Option<&[u8]>,
     out: &mut Buf,
 ) -> Result<(), Error> {
-    let mut want = data.map_or(64, |d| d.len().saturating_add(64));
+    let mut want = data.map_or(64, sealed_len);
     loop {
-        let room = out.spare(want);
+        let room = out.spare_for_records(want);
         let done = match data {
             Some(d) => w.encrypt(d, room),
             None => w.queue_close_notify(room),
