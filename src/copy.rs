@@ -1,15 +1,16 @@
 //! Copies of forwarded bytes, made in pieces of at most 2 KiB.
 //!
 //! Why: the libc memcpy this binary links (glibc 2.36, static) copies 4 KiB
-//! and more with `rep movsb`, and on the Intel CPUs measured that
-//! instruction runs about 30× slower (2.4-2.9 GB/s against 58-87) when the
-//! destination starts 1 to 31 bytes past the source modulo 4 KiB. A TLS
-//! record's plaintext sits 5 bytes past its header, and buffers of equal
-//! size come from the allocator at equal page offsets, so a bulk stream
-//! hit that case on most records: the plaintext's copy into the record
-//! being sealed was a fifth of the sidecar's CPU (benches/README.md,
-//! "memcpy's page-offset trap"). Below 4 KiB memcpy uses vector loads and
-//! stores, which ran at 58-97 GB/s at every distance measured.
+//! and more with `rep movsb`, and on the bench box's CPU (AMD EPYC, Zen 3)
+//! that instruction runs about 30× slower (2.4-2.9 GB/s against 58-87)
+//! when the destination starts 1 to 31 bytes past the source modulo 4 KiB
+//! (`benches/memcpy_distance.c`). A sealed record's plaintext sits 5 bytes
+//! past its header, and where the allocator puts that buffer against the
+//! forwarding buffer differs from run to run: in some runs every record's
+//! copy was slow, and the copies took more of the sidecar's CPU than
+//! AES-GCM (benches/README.md, "memcpy's page-offset trap"). Below 4 KiB
+//! memcpy uses vector loads and stores, which ran at 58-97 GB/s at every
+//! distance measured.
 
 use std::cell::Cell;
 

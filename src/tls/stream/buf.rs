@@ -307,7 +307,10 @@ mod tests {
         let room = out.spare_for_records(40_000);
         assert!(room.len() >= 40_000);
         let at = room.as_ptr() as usize;
-        assert_eq!((at + 4096 - (sealed[7..].as_ptr() as usize) % 4096) % 4096, 64);
+        assert_eq!(
+            (at + 4096 - (sealed[7..].as_ptr() as usize) % 4096) % 4096,
+            64
+        );
         room[..3].copy_from_slice(b"rec");
         out.filled(3);
         assert_eq!(out.data(), b"rec");
