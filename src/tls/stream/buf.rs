@@ -4,22 +4,21 @@
 //!
 //! Memory is never zeroed ahead of use: socket reads fill a buffer's spare
 //! capacity (tokio's `read_buf`), and only room handed to rustls to write
-//! into (records to send) is initialised, once. What a buffer has
-//! initialised stays so while it is reused, in the pool too: a read goes
-//! into that room when there is a record's worth of it, and moving bytes
-//! into a pooled buffer does not forget it, so a bulk stream's records are
-//! not written over zeroes first (the pool's one buffer serves both
-//! directions, and an idle direction's poll used to take and truncate it
-//! between two writes). A page is resident only once bytes were put in
-//! it, so a handshake's few KiB cost a few KiB, not a whole buffer.
+//! into (records to send) is initialised. Bytes moved into a buffer from
+//! the pool do not make it forget what it had initialised, so a stream
+//! whose records go out through the pool's buffer turn after turn does not
+//! write them over zeroes each time (a read still truncates to what it
+//! fills: tokio reads into spare capacity only). A page is resident only
+//! once bytes were put in it, so a handshake's few KiB cost a few KiB, not
+//! a whole buffer.
 
 use std::cell::RefCell;
 use std::future::Future;
 use std::io;
-use std::pin::{pin, Pin};
+use std::pin::pin;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::copy;
 
@@ -34,11 +33,6 @@ pub(crate) const SIZE: usize = 72 * 1024;
 /// buffer goes back between reading and writing); a second one in use at
 /// once is allocated and freed.
 const KEEP: usize = 1;
-
-/// The least initialised room a read goes into (a full record with its
-/// header and tag); with less, it fills the buffer's uninitialised
-/// capacity instead, so reads do not shrink to what a write initialised.
-const READ_INIT: usize = 16 * 1024 + 5 + 256;
 
 thread_local! {
     static POOL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
@@ -174,14 +168,6 @@ impl Buf {
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<usize>> {
         self.room(1);
-        if self.mem.len() - self.end >= READ_INIT {
-            // Into room initialised earlier, which stays initialised.
-            let mut room = ReadBuf::new(&mut self.mem[self.end..]);
-            let read = Pin::new(io).poll_read(cx, &mut room);
-            let n = room.filled().len();
-            self.end += n;
-            return read.map_ok(|()| n);
-        }
         self.mem.truncate(self.end);
         let read = pin!(io.read_buf(&mut self.mem)).poll(cx);
         self.end = self.mem.len();
@@ -273,11 +259,10 @@ mod tests {
         assert_eq!(b.data(), &[1; 10]);
     }
 
-    /// A bulk stream's writer and the other direction's idle reader share
-    /// the thread's pooled buffer: the reader's poll must not make the next
-    /// write initialise (zero) its room again.
-    #[tokio::test]
-    async fn a_pooled_buffer_stays_initialised_across_an_idle_read() {
+    /// A buffer taken from the pool keeps the room it had initialised, so
+    /// a stream's records are not written over zeroes on every turn.
+    #[test]
+    fn a_pooled_buffer_stays_initialised_when_taken_again() {
         let mut out = Buf::default();
         out.push(b"held");
         let room = out.spare(40_000).len();
@@ -285,13 +270,6 @@ mod tests {
         out.filled(40_000);
         out.consume(out.len());
         out.release();
-
-        let (_tx, mut rx) = tokio::io::duplex(64);
-        let mut idle = Buf::default();
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        assert!(idle.read_from(&mut rx, &mut cx).is_pending());
-        assert!(idle.initialised() >= 40_004, "{}", idle.initialised());
-        idle.release();
 
         let mut next = Buf::default();
         next.push(b"x");
