@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Writes the seed inputs of every fuzz target into corpus/TARGET/seed-*.
+"""Writes the seed inputs of every fuzz target into seeds/TARGET/seed-*.
 
-The seeds are committed with the corpora, so this only needs running again
+The seeds are committed (the grown corpora are not), so this only needs running again
 when a target's input format changes. The credential seeds are minted with
 the sidecar's own development PKI (`certs ca|issue|revoke`, the binary given
 as MTLS_SIDECAR_BIN or target/debug/mtls-sidecar) and openssl (RSA and
@@ -25,7 +25,7 @@ BIN = os.environ.get("MTLS_SIDECAR_BIN", str(HERE.parent / "target/debug/mtls-si
 
 
 def write(target, name, data):
-    d = HERE / "corpus" / target
+    d = HERE / "seeds" / target
     d.mkdir(parents=True, exist_ok=True)
     (d / f"seed-{name}").write_bytes(data if isinstance(data, bytes) else data.encode())
 

@@ -1,4 +1,4 @@
-//! The command line (see PRODUCT.md's "Command line"). Parsing only: flags
+//! The command line (docs/configuration.md lists every flag). Parsing only: flags
 //! become a [`RouteSpec`]/[`FileSpec`] and are validated in [`crate::config`].
 
 use std::path::PathBuf;

@@ -1,4 +1,4 @@
-//! Metric names (the public contract in PRODUCT.md), their descriptions, and
+//! Metric names (the public contract, docs/metrics.md), their descriptions, and
 //! per-route handles so the hot path increments atomics instead of looking
 //! series up by name.
 

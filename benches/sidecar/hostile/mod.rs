@@ -1,5 +1,5 @@
-//! Hostile load at full size (issue 10, PRODUCT.md "Limits under hostile
-//! load"): the figures behind the limits' claims, which `tests/hostile.rs`
+//! Hostile load at full size (issue 10, the limits under hostile load in
+//! docs/security.md): the figures behind the limits' claims, which `tests/hostile.rs`
 //! checks at CI size.
 //!
 //! * `scale`: both sidecars started with a soft fd limit of 1024 (hard
