@@ -28,6 +28,7 @@ const OPENING_BOUND: Duration = Duration::from_secs(5);
 /// Raises this process's soft descriptor limit to its hard limit (the
 /// sidecar children inherit it), so hundreds of sockets fit.
 fn raise_nofile() {
+    // SAFETY: getrlimit/setrlimit on a local `rlimit` the calls only read and write.
     unsafe {
         let mut lim = libc::rlimit {
             rlim_cur: 0,

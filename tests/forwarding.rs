@@ -64,12 +64,14 @@ async fn sixty_four_mib_each_way_intact() {
 /// (`pidfd_getfd`), so its options can be read.
 fn tcp_sockets_of(pid: u32) -> Vec<std::os::fd::OwnedFd> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: pidfd_open(2) on a child pid; the result is checked before use.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
     assert!(
         pidfd >= 0,
         "pidfd_open: {}",
         std::io::Error::last_os_error()
     );
+    // SAFETY: `pidfd` was just checked to be a new descriptor nobody else owns.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
     let mut sockets = Vec::new();
     for entry in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap() {
@@ -81,12 +83,14 @@ fn tcp_sockets_of(pid: u32) -> Vec<std::os::fd::OwnedFd> {
             continue;
         }
         let target: libc::c_int = entry.file_name().to_str().unwrap().parse().unwrap();
+        // SAFETY: pidfd_getfd(2) on a pidfd this function owns; the result is checked before use.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), target, 0) };
         if fd < 0 {
             let e = std::io::Error::last_os_error();
             assert_eq!(e.raw_os_error(), Some(libc::EBADF), "pidfd_getfd: {e}");
             continue; // closed meanwhile
         }
+        // SAFETY: `fd` was just checked to be a new descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
         let domain = sockopt(&fd, libc::SOL_SOCKET, libc::SO_DOMAIN);
         if (domain == libc::AF_INET || domain == libc::AF_INET6)
@@ -104,6 +108,7 @@ fn sockopt(fd: &std::os::fd::OwnedFd, level: libc::c_int, name: libc::c_int) -> 
     use std::os::fd::AsRawFd;
     let mut v: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` and `len` are live locals of the sizes passed; `fd` is open.
     let rc = unsafe {
         libc::getsockopt(
             fd.as_raw_fd(),
@@ -265,6 +270,7 @@ async fn stalled_handshakes_do_not_delay_a_good_client() {
         use std::os::fd::AsRawFd;
         let mut buf = [0u8; 1];
         // Asks the kernel itself: EAGAIN, not EOF (0) nor data.
+        // SAFETY: `buf` is a live 1-byte buffer and the length passed is 1; `s` is open.
         let n = unsafe {
             libc::recv(
                 s.as_raw_fd(),

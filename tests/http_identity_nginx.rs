@@ -137,6 +137,7 @@ impl Drop for Nginx {
     fn drop(&mut self) {
         // The group's id is the master's pid (`process_group(0)`).
         if let Ok(pgid) = libc::pid_t::try_from(self.child.id()) {
+            // SAFETY: kill(2) on the process group this test started; no memory is touched.
             unsafe { libc::kill(-pgid, libc::SIGKILL) };
         }
         let _ = self.child.kill();
@@ -147,6 +148,7 @@ impl Drop for Nginx {
 /// Run as root (CI, containers), nginx is started as `nobody`, owning its
 /// temp dir: a test target needs no privilege.
 fn unprivileged(cmd: &mut Command, dir: &Path) {
+    // SAFETY: geteuid(2) takes nothing and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         return;
     }

@@ -516,6 +516,7 @@ fn limited_to_64_fds(dir: &std::path::Path, target: &str, handshake_timeout: &st
     .stdin(Stdio::null())
     .stdout(Stdio::null())
     .stderr(Stdio::piped());
+    // SAFETY: the pre_exec closure only calls setrlimit(2) on a local value: async-signal-safe, no allocation.
     unsafe {
         cmd.pre_exec(|| {
             let lim = libc::rlimit {

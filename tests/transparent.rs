@@ -152,6 +152,7 @@ impl Netns {
     /// current-thread runtime, so the test's sockets follow).
     fn enter(&self) {
         let f = std::fs::File::open(format!("/run/netns/{}", self.name)).expect("open netns");
+        // SAFETY: setns(2) on a descriptor this function opened; no memory is touched.
         let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
         assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
     }
@@ -783,6 +784,7 @@ async fn mark_without_the_capability_exits_2_at_start_up() {
         "--mark",
         MARK,
     ];
+    // SAFETY: geteuid(2) takes nothing and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     let text = exits_2_without_net_caps(&args).await;
     assert!(
@@ -1019,6 +1021,7 @@ fn the_kubernetes_example_loads_the_shipped_rules() {
 /// Runs the binary with `args` without CAP_NET_ADMIN and CAP_NET_RAW and
 /// waits (bounded) for it to exit 2: its stderr.
 async fn exits_2_without_net_caps(args: &[&str]) -> String {
+    // SAFETY: geteuid(2) takes nothing and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     let mut cmd = Command::new(bin());
     cmd.args(args);
@@ -1026,6 +1029,7 @@ async fn exits_2_without_net_caps(args: &[&str]) -> String {
     // root's exec then leaves them out of its permitted set. (Not root:
     // the process has neither to begin with.)
     if root {
+        // SAFETY: the pre_exec closure only calls prctl(2), which is async-signal-safe and allocates nothing.
         unsafe {
             use std::os::unix::process::CommandExt;
             cmd.pre_exec(|| {
@@ -1150,6 +1154,7 @@ async fn tproxy_without_the_capability_or_transparent_exits_2() {
         text.contains("CAP_NET_ADMIN") && text.contains("--tproxy"),
         "{text}"
     );
+    // SAFETY: geteuid(2) takes nothing and cannot fail.
     if unsafe { libc::geteuid() } == 0 {
         // Positive control: with the capability, it runs.
         let sc = Sidecar::start(&args, 1).await;

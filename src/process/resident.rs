@@ -136,6 +136,8 @@ mod imp {
         if info.dlpi_phdr.is_null() {
             return 1;
         }
+        // SAFETY: checked non-null above; the loader guarantees `dlpi_phnum`
+        // headers at `dlpi_phdr`, alive for the callback's duration.
         let headers =
             unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
         let base = info.dlpi_addr as usize;

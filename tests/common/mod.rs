@@ -259,6 +259,7 @@ impl Sidecar {
     }
 
     pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid; no memory is touched.
         unsafe {
             libc::kill(self.child.id() as i32, sig);
         }
@@ -848,6 +849,7 @@ impl Backlogged {
     pub fn new(accept: usize) -> Backlogged {
         use std::os::fd::FromRawFd;
         // std and tokio listen with a long backlog; this one needs 0.
+        // SAFETY: plain syscalls on descriptors this block creates and owns.
         let listener = unsafe {
             let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
             assert!(fd >= 0, "socket: {}", io::Error::last_os_error());

@@ -114,6 +114,7 @@ impl Tap {
             )
         };
         check(raw, "socket(AF_PACKET)")?;
+        // SAFETY: `raw` was just checked to be a new descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let filter = port_filter(port);
         let prog = libc::sock_fprog {
@@ -128,15 +129,18 @@ impl Tap {
             tv_usec: 50_000,
         };
         setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &timeout)?;
+        // SAFETY: a NUL-terminated literal; the call only reads it.
         let lo = unsafe { libc::if_nametoindex(c"lo".as_ptr()) };
         if lo == 0 {
             return Err(io::Error::other("no loopback interface"));
         }
+        // SAFETY: `sockaddr_ll` is plain old data; all zeroes is a valid value.
         let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         addr.sll_family = libc::AF_PACKET as u16;
         addr.sll_protocol = ETH_P_ALL.to_be();
         addr.sll_ifindex = lo as i32;
         let len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+        // SAFETY: `addr` is a live `sockaddr_ll` and `len` its size; `fd` is open.
         let rc = unsafe {
             libc::bind(
                 fd.as_raw_fd(),
@@ -165,6 +169,7 @@ impl Tap {
     fn read(fd: &OwnedFd, port: u16, seen: &Mutex<Vec<Segment>>, stop: &AtomicBool) {
         let mut buf = [0u8; 256];
         while !stop.load(Ordering::Relaxed) {
+            // SAFETY: `sockaddr_ll` is plain old data; all zeroes is a valid value.
             let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
             let mut len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
             // SAFETY: buf and from are valid for the sizes passed.

@@ -82,6 +82,7 @@ fn parse_skip_list(value: &str) -> Vec<String> {
 /// Whether `need` (a [`known`] name) is available here.
 fn available(need: &str) -> bool {
     if need == "root" {
+        // SAFETY: geteuid(2) takes nothing and cannot fail.
         return (unsafe { libc::geteuid() }) == 0;
     }
     match known()
