@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fuzz targets in fuzz/ (README "Fuzzing"), on the stable toolchain
+# The fuzz targets in fuzz/ (CONTRIBUTING.md "Fuzzing", docs/fuzzing.md), on the stable toolchain
 # without a sanitizer (-s none: a sanitizer needs nightly).
 #
 #   scripts/fuzz.sh build            build every target
