@@ -91,3 +91,40 @@ fn test_sh_checks_the_same_list_as_known() {
         }
     }
 }
+
+/// The rows between CONTRIBUTING.md's tools markers, as (name, package):
+/// the first two cells, backticks and parentheses stripped.
+fn contributing_rows(text: &str) -> Vec<(String, String)> {
+    let begin = text
+        .find("<!-- tools: begin")
+        .expect("CONTRIBUTING.md: <!-- tools: begin");
+    let end = begin + text[begin..].find("<!-- tools: end").expect("tools: end");
+    text[begin..end]
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix('|'))
+        .map(|row| {
+            row.split('|')
+                .map(|c| c.trim().trim_matches(['`', '(', ')']).to_string())
+                .collect::<Vec<_>>()
+        })
+        .filter(|cells| {
+            cells.len() >= 2 && !cells[0].starts_with('-') && !cells[0].starts_with("name")
+        })
+        .map(|cells| (cells[0].clone(), cells[1].clone()))
+        .collect()
+}
+
+#[test]
+fn contributing_lists_the_same_tools_as_known() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("CONTRIBUTING.md")).unwrap();
+    let rows = contributing_rows(&text);
+    let known: Vec<(String, String)> = KNOWN
+        .iter()
+        .map(|(n, p)| (n.to_string(), p.trim_matches(['(', ')']).to_string()))
+        .collect();
+    assert_eq!(
+        rows, known,
+        "CONTRIBUTING.md's tools table and tests/common/tools.rs KNOWN differ"
+    );
+}
