@@ -37,7 +37,7 @@ const REASONS: [&str; 8] = [
     "io",
 ];
 
-/// PRODUCT.md's metrics table: name, type, label names.
+/// The metrics contract (docs/metrics.md): name, type, label names.
 const CONTRACT: [(&str, &str, &[&str]); 10] = [
     (HANDSHAKES, "counter", &["route"]),
     (FAILURES, "counter", &["route", "reason"]),
