@@ -1,5 +1,5 @@
 //! The crypto floor of one mutual-TLS handshake between the two sidecars
-//! (benches/README.md, "New connections: the crypto floor"), measured with
+//! (benches/reports/2026-12-02-crypto-floor.md), measured with
 //! the provider the sidecar uses (`mtls_sidecar::crypto_provider()`,
 //! aws-lc-rs) and the key type of the bench's PKI (ECDSA P-256):
 //!

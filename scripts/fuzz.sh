@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fuzz targets in fuzz/ (docs/fuzzing.md), on the stable toolchain
+# The fuzz targets in fuzz/ (docs/fuzzing.md, CONTRIBUTING.md "Fuzzing"), on the stable toolchain
 # without a sanitizer (-s none: a sanitizer needs nightly).
 #
 #   scripts/fuzz.sh build            build every target

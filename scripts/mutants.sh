@@ -6,13 +6,14 @@
 #   scripts/mutants.sh [--in-place] [--stale] [--record] [--shard K/N] [FILE|DIR...]
 #
 # With no FILE: every admission file in the table below; with --stale, only
-# the entries whose stamp in docs/mutants.md's run table is "not run" or
-# whose files changed (committed or not) since the commit it names; when
+# the entries whose stamp in docs/mutants-runs.tsv is missing or "not run"
+# or whose files changed (committed or not) since the commit it names; when
 # MUTANTS_BASE=REV is set, those changed since REV (committed or not).
 # A FILE must be in the table (a file under a DIR entry counts as that DIR).
 #
-# --record writes each entry's figures into the run table of docs/mutants.md
-# (commit, date, mutants, caught, missed, unviable, timeout): the stamp
+# --record writes each entry's figures into docs/mutants-runs.tsv (one
+# tab-separated line an entry: entry, commit, date, mutants, caught,
+# missed, unviable, timeout; a header line first): the stamp
 # --stale reads. An entry whose files differ from HEAD is not recorded (its
 # stamp would name a commit that is not what was mutated). Commit the table
 # with the tests that killed the survivors.
@@ -20,9 +21,9 @@
 # --shard K/N (0 <= K < N) runs only the K-th of N slices of each entry's
 # mutants (cargo-mutants --shard), to split a big entry over several runs.
 # --record then writes the row as "COMMIT (shards K,... of N)" with the
-# figures summed over the shards recorded at that commit: such a row is no
+# figures summed over the shards recorded at that commit: such a line is no
 # stamp (--stale still runs the entry in full) until the last shard of the
-# same commit completes it and the row becomes a plain stamp.
+# same commit completes it and the line becomes a plain stamp.
 #
 # --in-place (or MUTANTS_IN_PLACE=1) mutates the working tree itself and
 # reuses target/: fast, but do not edit the files while it runs. The files
@@ -40,7 +41,7 @@ cd "$(dirname "$0")/.."
 
 # Entry -> cargo test arguments. A DIR entry ends in "/" and covers every .rs
 # file below it. Keep the targets few: each mutant runs all of them. The
-# owner of an entry's section in docs/mutants.md keeps its line here right.
+# owner of an entry keeps its line here right (docs/mutants.md: the method).
 declare -A TARGETS=(
     [src/tls/verify.rs]="--lib --test client_reverify --test ca_hints --test rotation --test refusals --test eku --test crl --test identity_proof --test chain_memo --test workload_api_federation --test handoff"
     [src/tls/last_verified.rs]="--test chain_memo --test client_reverify --test rotation"
@@ -82,7 +83,7 @@ declare -A TARGETS=(
     [src/proxy/http/]="--lib --test http_identity --test http_identity_h2"
     [src/admin/connections.rs]="--lib --test connections"
 )
-# The order they run and are reported in (the order of docs/mutants.md).
+# The order they run and are reported in (and docs/mutants.md lists them).
 ORDER=(
     src/tls/verify.rs
     src/tls/last_verified.rs
@@ -125,6 +126,7 @@ ORDER=(
     src/admin/connections.rs
 )
 DOC=docs/mutants.md
+RUNS=docs/mutants-runs.tsv
 
 # Whether $1 is a shard K/N with 0 <= K < N.
 shard_ok() {
@@ -195,11 +197,15 @@ files_of() {
     return 0
 }
 
-# The run table of docs/mutants.md: one row an entry,
-#   | `ENTRY` | COMMIT | DATE | MUTANTS | CAUGHT | MISSED | UNVIABLE | TIMEOUT |
-# with COMMIT "not run" for an entry never run at all.
+# The run table, docs/mutants-runs.tsv: a header line, then one line an
+# entry, tab-separated:
+#   ENTRY COMMIT DATE MUTANTS CAUGHT MISSED UNVIABLE TIMEOUT
+# with COMMIT "not run" for an entry never run at all, or
+# "COMMIT (shards K,... of N)" for an incomplete sharded run: neither is a
+# stamp.
 stamp_of() { # $1: entry -> its commit, or nothing
-    sed -nE 's/^\| `'"$(sed 's/[.[\*^$/]/\\&/g' <<<"$1")"'` \| ([0-9a-f]{7,40}) \|.*/\1/p' "$DOC" | head -n 1
+    [ -f "$RUNS" ] || return 0
+    awk -F '\t' -v e="$1" '$1 == e && $2 ~ /^[0-9a-f]+$/ && length($2) >= 7 && length($2) <= 40 { print $2; exit }' "$RUNS"
 }
 
 # Whether an entry needs a run: never run, a stamp this clone does not
@@ -214,43 +220,43 @@ is_stale() {
     ! git diff --quiet "$c" -- "${files[@]}" || [ -n "$(git ls-files --others --exclude-standard -- "${files[@]}")" ]
 }
 
-# Writes an entry's row of the run table (added at the table's end when the
-# entry has none). With SHARD=K/N set, the figures are one shard's: they are
-# added to the row's when it holds other shards of the same commit and N.
+# Writes an entry's line of the run table (added at the end when the entry
+# has none). With SHARD=K/N set, the figures are one shard's: they are
+# added to the line's when it holds other shards of the same commit and N.
 record_row() { # entry commit date mutants caught missed unviable timeout
-    local row="| \`$1\` | $2 | $3 | $4 | $5 | $6 | $7 | $8 |"
-    ROW=$row ENTRY=$1 SHARD=${SHARD:-} python3 - "$DOC" <<'PY'
+    ENTRY=$1 SHARD=${SHARD:-} python3 - "$RUNS" "$@" <<'PY'
 import os, re, sys
-path = sys.argv[1]
-row, entry, shard = os.environ["ROW"], os.environ["ENTRY"], os.environ["SHARD"]
-lines = open(path).read().split("\n")
-key = "| `%s` |" % entry
-at = [i for i, l in enumerate(lines) if l.startswith(key)]
+path, cells = sys.argv[1], sys.argv[2:]
+entry, shard = os.environ["ENTRY"], os.environ["SHARD"]
+HEADER = "entry\tcommit\tdate\tmutants\tcaught\tmissed\tunviable\ttimeout"
+try:
+    lines = [l for l in open(path).read().split("\n") if l]
+except FileNotFoundError:
+    lines = [HEADER]
+if not lines or lines[0] != HEADER:
+    sys.exit("mutants.sh: %s does not start with the header line" % path)
+at = [i for i, l in enumerate(lines) if l.split("\t")[0] == entry]
+commit, date, figures = cells[1], cells[2], cells[3:]
 if shard:
     k, n = (int(x) for x in shard.split("/"))
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    commit, figures = cells[1], [int(c) for c in cells[3:]]
+    figures = [int(c) for c in figures]
     done = {k}
     if at:
-        old = [c.strip() for c in lines[at[0]].strip().strip("|").split("|")]
+        old = lines[at[0]].split("\t")
         m = re.fullmatch(r"([0-9a-f]+) \(shards ([0-9,]+) of ([0-9]+)\)", old[1])
         if m and m.group(1) == commit and int(m.group(3)) == n and k not in {
             int(x) for x in m.group(2).split(",")
         }:
             done |= {int(x) for x in m.group(2).split(",")}
             figures = [a + int(b) for a, b in zip(figures, old[3:])]
-    stamp = commit
     if len(done) < n:
-        stamp += " (shards %s of %d)" % (",".join(str(x) for x in sorted(done)), n)
-    row = "| %s | %s | %s | %s |" % (cells[0], stamp, cells[2], " | ".join(str(f) for f in figures))
+        commit += " (shards %s of %d)" % (",".join(str(x) for x in sorted(done)), n)
+row = "\t".join([entry, commit, date] + [str(f) for f in figures])
 if at:
     lines[at[0]] = row
 else:
-    rows = [i for i, l in enumerate(lines) if l.startswith("| `src/")]
-    if not rows:
-        sys.exit("mutants.sh: no run table in " + path)
-    lines.insert(rows[-1] + 1, row)
-open(path, "w").write("\n".join(lines))
+    lines.append(row)
+open(path, "w").write("\n".join(lines) + "\n")
 PY
 }
 
@@ -298,7 +304,7 @@ if [ "$stale" = 1 ]; then
         fi
     done
     if [ ${#entries[@]} -eq 0 ]; then
-        echo "mutants: every entry is unchanged since its stamp in $DOC"
+        echo "mutants: every entry is unchanged since its stamp in $RUNS"
         exit 0
     fi
 fi

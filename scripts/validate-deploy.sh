@@ -60,7 +60,7 @@ PKI_TRANSPARENT=target/deploy-tools/pki-transparent
 overlay "$PKI_TRANSPARENT" deploy/kubernetes/pki deploy/kubernetes/pki/transparent
 PKI_ROTATION=target/deploy-tools/pki-rotation
 overlay "$PKI_ROTATION" deploy/kubernetes/pki deploy/kubernetes/pki/rotation
-# In the documented apply order (README "Kubernetes"): the platform's pki
+# In the documented apply order (docs/deployment.md "Kubernetes"): the platform's pki
 # first. Entries not under target/ are applied together on day 0, in this
 # order; the overlays are the alternative scenarios below.
 KUSTOMIZATIONS=(deploy/kubernetes/pki deploy/kubernetes deploy/kubernetes/crl "$OVERLAY" "$PKI_TRANSPARENT" "$PKI_ROTATION")

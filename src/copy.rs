@@ -8,7 +8,7 @@
 //! past its header, and where the allocator puts that buffer against the
 //! forwarding buffer differs from run to run: in some runs every record's
 //! copy was slow, and the copies took more of the sidecar's CPU than
-//! AES-GCM (benches/README.md, "memcpy's page-offset trap"). Below 4 KiB
+//! AES-GCM (benches/reports/2026-12-04-memcpy-page-offset-trap.md). Below 4 KiB
 //! memcpy uses vector loads and stores, which ran at 58-97 GB/s at every
 //! distance measured.
 

@@ -3,7 +3,8 @@
 //! AVX-512 (AMD Zen 3, Intel's recent client cores).
 //!
 //! Why: forwarding bulk data, a quarter of a sidecar's CPU is AES-GCM
-//! (`perf` of the bulk scenario, benches/README.md). aws-lc's AES-GCM
+//! (`perf` of the bulk scenario,
+//! benches/reports/2026-12-03-aes-gcm-ring-idle-link-order.md). aws-lc's AES-GCM
 //! uses those instructions only through its AVX-512 code; without AVX-512
 //! it runs its 128-bit AES-NI code. ring has a 256-bit VAES/AVX2 version:
 //! 1.7-1.8× aws-lc's speed on the benchmark box (AMD EPYC, Zen 3), 16 KiB

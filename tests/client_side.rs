@@ -335,8 +335,8 @@ fn completed(m: &Exposition, route: &str) -> f64 {
 /// the handshake over TLS 1.2, after ours finished over TLS 1.3), the
 /// route counts one `protocol` failure and logs one WARN naming the route,
 /// the server and its alert; it counts no completed handshake and no
-/// closed connection (the reasons table: `protocol`, any other TLS alert; every
-/// refusal a WARN), and the application gets nothing.
+/// closed connection (docs/troubleshooting.md: `protocol`, any other TLS
+/// alert; every refusal a WARN), and the application gets nothing.
 async fn refused_by_the_server(server: fn(&Creds, &str) -> Remote, extra: &[&str]) {
     let creds = Creds::new();
     let foreign = Pki::new("foreign CA");

@@ -1,5 +1,5 @@
-//! Hostile load at CI scale, against the real binary: the limits under
-//! hostile load (docs/security.md) hold with more connections than a
+//! Hostile load at CI scale, against the real binary: the limits of
+//! docs/sizing.md and docs/security.md hold with more connections than a
 //! soft fd limit of 1024 allows, under a flood of silent and garbage
 //! sockets, and against peers that pin pre-authentication memory. The
 //! full-size runs (4,000 connections, 2,000 flood sockets, 1,000 64 KB

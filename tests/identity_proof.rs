@@ -4,8 +4,8 @@
 //! byte reaches the other side; a certificate whose subject CN is the
 //! allowed name but whose SANs are not is refused (`bad_san`); and a
 //! certificate without any extended key usage extension is accepted for
-//! either usage (webpki reads a missing extension as "any usage"; README
-//! "Fail closed" says exactly that).
+//! either usage (webpki reads a missing extension as "any usage";
+//! docs/security.md, "Identity is the role SAN", says exactly that).
 //!
 //! The misbehaving peers are plain rustls: `CertifiedKey::new` pairs a
 //! certificate with any signing key without checking that they match.

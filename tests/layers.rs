@@ -1,7 +1,8 @@
 //! The architecture, checked: every path in `src/` that reaches another
 //! module from the crate root (`crate::`, groups included) or by climbing
-//! (`super::super::`) points down the layer order written in `src/lib.rs`,
-//! and no two sibling modules of a folder (files or sub-folders, a
+//! (`super::super::`) points down the layer table of `ARCHITECTURE.md`
+//! (between its `layers: begin` and `layers: end` markers; `src/lib.rs`'s
+//! doc states the same order), and no two sibling modules of a folder (files or sub-folders, a
 //! sub-folder counting every file below it) import each other round a
 //! circle. Test modules (`#[cfg(test)]`) may use anything (they mint
 //! certificates with the development PKI in `ops/`); comments and string
@@ -14,28 +15,65 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The layers, top first. A file may import from its own top-level module
-/// and from any module in a later group; never from an earlier one, nor
-/// from another module of its own group.
-const LAYERS: &[&[&str]] = &[
-    &["ops"],
-    &["app"],
-    &["admin"],
-    &["cli"],
-    &["config"],
-    &["sandbox"],
-    &["proxy"],
-    &["tls"],
-    &["credentials"],
-    &["metrics", "logging"],
-    &["logsafe"],
-    &["reason"],
-    &["identity", "process", "crypto"],
-    &["copy"],
-];
+/// The file whose layer table this test enforces.
+const TABLE_FILE: &str = "ARCHITECTURE.md";
+const TABLE_BEGIN: &str = "<!-- layers: begin";
+const TABLE_END: &str = "<!-- layers: end";
+
+/// The layers, top first, as the markdown table between `TABLE_BEGIN` and
+/// `TABLE_END` in `text` states them: one row a layer, its modules the
+/// backticked names of the row's first cell (`proxy/` a folder, `app.rs`
+/// a file). A file may import from its own top-level module and from any
+/// module in a later row; never from an earlier one, nor from another
+/// module of its own row.
+fn parse_layers(text: &str) -> Result<Vec<Vec<String>>, String> {
+    let begin = text
+        .find(TABLE_BEGIN)
+        .ok_or_else(|| format!("no `{TABLE_BEGIN}` marker"))?;
+    let end = text[begin..]
+        .find(TABLE_END)
+        .map(|e| begin + e)
+        .ok_or_else(|| format!("no `{TABLE_END}` marker after the begin marker"))?;
+    let mut layers = Vec::new();
+    for line in text[begin..end].lines().skip(1) {
+        let Some(row) = line.trim().strip_prefix('|') else {
+            continue;
+        };
+        let first = row.split('|').next().unwrap_or("").trim();
+        if first.is_empty() || first.starts_with('-') || first == "layer" {
+            continue; // the header and the separator
+        }
+        let modules: Vec<String> = first
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(|m| m.trim_end_matches('/').trim_end_matches(".rs").to_string())
+            .collect();
+        if modules.is_empty() {
+            return Err(format!("a row names no module in backticks: {line:?}"));
+        }
+        layers.push(modules);
+    }
+    if layers.is_empty() {
+        return Err("the table has no rows".to_string());
+    }
+    Ok(layers)
+}
+
+/// The layers of `ARCHITECTURE.md`, read once.
+fn layers() -> &'static [Vec<String>] {
+    static LAYERS: std::sync::OnceLock<Vec<Vec<String>>> = std::sync::OnceLock::new();
+    LAYERS.get_or_init(|| {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(TABLE_FILE);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{TABLE_FILE}: {e}"));
+        parse_layers(&text).unwrap_or_else(|e| panic!("{TABLE_FILE}'s layer table: {e}"))
+    })
+}
 
 fn rank(module: &str) -> Option<usize> {
-    LAYERS.iter().position(|group| group.contains(&module))
+    layers()
+        .iter()
+        .position(|group| group.iter().any(|m| m == module))
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -340,16 +378,13 @@ fn sources() -> Vec<Source> {
 
 #[test]
 fn every_import_points_down_the_layers() {
-    let top_level: BTreeSet<String> = LAYERS
-        .iter()
-        .flat_map(|g| g.iter().map(|m| m.to_string()))
-        .collect();
+    let top_level: BTreeSet<String> = layers().iter().flatten().cloned().collect();
     let mut wrong = Vec::new();
     for s in sources() {
         let own = &s.module[0];
         let Some(own_rank) = rank(own) else {
             wrong.push(format!(
-                "{}: module `{own}` is in no layer of tests/layers.rs",
+                "{}: module `{own}` is in no layer of {TABLE_FILE}'s table",
                 s.path.display()
             ));
             continue;
@@ -376,21 +411,61 @@ fn every_import_points_down_the_layers() {
     );
 }
 
-#[test]
-fn every_top_level_module_has_a_layer() {
+/// The top-level modules `src/lib.rs` declares.
+fn declared_modules() -> Vec<String> {
     let lib =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
-    for line in lib.lines() {
-        if let Some(m) = line
-            .strip_prefix("pub mod ")
-            .and_then(|m| m.strip_suffix(';'))
-        {
-            assert!(
-                rank(m).is_some(),
-                "src/lib.rs declares `{m}`, which has no layer here"
-            );
-        }
+    lib.lines()
+        .filter_map(|l| l.strip_prefix("pub mod ")?.strip_suffix(';'))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_top_level_module_has_a_layer() {
+    let declared = declared_modules();
+    assert!(declared.len() > 10, "src/lib.rs: {declared:?}");
+    for m in declared {
+        assert!(
+            rank(&m).is_some(),
+            "src/lib.rs declares `{m}`, which has no row in {TABLE_FILE}'s layer table"
+        );
     }
+}
+
+#[test]
+fn a_row_removed_from_the_table_leaves_its_module_without_a_layer() {
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(TABLE_FILE)).unwrap();
+    let full = parse_layers(&text).unwrap();
+    assert_eq!(full, layers());
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("| `copy.rs`"))
+        .expect("the table has a `copy.rs` row");
+    let cut = parse_layers(&text.replacen(&format!("{row}\n"), "", 1)).unwrap();
+    assert_eq!(cut.len(), full.len() - 1);
+    let unplaced: Vec<String> = declared_modules()
+        .into_iter()
+        .filter(|m| !cut.iter().flatten().any(|c| c == m))
+        .collect();
+    assert_eq!(unplaced, ["copy"]);
+
+    assert!(parse_layers("| `a/` | x |").is_err(), "no markers");
+    assert!(
+        parse_layers("<!-- layers: begin -->\n| layer | job |\n|---|---|\n<!-- layers: end -->")
+            .is_err(),
+        "no rows"
+    );
+    let two = "<!-- layers: begin -->\n| layer | job |\n|---|---|\n\
+               | `a/` | x |\n| `b.rs`, `c/` | y |\n<!-- layers: end -->";
+    assert_eq!(
+        parse_layers(two).unwrap(),
+        [
+            vec!["a".to_string()],
+            vec!["b".to_string(), "c".to_string()]
+        ]
+    );
 }
 
 #[test]
@@ -407,8 +482,11 @@ fn src_lib_rs_states_the_same_order() {
         .skip(1)
         .filter_map(|s| s.split("`]").next())
         .collect();
-    let checked: Vec<&str> = LAYERS.iter().flat_map(|g| g.iter().copied()).collect();
-    assert_eq!(stated, checked, "src/lib.rs's order and LAYERS differ");
+    let checked: Vec<&str> = layers().iter().flatten().map(String::as_str).collect();
+    assert_eq!(
+        stated, checked,
+        "src/lib.rs's order and {TABLE_FILE}'s layer table differ"
+    );
 }
 
 /// Which module imports which, as edges between the two siblings (files

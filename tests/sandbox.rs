@@ -4,8 +4,8 @@
 //! serving under it (a host-name target, unix sockets, SIGHUP, drain) and
 //! say on `/status` what is enforced. This kernel offers Landlock ABI 7, so
 //! both the filesystem and the network halves and the ABI 6 scopes are
-//! expected in force. `sandbox/rules.rs` tries each rule the README claims
-//! (writes, binds, scopes, the seccomp filter) and what it says stays open.
+//! expected in force. `sandbox/rules.rs` tries each rule docs/security.md
+//! claims (writes, binds, scopes, the seccomp filter) and what it says stays open.
 
 mod common;
 #[path = "sandbox/rules.rs"]

@@ -1,8 +1,8 @@
 //! Every external program a test runs is on the one list,
 //! `scripts/tools.list`, which `scripts/test.sh` checks before it builds,
-//! and no script keeps a list of its own. A tool missing from them reached a newcomer as a panic deep
-//! in one test (`promtool`, 2026-12-04) instead of the one `apt-get` line
-//! the script prints before anything builds.
+//! and no script keeps a list of its own. A tool missing from it reaches a
+//! newcomer as a panic deep in one test instead of the one install line the
+//! script prints (or the install it runs) before anything builds.
 
 mod common;
 
@@ -81,4 +81,41 @@ fn the_scripts_read_the_one_list() {
     for needed in ["openssl", "root", "grpcio"] {
         assert!(names.contains(&needed), "scripts/tools.list lacks {needed}");
     }
+}
+
+/// The rows between CONTRIBUTING.md's tools markers, as (name, package):
+/// the first two cells, backticks and parentheses stripped.
+fn contributing_rows(text: &str) -> Vec<(String, String)> {
+    let begin = text
+        .find("<!-- tools: begin")
+        .expect("CONTRIBUTING.md: <!-- tools: begin");
+    let end = begin + text[begin..].find("<!-- tools: end").expect("tools: end");
+    text[begin..end]
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix('|'))
+        .map(|row| {
+            row.split('|')
+                .map(|c| c.trim().trim_matches(['`', '(', ')']).to_string())
+                .collect::<Vec<_>>()
+        })
+        .filter(|cells| {
+            cells.len() >= 2 && !cells[0].starts_with('-') && !cells[0].starts_with("name")
+        })
+        .map(|cells| (cells[0].clone(), cells[1].clone()))
+        .collect()
+}
+
+#[test]
+fn contributing_lists_the_same_tools_as_known() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("CONTRIBUTING.md")).unwrap();
+    let rows = contributing_rows(&text);
+    let known: Vec<(String, String)> = known()
+        .iter()
+        .map(|t| (t.name.to_string(), t.package.to_string()))
+        .collect();
+    assert_eq!(
+        rows, known,
+        "CONTRIBUTING.md's tools table and scripts/tools.list differ"
+    );
 }

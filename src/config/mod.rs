@@ -38,7 +38,7 @@ pub const MAX_TRUST_GRACE: Duration = Duration::from_secs(24 * 3600);
 /// Upper bounds on every count and duration, checked when flags or a file
 /// are read, so no value can make a later task panic or overflow (a
 /// semaphore's permit limit, an `Instant` plus a duration). Each is far
-/// beyond any sensible setting; README's configuration reference lists them.
+/// beyond any sensible setting; docs/configuration.md lists them.
 pub mod bounds {
     use std::time::Duration;
 
@@ -106,7 +106,7 @@ pub enum RuntimeModel {
     /// The default: on the quiet 2-core box it did more 16-connection
     /// round trips for less CPU each than `multi`, with no worse
     /// single-connection latency, once the release build's link order was
-    /// derived from it (benches/README.md, "thread model, decided").
+    /// derived from it (benches/reports/2026-12-04-thread-model-decided.md).
     #[default]
     PerCore,
 }

@@ -1,9 +1,9 @@
-//! Memory figures have one source. benches/README.md measures them; the
-//! README's "Sizing and limits under hostile load" table quotes them per
-//! sidecar and sizes pod limits from them; the manifests' comments and the
-//! README's Kubernetes section quote that table, and the manifests' limits
-//! are the ones it sizes. A figure changed in one place and not the others
-//! fails here.
+//! Memory figures have one source. benches/README.md measures them;
+//! docs/sizing.md quotes them per sidecar and sizes pod limits from them;
+//! the manifests' comments, the Kubernetes section of docs/deployment.md
+//! and the README quote docs/sizing.md, and the manifests' limits are the
+//! ones it sizes. A figure changed in one place and not the others fails
+//! here.
 
 use super::yaml::{at, manifests, of_kind};
 
@@ -73,14 +73,28 @@ fn limits() -> Vec<(String, String)> {
     out
 }
 
+/// The sizing page, where the table and the examples are.
+const SIZING: &str = "docs/sizing.md";
+
 #[test]
 fn the_manifests_and_the_kubernetes_section_quote_the_sizing_table() {
-    let readme = read("README.md");
-    let table = figures(section(&readme, "Sizing and limits under hostile load"));
-    let kubernetes = section(&readme, "Kubernetes");
+    let table = figures(&read(SIZING));
+    let deployment = read("docs/deployment.md");
+    let kubernetes = section(&deployment, "Kubernetes");
     let sizing = &kubernetes[kubernetes.find("**Sizing.**").expect("**Sizing.**")..];
     let sizing = &sizing[..sizing.find("\n\n").unwrap()];
-    let mut quoted = vec![("README.md, Kubernetes".to_string(), figures(sizing))];
+    let readme = read("README.md");
+    let pointer = &readme[readme
+        .find("Memory per sidecar")
+        .expect("README: Memory per sidecar")..];
+    let pointer = &pointer[..pointer.find("\n\n").unwrap()];
+    let mut quoted = vec![
+        (
+            "docs/deployment.md, Kubernetes".to_string(),
+            figures(sizing),
+        ),
+        ("README.md, Deploying".to_string(), figures(pointer)),
+    ];
     for (file, _) in limits() {
         let text = read(&format!("deploy/kubernetes/{file}"));
         quoted.push((file, figures(&comments(&text))));
@@ -90,7 +104,7 @@ fn the_manifests_and_the_kubernetes_section_quote_the_sizing_table() {
         for f in &found {
             assert!(
                 has(&table, f),
-                "{place} quotes {} {}, which README's sizing table does not say",
+                "{place} quotes {} {}, which {SIZING} does not say",
                 f.0,
                 f.1
             );
@@ -100,18 +114,18 @@ fn the_manifests_and_the_kubernetes_section_quote_the_sizing_table() {
 
 #[test]
 fn the_manifests_limits_are_the_ones_the_sizing_table_sizes() {
-    let readme = read("README.md");
-    let table = section(&readme, "Sizing and limits under hostile load");
-    let kubernetes = section(&readme, "Kubernetes");
+    let table = read(SIZING);
+    let deployment = read("docs/deployment.md");
+    let kubernetes = section(&deployment, "Kubernetes");
     for (file, limit) in limits() {
         let row = table
             .lines()
             .find(|l| l.starts_with('|') && l.contains(&format!("`deploy/kubernetes/{file}`")))
-            .unwrap_or_else(|| panic!("README's sizing table has no row for {file}"));
+            .unwrap_or_else(|| panic!("{SIZING} has no row for {file}"));
         let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
         assert!(
             cells[0].starts_with(&format!("{limit} ")),
-            "{file}: limit {limit}, README's table says {}",
+            "{file}: limit {limit}, {SIZING} says {}",
             cells[0]
         );
         let mib: f64 = limit.strip_suffix("Mi").unwrap().parse().unwrap();
@@ -124,15 +138,14 @@ fn the_manifests_limits_are_the_ones_the_sizing_table_sizes() {
         );
         assert!(
             kubernetes.contains(&format!("`{limit}`")),
-            "README's Kubernetes section does not state the {limit} limit"
+            "docs/deployment.md's Kubernetes section does not state the {limit} limit"
         );
     }
 }
 
 #[test]
 fn the_sizing_tables_figures_are_measured_in_benches() {
-    let readme = read("README.md");
-    let table = section(&readme, "Sizing and limits under hostile load");
+    let table = read(SIZING);
     let benches = figures(&read("benches/README.md"));
     for row in [
         "| baseline",

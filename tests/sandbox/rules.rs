@@ -1,5 +1,5 @@
-//! Each rule the README claims, tried through the probe and seen refused by
-//! the kernel: writing, creating and removing files; binding ports other
+//! Each rule docs/security.md claims, tried through the probe and seen
+//! refused by the kernel: writing, creating and removing files; binding ports other
 //! than the listen and admin ports; the ABI 6 scopes (abstract unix
 //! sockets, signals); UDP, refused by the seccomp filter unless a target
 //! is a host name. And what the sandbox does not restrict (pathname unix
@@ -82,7 +82,7 @@ impl Drop for Cleanup {
 
 const PLANTED: &str = "planted by the test";
 
-/// README: "creating, writing or removing no file". In a directory the
+/// docs/security.md: "creating, writing or removing no file". In a directory the
 /// sandbox grants reading (the credential directory) and in /tmp (granted
 /// nothing): writing an existing file (Landlock WriteFile), creating one
 /// (MakeReg) and removing one (RemoveFile) are each refused, and the files
@@ -126,7 +126,7 @@ fn files_cannot_be_written_created_or_removed() {
     let _ = std::fs::remove_dir(&dirs[1]);
 }
 
-/// README: "TCP bind only on its listen and admin ports". A port held by
+/// docs/security.md: "TCP bind only on its listen and admin ports". A port held by
 /// this test is refused by the sandbox (EACCES, before the kernel's
 /// address-in-use check, which is what the unsandboxed control meets), as
 /// is port 0; the listen and admin ports, bound before the sandbox, can be
@@ -304,7 +304,7 @@ fn netlink_is_refused_but_for_sock_diag() {
     );
 }
 
-/// What the README says the sandbox does not restrict, held to the truth:
+/// What docs/security.md says the sandbox does not restrict, held to the truth:
 /// `/status` lists `pathname_unix_socket` as unrestricted, and a connect to
 /// a unix socket of this test, by its path, is accepted.
 #[test]

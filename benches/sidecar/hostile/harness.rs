@@ -19,7 +19,8 @@ use crate::scenarios::{generator_runtime, one_roundtrip, wait_until_serving};
 use crate::sidecar_process::{sidecar_bin, Sidecar, Spawn, CONTROLLER, REPLICA};
 use crate::target::Target;
 
-/// Within this of the pre-flood RSS counts as "given back" (the limits under hostile load).
+/// Within this of the pre-flood RSS counts as "given back" (the hostile-load
+/// target, benches/README.md).
 pub const RETURN_MARGIN_KIB: u64 = 4 * 1024;
 
 /// A CA, a server directory and a client directory.

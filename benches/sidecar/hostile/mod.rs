@@ -1,6 +1,6 @@
-//! Hostile load at full size (issue 10, the limits under hostile load in
-//! docs/security.md): the figures behind the limits' claims, which `tests/hostile.rs`
-//! checks at CI size.
+//! Hostile load at full size (issue 10; docs/sizing.md states the limits):
+//! the figures behind the limits' claims, which `tests/hostile.rs` checks
+//! at CI size.
 //!
 //! * `scale`: both sidecars started with a soft fd limit of 1024 (hard
 //!   20,000) carry 4,000 concurrent connections, each with a round trip;

@@ -4,8 +4,8 @@
 //! Why not tokio-rustls: it drives rustls's buffered connection, whose
 //! read buffer (`DeframerVecBuffer`) is at least 4 KiB from the first read
 //! on and is never given back; with the connection's other buffers, an
-//! idle connection held ~11.6 KiB per side (benches/README.md, "Idle
-//! connections"). Here the caller owns every buffer: received bytes,
+//! idle connection held ~11.6 KiB per side (benches/reports/
+//! 2026-12-01-idle-connections.md). Here the caller owns every buffer: received bytes,
 //! plaintext not yet read and records not yet sent each live in a
 //! `buf::Buf` that goes back to a small per-thread pool as soon as it is
 //! empty, so an idle connection holds none of them. No conversion from a
