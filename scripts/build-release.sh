@@ -12,23 +12,26 @@
 # The last two need LLD, Rust's default linker on x86_64 Linux; with any
 # other linker the build goes on without them.
 #
-# The link order is derived in this build, from this binary, so it does not
-# decay as the code and its dependencies change:
-#   1. cargo links the binary with the committed list
-#      (scripts/link-order/symbols.txt), and LLD saves its inputs
-#      (--reproduce);
-#   2. scripts/link-order/derive.py runs a pod's life (train.py) on it under
-#      callgrind: every function each role executes, by instruction count,
-#      so the same on a loaded machine; what callgrind cannot see (code
-#      picked by CPU dispatch, paths only native timing reaches) is carried
-#      over from the committed list;
+#   * with its dependency list embedded (cargo auditable: the `.dep-v0`
+#     section, which image scanners read) when cargo-auditable is installed.
+#
+# Two builds of one commit give the same bytes: the link order is the
+# committed list (scripts/link-order/symbols.txt) carried over to this
+# binary's symbol names (refresh.py, deterministic):
+#   1. cargo links the binary with the committed list, and LLD saves its
+#      inputs (--reproduce);
+#   2. refresh.py maps each listed name the binary no longer has (a hash
+#      moved) to the binary's function of the same demangled name;
 #   3. LLD links the saved inputs again with that list (seconds; rustc does
 #      not run again).
-# Step 2 adds ~30 s (~25 s on a loaded 2-core box). Without valgrind it
-# falls back, loudly, to the committed list carried over to this binary's
-# symbol names (refresh.py): that list decays as the code changes (+1 to
-# +4 MB for the pair). LINK_ORDER=committed asks for that fallback.
-# Everything step 2 needs: valgrind, python3, nm and c++filt (binutils).
+# The list itself is derived once per release, not per build: deriving runs
+# a pod's life under callgrind (derive.py), and what a run executes varies
+# with thread interleaving, so a derived list is not reproducible.
+# LINK_ORDER=derive derives it in this build instead (the maintainers'
+# refresh, CONTRIBUTING.md "Link order"); scripts/link-order/current.py,
+# which CI runs, fails when the committed list has fallen behind the code.
+# Everything this needs: python3, nm and c++filt (binutils); derive also
+# valgrind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=${TARGET:-$(rustc -vV | sed -n 's/^host: //p')}
@@ -41,8 +44,16 @@ case $target in
 *-linux-gnu*) export RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" ;;
 esac
 
+# cargo auditable embeds the dependency list when it is installed (.ci/run
+# installs it); AUDITABLE=0 builds without.
+cargo=(cargo)
+if [[ ${AUDITABLE:-1} != 0 ]] && command -v cargo-auditable >/dev/null; then
+    cargo=(cargo auditable)
+else
+    say "cargo-auditable not installed: the binary carries no dependency list"
+fi
 build() { # extra rustc flags for the binary's own crate (and its link) only
-    cargo rustc --release --locked --bin mtls-sidecar --target "$target" -- "$@"
+    "${cargo[@]}" rustc --release --locked --bin mtls-sidecar --target "$target" -- "$@"
 }
 binary=$out/$target/release/mtls-sidecar
 order=scripts/link-order/symbols.txt
@@ -89,17 +100,13 @@ if [[ $target == x86_64-unknown-linux-* && -s $order ]]; then
         }
         have() { command -v "$1" >/dev/null; }
         if ! have python3 || ! have nm || ! have c++filt; then
-            say "WARNING: no python3, nm or c++filt: linked with the committed list as it is;" \
-                "it decays as the code changes, so memory grows (see benches/README.md)"
-        elif [[ ${LINK_ORDER:-derive} != committed ]] && have valgrind &&
-            counts=$(python3 scripts/link-order/derive.py "$binary" "$copy" "$derived"); then
-            say "link order derived in this build: $counts"
+            say "WARNING: no python3, nm or c++filt: linked with the committed list as it is" \
+                "(names whose hash moved are skipped, so memory grows; see docs/sizing.md)"
+        elif [[ ${LINK_ORDER:-committed} == derive ]]; then
+            counts=$(python3 scripts/link-order/derive.py "$binary" "$copy" "$derived")
+            say "link order derived in this build (not reproducible): $counts"
             again
         else
-            [[ ${LINK_ORDER:-derive} == committed ]] ||
-                say "WARNING: link order NOT derived in this build (valgrind missing or derive.py failed):" \
-                    "falling back to the committed list carried over to this binary's names;" \
-                    "it decays as the code changes, so memory grows (see benches/README.md)"
             counts=$(python3 scripts/link-order/refresh.py "$binary" "$copy" "$derived")
             say "committed link order carried over: $counts"
             again
