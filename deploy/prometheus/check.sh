@@ -11,7 +11,7 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
 promtool check rules "$here/mtls-sidecar-rules.yaml"
-(cd "$here" && promtool test rules mtls-sidecar-rules.test.yaml)
+(cd "$here" && promtool test rules mtls-sidecar-rules.test.yaml expiry.test.yaml)
 
 python3 - "$crd" "$here/mtls-sidecar-rules.yaml" "$tmp/crd-rules.yaml" "$here/../../docs/runbooks.md" <<'PY'
 import re, sys, yaml
