@@ -24,9 +24,15 @@ def alerts(groups):
     return {r["alert"]: r for g in groups for r in g["rules"]}
 k8s, vm = alerts(doc["spec"]["groups"]), alerts(yaml.safe_load(open(plain))["groups"])
 only_vm, only_k8s = set(), {"MtlsSidecarNotReady", "MtlsSidecarCredentialRevisionRejectedRestarting"}
+# Same alert, another expression: Kubernetes counts per namespace the
+# running sidecar pods (kube-state-metrics) that have no target; a plain
+# Prometheus has nothing to compare with and keeps `absent()`.
+own_expr = {"MtlsSidecarMetricsAbsent"}
 assert set(vm) - only_vm == set(k8s) - only_k8s, (sorted(vm), sorted(k8s))
 for name in set(vm) - only_vm:
     for key in ("expr", "for", "labels"):
+        if key == "expr" and name in own_expr:
+            continue
         a, b = vm[name].get(key), k8s[name].get(key)
         if key == "expr":
             a, b = " ".join(a.split()), " ".join(b.split())
