@@ -17,9 +17,10 @@ set -eu
 
 # The application's ports that peers dial (comma-separated, at most 15).
 APP_PORTS=${APP_PORTS-2100}
-# The server route's listen port (it must listen on the address peers dial,
-# or on 0.0.0.0 / [::]: REDIRECT keeps the destination address and changes
-# the port).
+# The server route's listen port. REDIRECT rewrites the destination to the
+# primary address of the interface the connection came in on (and this
+# port), not the address the peer dialed: so listen on 0.0.0.0 / [::], or
+# on that primary address.
 SIDECAR_PORT=${SIDECAR_PORT-6877}
 
 CHAIN=MTLS_SIDECAR_IN
