@@ -257,14 +257,23 @@ struct App {
 
 impl App {
     /// Listens on every address (as legacy servers do) in the current
-    /// namespace.
+    /// namespace. Connections to the capture canary's address are not
+    /// counted as peers.
     async fn listen(addr: &str) -> App {
         let listener = TcpListener::bind(addr).await.expect("app listen");
         let peers = Arc::new(Mutex::new(Vec::new()));
         let seen = peers.clone();
         tokio::spawn(async move {
             while let Ok((mut s, peer)) = listener.accept().await {
-                seen.lock().unwrap().push(peer);
+                // The sidecar's capture canary (sent while the application
+                // is exposed and uncovered) reaches an application on every
+                // address: not a peer.
+                let to = s
+                    .local_addr()
+                    .map(|a| mtls_sidecar::proxy::transparent::unmap(a.ip()));
+                if to.ok() != Some(mtls_sidecar::proxy::exposure::CANARY_ADDR.into()) {
+                    seen.lock().unwrap().push(peer);
+                }
                 tokio::spawn(async move {
                     let (mut r, mut w) = s.split();
                     let _ = tokio::io::copy(&mut r, &mut w).await;
@@ -1877,6 +1886,90 @@ async fn the_sidecar_warns_while_the_application_listens_outside_loopback() {
     let st = status(admin).await;
     assert_eq!(st["target_exposure"], serde_json::json!([]), "{st}");
     drop(other);
+}
+
+/// `/status` `target_exposure[0].captured` (`None` when absent).
+async fn captured(admin: &str) -> Option<bool> {
+    exposure(admin).await["captured"].as_bool()
+}
+
+/// Polls until `captured` is `want`.
+async fn captured_becomes(admin: &str, want: Option<bool>) {
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        let got = captured(admin).await;
+        if got == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "captured is {got:?}, not {want:?}: {}",
+            exposure(admin).await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Capture mode exposes the application by design (it listens on every
+/// address), so exposure alone cannot tell a covered host from one whose
+/// rules are gone. The shipped inbound rules carry a canary the sidecar
+/// asks without any capability: with the table loaded, `/status` says
+/// `captured: true` and `mtls_sidecar_target_captured` is 1; once the table
+/// is deleted (a reboot, a flush), `false`, 0 and one WARN; loaded again,
+/// `true`. Without the canary rule in the table, the same table reads as
+/// not capturing (the canary, not the exposure, is what is judged).
+#[tokio::test]
+async fn the_capture_canary_tells_covered_exposure_from_uncovered() {
+    if skip("the_capture_canary_tells_covered_exposure_from_uncovered") {
+        return;
+    }
+    let b = Netns::new("k");
+    let c = creds();
+    b.enter();
+    let _app = App::listen("0.0.0.0:2100").await;
+    let admin = "127.0.0.1:9901";
+    let server = server_sidecar(&b, &c, &["--admin", admin, "--reload-interval", "100ms"]).await;
+    const GAUGE: &str = "mtls_sidecar_target_captured";
+    const WARN: &str = "no capture rule covers its port";
+
+    exposure_becomes(admin, "exposed").await;
+    captured_becomes(admin, Some(false)).await;
+    metric_reaches(admin, GAUGE, &[("route", "server")], 0.0).await;
+    server.wait_log(&[WARN, "route=server"]).await;
+
+    b.nft(&inbound_rules());
+    captured_becomes(admin, Some(true)).await;
+    metric_reaches(admin, GAUGE, &[("route", "server")], 1.0).await;
+    server
+        .wait_log(&["capture rules cover", "route=server"])
+        .await;
+
+    run(Command::new("ip").args([
+        "netns",
+        "exec",
+        &b.name,
+        "nft",
+        "delete",
+        "table",
+        "inet",
+        "mtls_sidecar_in",
+    ]));
+    captured_becomes(admin, Some(false)).await;
+    metric_reaches(admin, GAUGE, &[("route", "server")], 0.0).await;
+    assert_eq!(
+        server.warn_lines(&[WARN]).len(),
+        2,
+        "{}",
+        server.logs().join("\n")
+    );
+
+    // The table without its canary: the redirect alone is not evidence.
+    let canary = "ip daddr 127.255.255.254 tcp dport $APP_PORTS reject with icmpx admin-prohibited";
+    b.nft(&without_rule(&inbound_rules(), canary));
+    polls_pass(admin, 3).await;
+    assert_eq!(captured(admin).await, Some(false));
+    b.nft(&inbound_rules());
+    captured_becomes(admin, Some(true)).await;
 }
 
 /// A transparent client route whose identity comes from the SPIFFE
