@@ -260,6 +260,9 @@ if command -v systemd-analyze >/dev/null 2>&1; then
     for unit in deploy/systemd/*.service deploy/systemd/*.socket; do
         sed "s#/usr/local/bin/mtls-sidecar#$tmp/mtls-sidecar#g" "$unit" >"$tmp/$(basename "$unit")"
     done
+    # The sidecar's own drop-ins (capture.conf), verified with its unit.
+    # (nftables.service.d/ needs Debian's stock unit: tests/transparent.rs.)
+    cp -r deploy/systemd/mtls-sidecar.service.d "$tmp/"
     for unit in deploy/systemd/*.service deploy/systemd/*.socket; do
         name=$(basename "$unit")
         out=$(systemd-analyze verify --man=no "$tmp/$name" 2>&1) || status=1

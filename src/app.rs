@@ -132,10 +132,13 @@ pub fn prepare(settings: Settings) -> Result<Prepared, StartError> {
         bound.push(Route::bind(cfg, store)?);
     }
     let admin = match &settings.admin {
-        Some(addr) => Some(addr.bind_std().map_err(|source| StartError::AdminBind {
-            addr: addr.to_string(),
-            source,
-        })?),
+        Some(addr) => Some(
+            addr.bind_std_private()
+                .map_err(|source| StartError::AdminBind {
+                    addr: addr.to_string(),
+                    source,
+                })?,
+        ),
         None => None,
     };
     let unused = crate::process::systemd::unused();

@@ -28,6 +28,9 @@ pub const BYTES: &str = "mtls_sidecar_bytes_total";
 pub const TARGET_CONNECT_FAILURES: &str = "mtls_sidecar_target_connect_failures_total";
 pub const CREDENTIAL_RELOADS: &str = "mtls_sidecar_credential_reloads_total";
 pub const CERT_NOT_AFTER: &str = "mtls_sidecar_cert_not_after_timestamp_seconds";
+/// The notBefore of the same certificates: with [`CERT_NOT_AFTER`] it gives
+/// each one's lifetime, so an alert can ask what fraction of it is left.
+pub const CERT_NOT_BEFORE: &str = "mtls_sidecar_cert_not_before_timestamp_seconds";
 pub const WORKLOAD_API_UP: &str = "mtls_sidecar_workload_api_up";
 pub const WORKLOAD_API_DOWN_SINCE: &str = "mtls_sidecar_workload_api_down_since_timestamp_seconds";
 /// The earliest nextUpdate (Unix time) among the CRLs in force.
@@ -143,7 +146,12 @@ fn describe() {
     describe_gauge!(
         CERT_NOT_AFTER,
         Unit::Seconds,
-        "Expiry (Unix time) of the identity certificate and of the earliest-expiring trust anchor."
+        "Expiry (Unix time) of the identity certificate (cert=identity) and of the trust anchor watched for renewal (cert=trust: the newest CA of each bundle, the earliest of those)."
+    );
+    describe_gauge!(
+        CERT_NOT_BEFORE,
+        Unit::Seconds,
+        "Start of validity (Unix time) of the same certificates as mtls_sidecar_cert_not_after_timestamp_seconds, by cert: with it, the fraction of the lifetime left."
     );
 }
 
@@ -191,12 +199,43 @@ pub fn deny_entries(spki: usize, serial: usize, san: usize) {
     }
 }
 
-/// Publishes certificate expiry times (Unix seconds).
-pub fn cert_expiry(identity: i64, trust: Option<i64>) {
-    gauge!(CERT_NOT_AFTER, "cert" => "identity").set(identity as f64);
-    if let Some(t) = trust {
-        gauge!(CERT_NOT_AFTER, "cert" => "trust").set(t as f64);
+/// A certificate's validity window (Unix seconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Validity {
+    pub not_before: i64,
+    pub not_after: i64,
+}
+
+/// Publishes the validity of the identity certificate and of the trust
+/// anchor watched for renewal (Unix seconds): `cert_not_before` and
+/// `cert_not_after`, by `cert`.
+pub fn cert_validity(identity: Validity, trust: Option<Validity>) {
+    for (cert, v) in [("identity", Some(identity)), ("trust", trust)] {
+        if let Some(v) = v {
+            gauge!(CERT_NOT_BEFORE, "cert" => cert).set(v.not_before as f64);
+            gauge!(CERT_NOT_AFTER, "cert" => cert).set(v.not_after as f64);
+        }
     }
+}
+
+/// The trust anchor whose renewal the `trust` series follows. Anchors come
+/// grouped by bundle (`key`: a credential source's own bundle, or one
+/// federated trust domain). In each bundle the anchor that expires last is
+/// its newest CA: a successor added next to an old CA (an overlap bundle,
+/// SPIRE's next CA published at half-life) takes over from it, and the old
+/// one, kept until it expires, raises no alert. Of the bundles' newest
+/// anchors, the one that expires first is watched.
+pub fn watched_anchor<K: Ord>(
+    anchors: impl IntoIterator<Item = (K, Validity)>,
+) -> Option<Validity> {
+    let mut newest: std::collections::BTreeMap<K, Validity> = std::collections::BTreeMap::new();
+    for (key, v) in anchors {
+        let slot = newest.entry(key).or_insert(v);
+        if v.not_after > slot.not_after {
+            *slot = v;
+        }
+    }
+    newest.into_values().min_by_key(|v| v.not_after)
 }
 
 /// Publishes the earliest nextUpdate among the CRLs in force (Unix
@@ -483,6 +522,25 @@ fn short_revision(revision: &str) -> &str {
 #[cfg(test)]
 mod ops_tests {
     use super::*;
+
+    fn v(not_before: i64, not_after: i64) -> Validity {
+        Validity {
+            not_before,
+            not_after,
+        }
+    }
+
+    #[test]
+    fn the_newest_anchor_of_each_bundle_is_watched_and_the_earliest_of_those() {
+        // Bundle 0: an old CA (expires at 100) and its successor (at 300).
+        // Bundle 1: one CA expiring at 200.
+        let got = watched_anchor([(0, v(0, 100)), (0, v(50, 300)), (1, v(10, 200))]);
+        assert_eq!(got, Some(v(10, 200)));
+        // The successor alone decides bundle 0, whatever the order.
+        let got = watched_anchor([(0, v(50, 300)), (0, v(0, 100))]);
+        assert_eq!(got, Some(v(50, 300)));
+        assert_eq!(watched_anchor(Vec::<(u8, Validity)>::new()), None);
+    }
 
     #[test]
     fn versions_come_from_the_lock_file() {

@@ -556,6 +556,42 @@ async fn admin_serves_on_a_unix_socket_and_health_probes_it() {
     assert_eq!(code, Some(2), "{out}");
 }
 
+/// The admin endpoint serves `/connections` (every live peer's identity)
+/// on a Unix socket: the socket file is created 0600 whatever the umask the
+/// sidecar starts under (umask 000 here would leave it 0777, open to every
+/// local user).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_unix_socket_admin_endpoint_is_0600_under_any_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("test CA");
+    let dir = pki.dir(tmp.path(), "replica", &pki.leaf(REPLICA, Role::Server));
+    let echo = echo_target().await;
+    let path = tmp.path().join("admin.sock");
+    let sock = format!("unix:{}", path.display());
+    let target = echo.addr.to_string();
+    let mut cmd = std::process::Command::new("/bin/sh");
+    cmd.args(["-c", "umask 000; exec \"$@\"", "sh", &bin()])
+        .args(["server", "--listen", "127.0.0.1:0", "--target", &target])
+        .args([
+            "--tls-dir",
+            dir.to_str().unwrap(),
+            "--allow-san",
+            CONTROLLER,
+        ])
+        .args(["--admin", &sock])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let sc = Sidecar::from_command(cmd);
+    sc.wait_log(&["admin endpoint listening"]).await;
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "admin socket mode {mode:o}");
+    // Still served to its own user.
+    assert_eq!(get(&sock, "/livez").await.code, 200);
+    assert_eq!(get(&sock, "/connections").await.code, 200);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn health_gives_up_after_its_timeout() {
     // An admin address that accepts connections and never answers.

@@ -288,3 +288,42 @@ async fn revision_info_is_one_series_per_source_and_a_replaced_revision_is_gone(
     assert!(after.contains(untouched[0]), "{before:?} -> {after:?}");
     promtool_accepts(&http::request(&admin, "GET", "/metrics").await.body);
 }
+
+/// The validity gauges give each watched certificate's whole lifetime, so
+/// an alert can ask what fraction of it is left: the identity's notBefore
+/// and notAfter as issued, and for `trust` the bundle's newest CA. Here
+/// `ca.crt` is an overlap bundle, the old CA (expiring in 10 days) next to
+/// its successor (40 days): the successor is watched, so the old CA kept
+/// until it expires raises no alert.
+#[tokio::test(flavor = "multi_thread")]
+async fn validity_gauges_give_the_lifetime_of_the_identity_and_the_newest_ca() {
+    use mtls_sidecar::ops::pki::{DevCa, LeafSpec};
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+    const NOT_BEFORE: &str = "mtls_sidecar_cert_not_before_timestamp_seconds";
+    const NOT_AFTER: &str = "mtls_sidecar_cert_not_after_timestamp_seconds";
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let at = |secs: u64| UNIX_EPOCH + Duration::from_secs(secs);
+    let day = 86_400;
+    let old = DevCa::with_validity("old CA", at(now - 300 * day), at(now + 10 * day)).unwrap();
+    let next = DevCa::with_validity("next CA", at(now - day), at(now + 40 * day)).unwrap();
+    let (leaf_nb, leaf_na) = (now - 3_600, now + 2 * day);
+    let leaf = old
+        .issue(&LeafSpec::dns(REPLICA, Role::Server, 1).valid(at(leaf_nb), at(leaf_na)))
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("tls");
+    let bundle = format!("{}{}", old.cert_pem, next.cert_pem);
+    mtls_sidecar::ops::pki::write_secret_dir(&dir, &leaf, &bundle).unwrap();
+    let echo = echo_target().await;
+    let sc = start_server(&dir, &echo.addr.to_string(), &["--admin", "127.0.0.1:0"]).await;
+
+    let m = common::scrape(&sc.admin()).await;
+    let got = |name: &str, cert: &str| m.get(name, &[("cert", cert)]);
+    assert_eq!(got(NOT_BEFORE, "identity"), leaf_nb as f64);
+    assert_eq!(got(NOT_AFTER, "identity"), leaf_na as f64);
+    assert_eq!(got(NOT_BEFORE, "trust"), (now - day) as f64);
+    assert_eq!(got(NOT_AFTER, "trust"), (now + 40 * day) as f64);
+}

@@ -14,7 +14,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use common::*;
 use mtls_sidecar::ops::pki::Role;
@@ -593,4 +593,81 @@ async fn systemd_socket_activate_passes_named_sockets_for_route_and_admin() {
     drop(c);
     let (code, logs) = sc.wait_exit().await;
     assert_eq!(code, Some(0), "{}", logs.join("\n"));
+}
+
+/// The shipped unit.
+const UNIT: &str = include_str!("../deploy/systemd/mtls-sidecar.service");
+
+/// The shipped unit runs the sidecar with `ProcSubset=pid`: its `/proc`
+/// holds the process directories only, no `/proc/stat` (where the boot time
+/// is). `process_start_time_seconds` must be there all the same, and right.
+/// The test gives the binary such a `/proc`: a mount namespace of its own
+/// with procfs mounted `subset=pid`, as systemd does.
+#[tokio::test(flavor = "multi_thread")]
+async fn process_start_time_is_exported_under_proc_subset_pid() {
+    if tools::skip_unless(&["root"]) {
+        return;
+    }
+    assert!(
+        UNIT.lines().any(|l| l.trim() == "ProcSubset=pid"),
+        "the unit"
+    );
+    let s = Setup::new().await;
+    let (d, target) = (s.tls.to_str().unwrap(), s.echo.addr.to_string());
+    let mut cmd = Command::new(bin());
+    cmd.args(["server", "--listen", "127.0.0.1:0", "--target", &target])
+        .args(["--tls-dir", d, "--allow-san", CONTROLLER])
+        .args(["--admin", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: only async-signal-safe system calls (unshare, mount) between
+    // fork and exec, on C string literals.
+    unsafe {
+        cmd.pre_exec(|| {
+            let private = libc::MS_REC | libc::MS_PRIVATE;
+            let ok = libc::unshare(libc::CLONE_NEWNS) == 0
+                && libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    private,
+                    std::ptr::null(),
+                ) == 0
+                && libc::mount(
+                    c"proc".as_ptr(),
+                    c"/proc".as_ptr(),
+                    c"proc".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    c"subset=pid".as_ptr().cast(),
+                ) == 0;
+            if ok {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let started = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let sc = Sidecar::from_command(cmd);
+    sc.wait_log(&["admin endpoint listening"]).await;
+    // The sidecar's /proc really has no stat file.
+    let root = format!("/proc/{}/root", sc.pid());
+    assert!(Path::new(&root).join("proc/self").exists());
+    assert!(
+        !Path::new(&root).join("proc/stat").exists(),
+        "not subset=pid"
+    );
+
+    let m = scrape(&sc.admin()).await;
+    let start = m
+        .value("process_start_time_seconds", &[])
+        .unwrap_or_else(|| panic!("no process_start_time_seconds:\n{m:?}"));
+    assert!(
+        (started - 2.0..=started + 30.0).contains(&start),
+        "start time {start}, spawned at {started}"
+    );
 }

@@ -257,14 +257,23 @@ struct App {
 
 impl App {
     /// Listens on every address (as legacy servers do) in the current
-    /// namespace.
+    /// namespace. Connections to the capture canary's address are not
+    /// counted as peers.
     async fn listen(addr: &str) -> App {
         let listener = TcpListener::bind(addr).await.expect("app listen");
         let peers = Arc::new(Mutex::new(Vec::new()));
         let seen = peers.clone();
         tokio::spawn(async move {
             while let Ok((mut s, peer)) = listener.accept().await {
-                seen.lock().unwrap().push(peer);
+                // The sidecar's capture canary (sent while the application
+                // is exposed and uncovered) reaches an application on every
+                // address: not a peer.
+                let to = s
+                    .local_addr()
+                    .map(|a| mtls_sidecar::proxy::transparent::unmap(a.ip()));
+                if to.ok() != Some(mtls_sidecar::proxy::exposure::CANARY_ADDR.into()) {
+                    seen.lock().unwrap().push(peer);
+                }
                 tokio::spawn(async move {
                     let (mut r, mut w) = s.split();
                     let _ = tokio::io::copy(&mut r, &mut w).await;
@@ -1407,13 +1416,16 @@ table inet filter {
 /// The command lines of a unit file's `key=` settings, in order. Only the
 /// plain form is understood: a specifier (`%`), a variable (`$`), quoting,
 /// a line continuation or a prefix (`-` would ignore a failure) is refused
-/// rather than run differently from systemd. Every command must be
-/// `/usr/sbin/nft`: nothing else is run (inside the test's namespace).
+/// rather than run differently from systemd; but `+` (full privileges: the
+/// test runs as root, so nft runs as systemd would run it). Every command
+/// must be `/usr/sbin/nft`: nothing else is run (inside the test's
+/// namespace).
 fn exec_lines(unit: &str, key: &str) -> Vec<Vec<String>> {
     let prefix = format!("{key}=");
     unit.lines()
         .map(str::trim)
         .filter_map(|l| l.strip_prefix(&prefix))
+        .map(|cmd| cmd.strip_prefix('+').unwrap_or(cmd))
         .map(|cmd| {
             assert!(
                 !cmd.contains(['%', '$', '"', '\'', '\\'])
@@ -1587,6 +1599,117 @@ async fn inbound_capture_survives_a_firewall_reload_with_the_drop_in() {
     b.systemd_run(&files, &unit_commands(&with_drop_in, false));
     let got = plaintext_from(&a).await;
     assert_eq!(got.first(), Some(&21), "after the drop-in again: {got:?}");
+}
+
+/// The sidecar unit's own drop-in, which loads the capture table at every
+/// start of the sidecar.
+const CAPTURE_DROP_IN: &str = include_str!("../deploy/systemd/mtls-sidecar.service.d/capture.conf");
+/// The sidecar unit.
+const SIDECAR_UNIT: &str = include_str!("../deploy/systemd/mtls-sidecar.service");
+
+/// What systemd runs before the sidecar's `ExecStart=` for `units` (the
+/// unit, then its drop-ins): every `ExecStartPre=`, in order.
+fn pre_start(units: &[&str]) -> Vec<Vec<String>> {
+    units
+        .iter()
+        .flat_map(|u| exec_lines(u, "ExecStartPre"))
+        .collect()
+}
+
+/// A reboot of a host where nftables.service is disabled, as Debian ships
+/// it: a fresh network namespace, no ruleset at all, and nothing runs but
+/// the sidecar unit's start. The unit alone (the old setup) leaves the
+/// application on `[::]:2100` answering a plaintext peer (the test sees
+/// the fault); with the drop-in, its `ExecStartPre=` lines, run as the unit
+/// files have them, load the capture table before the sidecar starts, and
+/// the plaintext peer meets the TLS listener; a restart loads it again,
+/// still one table.
+#[tokio::test]
+async fn inbound_capture_loads_with_the_sidecar_unit_after_a_reboot() {
+    if skip("inbound_capture_loads_with_the_sidecar_unit_after_a_reboot") {
+        return;
+    }
+    let c = creds();
+    let table_file = {
+        let lines = pre_start(&[CAPTURE_DROP_IN]);
+        assert_eq!(lines.len(), 1, "one ExecStartPre= in the drop-in");
+        match &lines[0][..] {
+            [_, f, path] if f == "-f" && path.starts_with("/etc/") => path.clone(),
+            other => panic!("unexpected ExecStartPre= {other:?}"),
+        }
+    };
+    assert_eq!(table_file, drop_in_file(), "the two drop-ins load one file");
+    let table = inbound_rules();
+    let files = [(table_file.as_str(), table.as_str())];
+
+    // Booted with the unit alone: nothing loads the table.
+    let (a, b) = two_hosts();
+    b.enter();
+    let app = App::listen("[::]:2100").await;
+    assert!(pre_start(&[SIDECAR_UNIT]).is_empty());
+    let server = server_sidecar(&b, &c, &[]).await;
+    assert!(!b.nft_list(&["tables"]).contains("mtls_sidecar_in"));
+    assert_eq!(
+        plaintext_from(&a).await,
+        b"plaintext command\n",
+        "without the drop-in the application answers in plaintext after a reboot"
+    );
+    drop(server);
+    drop((a, b));
+
+    // Booted with the drop-in: a fresh host again.
+    let (a, b) = two_hosts();
+    b.enter();
+    let app2 = App::listen("[::]:2100").await;
+    assert_eq!(
+        b.nft_list(&["ruleset"]).trim(),
+        "",
+        "a fresh host has no rules"
+    );
+    let with_drop_in = [SIDECAR_UNIT, CAPTURE_DROP_IN];
+    b.systemd_run(&files, &pre_start(&with_drop_in));
+    let server = server_sidecar(&b, &c, &[]).await;
+    let got = plaintext_from(&a).await;
+    assert_eq!(got.first(), Some(&21), "a TLS alert, not {got:?}");
+    assert!(app2.peers().is_empty(), "plaintext reached the application");
+    // `systemctl restart mtls-sidecar`: loaded again, one table, one rule.
+    drop(server);
+    b.systemd_run(&files, &pre_start(&with_drop_in));
+    let _server = server_sidecar(&b, &c, &[]).await;
+    let tables = b.nft_list(&["tables"]);
+    assert_eq!(tables.matches("mtls_sidecar_in").count(), 1, "{tables}");
+    let ours = b.nft_list(&["table", "inet", "mtls_sidecar_in"]);
+    assert_eq!(ours.matches("redirect to").count(), 1, "{ours}");
+    let got = plaintext_from(&a).await;
+    assert_eq!(got.first(), Some(&21), "after a restart: {got:?}");
+    assert_eq!(app.peers().len(), 1, "only the first boot's plaintext peer");
+}
+
+/// `systemd-analyze verify` accepts the sidecar unit with its capture
+/// drop-in (scripts/validate-deploy.sh verifies the same).
+#[test]
+fn the_capture_drop_in_verifies_with_the_sidecar_unit() {
+    if tools::skip_unless(&["systemd-analyze"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // verify wants ExecStart='s binary to exist; every other line as written.
+    let unit = SIDECAR_UNIT.replace("/usr/local/bin/mtls-sidecar", "/bin/true");
+    std::fs::write(dir.path().join("mtls-sidecar.service"), unit).unwrap();
+    let d = dir.path().join("mtls-sidecar.service.d");
+    std::fs::create_dir(&d).unwrap();
+    std::fs::write(d.join("capture.conf"), CAPTURE_DROP_IN).unwrap();
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(dir.path().join("mtls-sidecar.service"))
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !text.contains("capture.conf") && !text.contains("mtls-sidecar.service:"),
+        "systemd-analyze verify complains:\n{text}"
+    );
 }
 
 /// `systemd-analyze verify` accepts the stock unit with the drop-in (it
@@ -1763,6 +1886,90 @@ async fn the_sidecar_warns_while_the_application_listens_outside_loopback() {
     let st = status(admin).await;
     assert_eq!(st["target_exposure"], serde_json::json!([]), "{st}");
     drop(other);
+}
+
+/// `/status` `target_exposure[0].captured` (`None` when absent).
+async fn captured(admin: &str) -> Option<bool> {
+    exposure(admin).await["captured"].as_bool()
+}
+
+/// Polls until `captured` is `want`.
+async fn captured_becomes(admin: &str, want: Option<bool>) {
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        let got = captured(admin).await;
+        if got == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "captured is {got:?}, not {want:?}: {}",
+            exposure(admin).await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Capture mode exposes the application by design (it listens on every
+/// address), so exposure alone cannot tell a covered host from one whose
+/// rules are gone. The shipped inbound rules carry a canary the sidecar
+/// asks without any capability: with the table loaded, `/status` says
+/// `captured: true` and `mtls_sidecar_target_captured` is 1; once the table
+/// is deleted (a reboot, a flush), `false`, 0 and one WARN; loaded again,
+/// `true`. Without the canary rule in the table, the same table reads as
+/// not capturing (the canary, not the exposure, is what is judged).
+#[tokio::test]
+async fn the_capture_canary_tells_covered_exposure_from_uncovered() {
+    if skip("the_capture_canary_tells_covered_exposure_from_uncovered") {
+        return;
+    }
+    let b = Netns::new("k");
+    let c = creds();
+    b.enter();
+    let _app = App::listen("0.0.0.0:2100").await;
+    let admin = "127.0.0.1:9901";
+    let server = server_sidecar(&b, &c, &["--admin", admin, "--reload-interval", "100ms"]).await;
+    const GAUGE: &str = "mtls_sidecar_target_captured";
+    const WARN: &str = "no capture rule covers its port";
+
+    exposure_becomes(admin, "exposed").await;
+    captured_becomes(admin, Some(false)).await;
+    metric_reaches(admin, GAUGE, &[("route", "server")], 0.0).await;
+    server.wait_log(&[WARN, "route=server"]).await;
+
+    b.nft(&inbound_rules());
+    captured_becomes(admin, Some(true)).await;
+    metric_reaches(admin, GAUGE, &[("route", "server")], 1.0).await;
+    server
+        .wait_log(&["capture rules cover", "route=server"])
+        .await;
+
+    run(Command::new("ip").args([
+        "netns",
+        "exec",
+        &b.name,
+        "nft",
+        "delete",
+        "table",
+        "inet",
+        "mtls_sidecar_in",
+    ]));
+    captured_becomes(admin, Some(false)).await;
+    metric_reaches(admin, GAUGE, &[("route", "server")], 0.0).await;
+    assert_eq!(
+        server.warn_lines(&[WARN]).len(),
+        2,
+        "{}",
+        server.logs().join("\n")
+    );
+
+    // The table without its canary: the redirect alone is not evidence.
+    let canary = "ip daddr 127.255.255.254 tcp dport $APP_PORTS reject with icmpx admin-prohibited";
+    b.nft(&without_rule(&inbound_rules(), canary));
+    polls_pass(admin, 3).await;
+    assert_eq!(captured(admin).await, Some(false));
+    b.nft(&inbound_rules());
+    captured_becomes(admin, Some(true)).await;
 }
 
 /// A transparent client route whose identity comes from the SPIFFE

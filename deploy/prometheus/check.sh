@@ -11,7 +11,7 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
 promtool check rules "$here/mtls-sidecar-rules.yaml"
-(cd "$here" && promtool test rules mtls-sidecar-rules.test.yaml)
+(cd "$here" && promtool test rules mtls-sidecar-rules.test.yaml expiry.test.yaml)
 
 python3 - "$crd" "$here/mtls-sidecar-rules.yaml" "$tmp/crd-rules.yaml" "$here/../../docs/runbooks.md" <<'PY'
 import re, sys, yaml
@@ -23,10 +23,17 @@ yaml.safe_dump(doc["spec"], open(out, "w"))
 def alerts(groups):
     return {r["alert"]: r for g in groups for r in g["rules"]}
 k8s, vm = alerts(doc["spec"]["groups"]), alerts(yaml.safe_load(open(plain))["groups"])
-only_vm, only_k8s = set(), {"MtlsSidecarNotReady", "MtlsSidecarCredentialRevisionRejectedRestarting"}
+only_vm = set()
+only_k8s = {"MtlsSidecarNotReady", "MtlsSidecarCredentialRevisionRejectedRestarting", "MtlsSidecarCrlResignFailing"}
+# Same alert, another expression: Kubernetes counts per namespace the
+# running sidecar pods (kube-state-metrics) that have no target; a plain
+# Prometheus has nothing to compare with and keeps `absent()`.
+own_expr = {"MtlsSidecarMetricsAbsent"}
 assert set(vm) - only_vm == set(k8s) - only_k8s, (sorted(vm), sorted(k8s))
 for name in set(vm) - only_vm:
     for key in ("expr", "for", "labels"):
+        if key == "expr" and name in own_expr:
+            continue
         a, b = vm[name].get(key), k8s[name].get(key)
         if key == "expr":
             a, b = " ".join(a.split()), " ".join(b.split())

@@ -290,9 +290,11 @@ pub fn publish_reload_state(stores: &[Arc<CredentialStore>]) {
     crate::metrics::deny_entries(deny.spki, deny.serial, deny.san);
 }
 
-/// Sets the expiry gauges from what is in force: the earliest identity and
-/// the earliest trust anchor across every store, so an alert on the gauge
-/// covers the source that expires first.
+/// Sets the validity gauges from what is in force: the identity that
+/// expires first across every store, and the trust anchor
+/// [`crate::metrics::watched_anchor`] picks (the newest CA of each bundle,
+/// the earliest of those), so an alert on them covers the source whose
+/// renewal is most behind.
 pub fn publish_expiry(stores: &[Arc<CredentialStore>]) {
     // A Workload API store waiting for its first context has no expiry.
     let current: Vec<_> = stores
@@ -300,12 +302,21 @@ pub fn publish_expiry(stores: &[Arc<CredentialStore>]) {
         .filter(|s| s.has_revision())
         .map(|s| s.current())
         .collect();
-    if let Some(identity) = current.iter().map(|c| c.leaf.not_after).min() {
-        let trust = current
-            .iter()
-            .filter_map(|c| c.trust.earliest_not_after())
-            .min();
-        crate::metrics::cert_expiry(identity, trust);
+    if let Some(leaf) = current.iter().map(|c| &c.leaf).min_by_key(|l| l.not_after) {
+        let validity = |i: &crate::identity::CertInfo| crate::metrics::Validity {
+            not_before: i.not_before,
+            not_after: i.not_after,
+        };
+        // Per store and bundle; an anchor kept only for its grace is going.
+        let anchors = current.iter().enumerate().flat_map(|(n, c)| {
+            c.trust
+                .anchors
+                .iter()
+                .filter(|a| a.retire_at.is_none())
+                .map(move |a| ((n, a.domain.clone()), validity(&a.info)))
+        });
+        let trust = crate::metrics::watched_anchor(anchors);
+        crate::metrics::cert_validity(validity(leaf), trust);
     }
     let crl = current
         .iter()

@@ -53,7 +53,7 @@ pub fn collect() {
         if let Some(t) = ticks {
             gauge!(CPU).set((stat.utime.saturating_add(stat.stime)) as f64 / t);
             if let Some(boot) = boot_time() {
-                gauge!(START).set(boot as f64 + stat.starttime as f64 / t);
+                gauge!(START).set(boot + stat.starttime as f64 / t);
             }
         }
         gauge!(THREADS).set(stat.threads as f64);
@@ -111,12 +111,39 @@ fn page_size() -> u64 {
     u64::try_from(p).ok().filter(|p| *p > 0).unwrap_or(4096)
 }
 
-/// Boot time (Unix seconds): the `btime` line of `/proc/stat`.
-fn boot_time() -> Option<u64> {
+/// Boot time (Unix seconds): the `btime` line of `/proc/stat`, or where
+/// that file is hidden (systemd's `ProcSubset=pid`, in the shipped unit,
+/// leaves only the process directories in `/proc`) the wall clock minus the
+/// time since boot, [`boot_time_from_clocks`].
+fn boot_time() -> Option<f64> {
+    proc_stat_btime()
+        .map(|b| b as f64)
+        .or_else(boot_time_from_clocks)
+}
+
+/// The `btime` line of `/proc/stat`.
+fn proc_stat_btime() -> Option<u64> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     stat.lines()
         .find_map(|l| l.strip_prefix("btime "))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// `CLOCK_REALTIME - CLOCK_BOOTTIME`: what the kernel computes `btime`
+/// from. `CLOCK_BOOTTIME` counts suspended time too, as the process
+/// `starttime` does.
+fn boot_time_from_clocks() -> Option<f64> {
+    Some(clock_secs(libc::CLOCK_REALTIME)? - clock_secs(libc::CLOCK_BOOTTIME)?)
+}
+
+fn clock_secs(clock: libc::clockid_t) -> Option<f64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the struct we own.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    (rc == 0).then(|| ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9)
 }
 
 fn soft_nofile() -> Option<u64> {
@@ -164,8 +191,20 @@ mod tests {
     fn reads_this_process() {
         let s = Stat::parse(&std::fs::read_to_string("/proc/self/stat").unwrap()).unwrap();
         assert!(s.threads >= 1 && s.rss_pages > 0 && s.vsize > 0);
-        assert!(boot_time().is_some_and(|b| b > 1_500_000_000));
+        assert!(boot_time().is_some_and(|b| b > 1_500_000_000.0));
         assert!(clock_ticks().is_some());
         assert!(soft_nofile().is_some_and(|n| n > 0));
+    }
+
+    #[test]
+    fn boot_time_from_the_clocks_agrees_with_proc_stat() {
+        let (Some(btime), Some(clocks)) = (proc_stat_btime(), boot_time_from_clocks()) else {
+            panic!("no /proc/stat btime or no clocks");
+        };
+        // btime is whole seconds, truncated.
+        assert!(
+            (clocks - btime as f64).abs() < 2.0,
+            "clocks {clocks} vs btime {btime}"
+        );
     }
 }

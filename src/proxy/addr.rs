@@ -181,6 +181,35 @@ impl Addr {
         listener.set_nonblocking()?;
         Ok(listener)
     }
+
+    /// [`Addr::bind_std`] for a listener only the sidecar's own user may
+    /// reach (the admin endpoint, whose `/connections` names every peer): a
+    /// Unix socket file is created with mode 0600 whatever the process
+    /// umask. A socket systemd passes keeps the mode its unit gives it
+    /// (`SocketMode=`, 0666 by default).
+    pub fn bind_std_private(&self) -> io::Result<StdListener> {
+        match self {
+            Addr::Unix(_) => with_umask(PRIVATE_SOCKET_UMASK, || self.bind_std()),
+            _ => self.bind_std(),
+        }
+    }
+}
+
+/// The umask a private Unix socket is created under: rw for its owner only.
+const PRIVATE_SOCKET_UMASK: libc::mode_t = 0o177;
+
+/// Runs `f` with the process umask set to `mask`, then restores it. The
+/// umask is process-wide: a file another thread creates meanwhile gets the
+/// stricter mask, never a wider one (the sidecar binds its listeners at
+/// start-up, before the runtime, and writes no files).
+fn with_umask<T>(mask: libc::mode_t, f: impl FnOnce() -> T) -> T {
+    // SAFETY: umask(2) only swaps the process's file-creation mask; it
+    // takes no pointer and cannot fail.
+    let old = unsafe { libc::umask(mask) };
+    let out = f();
+    // SAFETY: as above, putting the previous mask back.
+    unsafe { libc::umask(old) };
+    out
 }
 
 /// A bound, non-blocking listener not yet registered with a runtime.

@@ -17,9 +17,10 @@ set -eu
 
 # The application's ports that peers dial (comma-separated, at most 15).
 APP_PORTS=${APP_PORTS-2100}
-# The server route's listen port (it must listen on the address peers dial,
-# or on 0.0.0.0 / [::]: REDIRECT keeps the destination address and changes
-# the port).
+# The server route's listen port. REDIRECT rewrites the destination to the
+# primary address of the interface the connection came in on (and this
+# port), not the address the peer dialed: so listen on 0.0.0.0 / [::], or
+# on that primary address.
 SIDECAR_PORT=${SIDECAR_PORT-6877}
 
 CHAIN=MTLS_SIDECAR_IN
@@ -35,6 +36,16 @@ install() {
         -j REDIRECT --to-ports "$SIDECAR_PORT"
     $1 -t nat -C PREROUTING -p tcp -j "$CHAIN" 2>/dev/null ||
         $1 -t nat -A PREROUTING -p tcp -j "$CHAIN"
+    # The canary (IPv4): the sidecar connects from this host to
+    # 127.255.255.254 on the application's port to learn that these rules
+    # are loaded (this REJECT answers EHOSTUNREACH); see inbound.nft.
+    if [ "$1" = iptables ]; then
+        $1 -t filter -N "$CHAIN" 2>/dev/null || $1 -t filter -F "$CHAIN"
+        $1 -t filter -A "$CHAIN" -d 127.255.255.254 -p tcp -m multiport \
+            --dports "$APP_PORTS" -j REJECT --reject-with icmp-admin-prohibited
+        $1 -t filter -C OUTPUT -p tcp -j "$CHAIN" 2>/dev/null ||
+            $1 -t filter -A OUTPUT -p tcp -j "$CHAIN"
+    fi
 }
 
 # $1: iptables or ip6tables.
@@ -42,6 +53,9 @@ remove() {
     while $1 -t nat -D PREROUTING -p tcp -j "$CHAIN" 2>/dev/null; do :; done
     $1 -t nat -F "$CHAIN" 2>/dev/null || true
     $1 -t nat -X "$CHAIN" 2>/dev/null || true
+    while $1 -t filter -D OUTPUT -p tcp -j "$CHAIN" 2>/dev/null; do :; done
+    $1 -t filter -F "$CHAIN" 2>/dev/null || true
+    $1 -t filter -X "$CHAIN" 2>/dev/null || true
 }
 
 case "${1-}" in

@@ -16,6 +16,15 @@
 //! exposed, an INFO when it no longer is. `/status` shows the state
 //! (`target_exposure`) and `mtls_sidecar_target_exposed{route}` is 1 while
 //! exposed.
+//!
+//! While a route is exposed, the sidecar also asks whether capture covers
+//! it, without reading the rules: the shipped `inbound.nft` holds a canary
+//! that rejects, with an ICMP "administratively prohibited", a connection
+//! from this host to [`CANARY_ADDR`] on the application's ports. A connect
+//! there fails with `EHOSTUNREACH` only while that table is loaded and
+//! lists the port ([`canary_verdict`]); without it the connect is refused,
+//! or reaches the application listening on every address. The verdict is
+//! `/status` `captured` and `mtls_sidecar_target_captured{route}`.
 
 pub mod listeners;
 pub mod sockdiag;
@@ -37,8 +46,26 @@ use super::settings::{Mode, RouteConfig};
 /// address of its target port, else 0.
 pub const TARGET_EXPOSED: &str = "mtls_sidecar_target_exposed";
 
+/// 1 while the capture canary answers for an exposed route's port.
+pub const TARGET_CAPTURED: &str = "mtls_sidecar_target_captured";
+
 /// The shortest time between two checks, whatever the poll interval.
 const MIN_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Where the capture canary of `inbound.nft` rejects connections made from
+/// this host (on the application's ports). A loopback address no service
+/// uses: without the canary, a connection there reaches only an application
+/// listening on every address.
+pub const CANARY_ADDR: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 255, 255, 254);
+
+/// How long a canary connect may take (loopback: the answer is immediate).
+const CANARY_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// While the canary says "not captured", it is asked again only every this
+/// many checks: without the canary the probe may open a connection to the
+/// application itself. While captured, every check asks (the rule rejects
+/// the probe before it reaches anything).
+const UNCAPTURED_PROBE_EVERY: u32 = 30;
 
 /// What the last check found for one route.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +98,9 @@ struct Watched {
     target: String,
     port: u16,
     state: Mutex<State>,
+    /// The capture canary's last verdict while exposed (`None`: not asked,
+    /// or no clear answer), and the checks since it was asked.
+    captured: Mutex<(Option<bool>, u32)>,
 }
 
 /// The server routes in front of a local application, and what the last
@@ -102,6 +132,11 @@ pub struct ExposureStatus {
     /// a large host); absent before a check has read them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<&'static str>,
+    /// While exposed: whether the inbound capture table's canary answers
+    /// for the target's port (`true`: the capture rules cover it); absent
+    /// when not exposed or the canary gave no clear answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub captured: Option<bool>,
 }
 
 /// The port of a server route's target when that target is on loopback
@@ -168,6 +203,7 @@ impl TargetExposure {
                     target: cfg.target.to_string(),
                     port,
                     state: Mutex::new(State::Unchecked),
+                    captured: Mutex::new((None, 0)),
                 })
             })
             .collect();
@@ -176,6 +212,11 @@ impl TargetExposure {
                 TARGET_EXPOSED,
                 Unit::Count,
                 "1 while the application behind a server route also listens on a non-loopback address of the target's port (only capture rules or a firewall keep plaintext peers from it), by route."
+            );
+            describe_gauge!(
+                TARGET_CAPTURED,
+                Unit::Count,
+                "1 while a route's application is exposed and the inbound capture table's canary answers for its port (the capture rules are loaded and cover it), else 0, by route."
             );
         }
         Arc::new(TargetExposure {
@@ -201,6 +242,7 @@ impl TargetExposure {
         };
         for w in &self.watched {
             w.update(judge(w.port, &listening));
+            w.ask_canary();
         }
     }
 
@@ -282,6 +324,52 @@ impl Watched {
         }
     }
 
+    /// While exposed, asks the capture canary (every check while captured,
+    /// every [`UNCAPTURED_PROBE_EVERY`] checks otherwise); not exposed, the
+    /// verdict is cleared. Logs and sets the gauge on a change.
+    fn ask_canary(&self) {
+        let exposed = matches!(self.current(), State::Exposed(_));
+        let Ok(mut captured) = self.captured.lock() else {
+            return;
+        };
+        let (before, since) = *captured;
+        let next = if !exposed {
+            None
+        } else if before == Some(false) && since + 1 < UNCAPTURED_PROBE_EVERY {
+            *captured = (before, since + 1);
+            return;
+        } else {
+            canary_verdict(probe_canary(self.port))
+        };
+        *captured = (next, 0);
+        drop(captured);
+        gauge!(TARGET_CAPTURED, "route" => self.route.clone()).set(if next == Some(true) {
+            1.0
+        } else {
+            0.0
+        });
+        if next == before || !exposed {
+            return;
+        }
+        let (route, port) = (&self.route, self.port);
+        match next {
+            Some(true) => info!(
+                target: "mtls_sidecar::exposure",
+                route = %route,
+                port,
+                "the inbound capture rules cover this route's application port (their canary answers)"
+            ),
+            Some(false) => warn!(
+                target: "mtls_sidecar::exposure",
+                route = %route,
+                port,
+                "the application behind this server route is exposed and no capture rule covers its port \
+                 (the canary of inbound.nft does not answer): plaintext peers reach it directly"
+            ),
+            None => {}
+        }
+    }
+
     fn status(&self) -> ExposureStatus {
         let state = self.current();
         let (listening, error) = match &state {
@@ -296,7 +384,29 @@ impl Watched {
             listening,
             error,
             source: None,
+            captured: self.captured.lock().ok().and_then(|c| c.0),
         }
+    }
+}
+
+/// One connect to the capture canary, [`CANARY_ADDR`] on `port`; a
+/// connection that is made is closed at once.
+fn probe_canary(port: u16) -> std::io::Result<()> {
+    let addr = SocketAddr::from((CANARY_ADDR, port));
+    std::net::TcpStream::connect_timeout(&addr, CANARY_TIMEOUT).map(drop)
+}
+
+/// What a connect to the canary says: `Some(true)` when the canary rule
+/// rejected it (`EHOSTUNREACH`: the capture table is loaded and lists the
+/// port), `Some(false)` when it was refused or connected (no such rule:
+/// nothing listens there, or the application on every address answered),
+/// `None` for anything else (a timeout, the sandbox): no verdict.
+pub fn canary_verdict(result: std::io::Result<()>) -> Option<bool> {
+    match result {
+        Ok(()) => Some(false),
+        Err(e) if e.raw_os_error() == Some(libc::EHOSTUNREACH) => Some(true),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Some(false),
+        Err(_) => None,
     }
 }
 
@@ -306,6 +416,25 @@ mod tests {
 
     fn sa(s: &str) -> SocketAddr {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn the_canary_says_captured_only_when_its_rule_rejects() {
+        use std::io::{Error, ErrorKind};
+        assert_eq!(
+            canary_verdict(Err(Error::from_raw_os_error(libc::EHOSTUNREACH))),
+            Some(true)
+        );
+        assert_eq!(
+            canary_verdict(Err(Error::from_raw_os_error(libc::ECONNREFUSED))),
+            Some(false)
+        );
+        assert_eq!(canary_verdict(Ok(())), Some(false));
+        assert_eq!(canary_verdict(Err(Error::from(ErrorKind::TimedOut))), None);
+        assert_eq!(
+            canary_verdict(Err(Error::from_raw_os_error(libc::EACCES))),
+            None
+        );
     }
 
     #[test]
