@@ -18,6 +18,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+pub mod broken_crl;
 /// A parser for the `/metrics` page (also used by `tests/admin.rs`).
 #[path = "../admin/expo.rs"]
 pub mod expo;

@@ -100,8 +100,10 @@ pub enum CrlState {
     /// Signed by a trusted key (an anchor in force or graced, or a known
     /// intermediate): enforced against that key's certificates.
     Verified(Signer),
-    /// No known key verifies it: enforced at a handshake only against a
-    /// path whose issuer's key verifies it.
+    /// Its issuer is no CA we hold (no anchor, graced anchor or known
+    /// intermediate of that name; a CRL that names one and that none
+    /// verifies never loads): enforced at a handshake only against a path
+    /// whose intermediate issuer (sent by the peer) verifies it.
     Unverified,
     /// Verified only by an anchor no longer trusted: not enforced.
     Ignored(Signer),

@@ -1,5 +1,11 @@
 //! The lifecycle rules between the CRLs in force and a new revision's:
 //!
+//! - a CRL that names an issuer we trust (an anchor in force or graced, or
+//!   an intermediate we hold) but that no trusted key of that name
+//!   verifies (a corrupted signature, a CA whose keyUsage lacks cRLSign,
+//!   another key under that name) rejects the revision
+//!   ([`CredError::CrlSignature`]): it never loads, so it never replaces
+//!   the CRL in force and never un-revokes;
 //! - a CRL dated beyond now + [`CLOCK_SKEW`](super::CLOCK_SKEW) is held
 //!   pending; the previous CRL of its key stays in force;
 //! - one CRL per issuer KEY (two CAs of one name each have theirs);
@@ -57,12 +63,14 @@ pub(crate) fn classify(
     let horizon = time_to_epoch(now).saturating_add(CLOCK_SKEW.as_secs() as i64);
     let mut entries: Vec<Entry> = revision
         .iter()
-        .map(|crl| Entry {
-            crl: crl.clone(),
-            state: state_of(crl, known, horizon, provider),
-            kept: None,
+        .map(|crl| {
+            Ok(Entry {
+                crl: crl.clone(),
+                state: state_of(crl, known, horizon, provider)?,
+                kept: None,
+            })
         })
-        .collect();
+        .collect::<Result<_, CredError>>()?;
     one_per_key(&entries)?;
     for new in &entries {
         not_older(new, previous)?;
@@ -76,16 +84,38 @@ pub(crate) fn classify(
 }
 
 /// A CRL's state: pending when dated beyond the horizon, else by its
-/// signer.
-fn state_of(crl: &Crl, known: &Known, horizon: i64, provider: &CryptoProvider) -> CrlState {
+/// signer. `Err` when it names an issuer we trust and no key verifies it
+/// (pending or not: a CRL that can never verify is refused at once).
+fn state_of(
+    crl: &Crl,
+    known: &Known,
+    horizon: i64,
+    provider: &CryptoProvider,
+) -> Result<CrlState, CredError> {
     let signer = known.signer_of(crl, provider).cloned();
-    if crl.info.this_update > horizon {
-        return CrlState::Pending(signer);
+    if signer.is_none() {
+        unsigned_refusal(crl, known, provider)?;
     }
-    match signer {
+    if crl.info.this_update > horizon {
+        return Ok(CrlState::Pending(signer));
+    }
+    Ok(match signer {
         Some(s) if s.kind.trusted() => CrlState::Verified(s),
         Some(s) => CrlState::Ignored(s),
         None => CrlState::Unverified,
+    })
+}
+
+/// Refuses a CRL no known key verifies when it names an issuer we trust.
+fn unsigned_refusal(crl: &Crl, known: &Known, provider: &CryptoProvider) -> Result<(), CredError> {
+    match known.refusal(crl, provider) {
+        None => Ok(()),
+        Some(detail) => Err(CredError::CrlSignature {
+            path: crl.path.clone(),
+            issuer: crl.info.issuer.clone(),
+            this: crl.info.version(),
+            detail,
+        }),
     }
 }
 

@@ -11,10 +11,12 @@
 //!
 //! The CRLs are then classified the way a sidecar that has the revision in
 //! force applies the new one (the store's own `classify`): each is
-//! verified (by which CA), unverified (checked at handshake against the
-//! intermediate in the peer's chain), ignored (its CA is no longer in
-//! `ca.crt`) or pending (dated in the future); one older than the CRL in
-//! force is refused; serials the new revision makes admissible again are
+//! verified (by which CA), unverified (its issuer is no CA we hold:
+//! checked at handshake against a peer-sent intermediate), ignored (its CA
+//! is no longer in `ca.crt`) or pending (dated in the future); one older
+//! than the CRL in force, or one that names a CA we hold and that no
+//! trusted key of that name verifies, is refused; serials the new revision
+//! makes admissible again are
 //! named, as the sidecar's WARN will name them.
 
 use std::path::{Path, PathBuf};
