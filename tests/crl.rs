@@ -101,6 +101,18 @@ async fn nth_log(sc: &Sidecar, needle: &str, n: usize) -> String {
     }
 }
 
+/// A server sidecar with an admin endpoint on `dir`, and its echo target.
+async fn serve_with_admin(dir: &AtomicDir) -> (Echo, Sidecar) {
+    let echo = echo_target().await;
+    let sc = start_server(
+        dir.path(),
+        &echo.addr.to_string(),
+        &["--admin", "127.0.0.1:0"],
+    )
+    .await;
+    (echo, sc)
+}
+
 fn publish(dir: &AtomicDir, server: &Issued, ca_pem: &str, crl: Option<&[u8]>) {
     let mut files: Vec<(&str, &[u8])> = vec![
         ("tls.crt", server.cert_pem.as_bytes()),
@@ -402,13 +414,7 @@ async fn bad_crls_are_rejected_and_the_last_good_one_stays_in_force() {
     let dir = AtomicDir::new(&tmp.path().join("replica")).unwrap();
     let in_force = crl(&pki, 2, &[&leaked]);
     publish(&dir, &replica, &pki.ca.cert_pem, Some(&in_force.der));
-    let echo = echo_target().await;
-    let sc = start_server(
-        dir.path(),
-        &echo.addr.to_string(),
-        &["--admin", "127.0.0.1:0"],
-    )
-    .await;
+    let (_echo, sc) = serve_with_admin(&dir).await;
     let addr = sc.addr("server");
     let admin = sc.admin();
     let ca = &pki.ca.cert_pem;
@@ -495,6 +501,49 @@ async fn bad_crls_are_rejected_and_the_last_good_one_stays_in_force() {
         .await
         .expect("handshake");
     assert_eq!(roundtrip(&mut back, b"back").await, b"back");
+}
+
+/// Serials the CRL's issuer drops at a higher CRL number (what `certs
+/// revoke --prune-expired` does once their certificates expired), and a
+/// CRL listing nothing removed, are counted apart
+/// (`mtls_sidecar_crl_entries_pruned_total`): no WARN, no count on the
+/// counter `MtlsSidecarCrlEntriesRemoved` reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serials_pruned_by_the_issuer_are_counted_apart_from_unrevocations() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("test CA");
+    let replica = pki.leaf(REPLICA, Role::Server);
+    let (old, kept) = (
+        pki.leaf(CONTROLLER, Role::Client),
+        pki.leaf(CONTROLLER, Role::Client),
+    );
+    let dir = AtomicDir::new(&tmp.path().join("replica")).unwrap();
+    let ca = &pki.ca.cert_pem;
+    publish(&dir, &replica, ca, Some(&crl(&pki, 1, &[&old, &kept]).der));
+    let (_echo, sc) = serve_with_admin(&dir).await;
+    let admin = sc.admin();
+    let (removals, pruned) = (
+        "mtls_sidecar_crl_removals_total",
+        "mtls_sidecar_crl_entries_pruned_total",
+    );
+    assert_eq!(metric_plain(&admin, pruned).await, 0);
+    publish(&dir, &replica, ca, Some(&crl(&pki, 2, &[&kept]).der));
+    let line = sc.wait_log(&["pruned serials"]).await;
+    assert!(
+        line.contains(&serial(&old)) && line.contains("CN=test CA"),
+        "{line}"
+    );
+    assert_eq!(metric_plain(&admin, pruned).await, 1);
+    publish(&dir, &replica, ca, Some(&crl(&pki, 3, &[]).der));
+    nth_log(&sc, "pruned serials", 2).await;
+    assert_eq!(metric_plain(&admin, pruned).await, 2);
+    // The CRL now lists nothing: removing it un-revokes nothing.
+    publish(&dir, &replica, ca, None);
+    nth_log(&sc, "pruned serials", 3).await;
+    assert!(crl_status(&admin).await.is_empty());
+    assert_eq!(metric_plain(&admin, pruned).await, 2);
+    assert_eq!(metric_plain(&admin, removals).await, 0);
+    assert_eq!(sc.log_count("un-revokes certificates"), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -199,8 +199,12 @@ fn dropping_a_crl_never_silently_readmits() {
     };
     assert_eq!(dropped.len(), 1, "{dropped:?}");
     assert_eq!(
-        (dropped[0].issuer.as_str(), dropped[0].removed),
-        ("CN=B", true)
+        (
+            dropped[0].issuer.as_str(),
+            dropped[0].removed,
+            dropped[0].pruned
+        ),
+        ("CN=B", true, false)
     );
     assert_eq!(dropped[0].serials, [serial(&revoked_b)]);
     // Once A retires, its kept CRL goes with it.
@@ -209,8 +213,9 @@ fn dropping_a_crl_never_silently_readmits() {
 }
 
 /// Listing fewer serials at a CRL number not higher than the one in force
-/// applies with a notice naming what became admissible; a higher number
-/// does not; a lower number is refused as older.
+/// applies with a notice naming what became admissible; at a higher number
+/// the notice says the issuer pruned them (counted apart, no alert); a
+/// lower number is refused as older.
 #[test]
 fn a_shrinking_crl_is_reported_and_an_older_one_refused() {
     let tmp = tempfile::tempdir().unwrap();
@@ -226,10 +231,18 @@ fn a_shrinking_crl_is_reported_and_an_older_one_refused() {
     let notices = store.take_crl_notices();
     assert!(
         matches!(notices.as_slice(), [CrlNotice::Unrevoked(d)]
-            if d.len() == 1 && !d[0].removed && d[0].serials == [serial(&r2)]),
+            if d.len() == 1 && !d[0].removed && !d[0].pruned && d[0].serials == [serial(&r2)]),
         "{notices:?}"
     );
     publish(&dir, &me, &a.cert_pem, Some(&crl(&a, 6, &[])));
+    applied(store.poll(now));
+    let notices = store.take_crl_notices();
+    assert!(
+        matches!(notices.as_slice(), [CrlNotice::Unrevoked(d)]
+            if d.len() == 1 && !d[0].removed && d[0].pruned && d[0].serials == [serial(&r1)]),
+        "{notices:?}"
+    );
+    publish(&dir, &me, &a.cert_pem, Some(&crl(&a, 7, &[])));
     applied(store.poll(now));
     assert!(store.take_crl_notices().is_empty());
     publish(&dir, &me, &a.cert_pem, Some(&crl(&a, 4, &[&r1])));

@@ -191,6 +191,18 @@ impl CrlSet {
         Ok(classify(&crls, &known, SystemTime::now(), &CrlSet::empty(), provider)?.set)
     }
 
+    /// True when `ca`'s key verifies `crl` and `ca` may sign CRLs (what
+    /// `certs revoke` needs to find its own CRL among other CAs').
+    pub fn signed_by(
+        crl: &Crl,
+        ca: &rustls_pki_types::CertificateDer<'_>,
+        provider: &CryptoProvider,
+    ) -> bool {
+        let mut known = Known::default();
+        known.add(std::slice::from_ref(ca), SignerKind::Anchor);
+        known.signer_of(crl, provider).is_some()
+    }
+
     /// True when there is no CRL.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()

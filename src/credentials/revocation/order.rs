@@ -18,7 +18,9 @@
 //!   peer);
 //! - removing a CRL in force, or listing fewer serials without a higher CRL
 //!   number, is allowed but reported ([`Dropped`]): the caller WARNs and
-//!   counts it.
+//!   counts it; serials its issuer drops at a higher CRL number (pruned
+//!   once their certificates expired), or a CRL listing nothing removed,
+//!   are reported as pruned and counted apart.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -41,6 +43,12 @@ pub struct Dropped {
     pub serials: Vec<Vec<u8>>,
     /// True when the CRL was removed, false when it lists fewer serials.
     pub removed: bool,
+    /// True when its issuer pruned them (a CRL of the same key at a higher
+    /// CRL number without them, e.g. `certs revoke --prune-expired` once
+    /// their certificates expired) or the CRL removed listed nothing:
+    /// counted apart, no alert. False: an un-revocation (a CRL removed, or
+    /// one listing fewer serials at a CRL number not higher).
+    pub pruned: bool,
 }
 
 /// A revision's CRLs judged against what is in force.
@@ -248,7 +256,6 @@ fn dropped(
         let drop = match successor {
             // Pending: the CRL in force is kept meanwhile.
             Some(e) if matches!(e.state, CrlState::Pending(_)) => None,
-            Some(e) if higher_number(&e.crl, &old.crl) => None,
             Some(e) => Some((missing(&old.crl, &e.crl), false)),
             // Graced: the CRL in force is kept meanwhile.
             None if known
@@ -260,14 +267,26 @@ fn dropped(
             None => Some((old.crl.serials.clone(), true)),
         };
         if let Some((serials, removed)) = drop.filter(|(s, removed)| *removed || !s.is_empty()) {
+            let pruned = is_pruned(&old.crl, successor.map(|e| &*e.crl));
             out.push(Dropped {
                 issuer: old.crl.info.issuer.clone(),
                 serials,
                 removed,
+                pruned,
             });
         }
     }
     out
+}
+
+/// True when dropping what `old` lists is its issuer's pruning, not an
+/// un-revocation: the successor has a higher CRL number, or there is none
+/// and `old` listed nothing.
+fn is_pruned(old: &Crl, successor: Option<&Crl>) -> bool {
+    match successor {
+        Some(new) => higher_number(new, old),
+        None => old.serials.is_empty(),
+    }
 }
 
 /// The serials `old` lists and `new` does not.

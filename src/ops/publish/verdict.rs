@@ -197,6 +197,14 @@ fn crl_detail(state: &CrlState) -> String {
 /// WARNs the same and counts `mtls_sidecar_crl_removals_total`).
 fn un_revoked(d: &Dropped) -> String {
     let serials: Vec<String> = d.serials.iter().map(|s| colon_hex(s)).collect();
+    if d.pruned {
+        return format!(
+            "prunes {} serial(s) of {} (its CRL issuer dropped them at a higher CRL number, or removed a CRL listing nothing): {}; the sidecar counts this in mtls_sidecar_crl_entries_pruned_total, not as an un-revocation",
+            serials.len(),
+            d.issuer,
+            serials.join(", ")
+        );
+    }
     let how = if d.removed {
         "its CRL is removed"
     } else {
