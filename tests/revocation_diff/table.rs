@@ -24,6 +24,8 @@ pub const STALE: &str = "stale CRL still enforced";
 enum Class {
     /// 2, 20, 21, 7, 24: no path to a trusted CA.
     UnknownCa,
+    /// 25 path length, 47/48 name constraints: a CA's constraint broken.
+    BadChain,
     /// 9, 10: a certificate outside its validity.
     Expired,
     /// 26: the leaf's usage.
@@ -43,6 +45,7 @@ enum Class {
 fn class(code: u32) -> Option<Class> {
     Some(match code {
         2 | 20 | 21 | 7 | 24 => Class::UnknownCa,
+        25 | 47 | 48 => Class::BadChain,
         9 | 10 => Class::Expired,
         26 => Class::Purpose,
         23 => Class::Revoked,
@@ -86,7 +89,10 @@ pub fn expected(
     let mut classes = Vec::new();
     for &(code, depth) in &o.errors {
         let c = class(code).ok_or_else(|| format!("unmapped OpenSSL error {code}"))?;
-        let about_crls = !matches!(c, Class::UnknownCa | Class::Expired | Class::Purpose);
+        let about_crls = !matches!(
+            c,
+            Class::UnknownCa | Class::BadChain | Class::Expired | Class::Purpose
+        );
         if about_crls && !in_scope(depth) {
             continue;
         }
@@ -107,6 +113,9 @@ pub fn expected(
     }
     if any(Class::UnknownCa) {
         return refuse("unknown_ca");
+    }
+    if any(Class::BadChain) {
+        return refuse("bad_chain");
     }
     if any(Class::Expired) {
         return refuse("expired");
