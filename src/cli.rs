@@ -344,21 +344,24 @@ pub struct CertsDenyArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct CertsRevokeArgs {
-    /// Directory written by `certs ca` (ca.crt, ca.key), or a cert-manager CA Secret's files (tls.crt, tls.key).
-    #[arg(long, value_name = "DIR")]
-    pub ca: PathBuf,
+    /// Directory written by `certs ca` (ca.crt, ca.key), or a cert-manager CA Secret's files (tls.crt, tls.key). Repeatable to re-sign each CA's CRL of the file (a CA rotation): a directory holding no CA, or a CA with no CRL in the file, is then skipped.
+    #[arg(long, value_name = "DIR", required = true)]
+    pub ca: Vec<PathBuf>,
     /// Serial number to revoke, hex, colons allowed (repeatable).
     #[arg(long, value_name = "HEX")]
     pub serial: Vec<String>,
     /// Certificate file whose serial to revoke (repeatable).
     #[arg(long, value_name = "FILE")]
     pub cert: Vec<PathBuf>,
-    /// The CRL file to write; an existing one is extended (its entries kept, its CRL number incremented); with no --serial/--cert it is re-signed with a new nextUpdate.
+    /// The CRL file to write (one CRL per CA; other CAs' CRLs are kept); this CA's CRL is extended (its entries kept, its CRL number incremented) or started; with no --serial/--cert it is re-signed with a new nextUpdate.
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
     /// Days until the CRL's nextUpdate.
     #[arg(long, default_value_t = 7)]
     pub days: u32,
+    /// Leave out the entries revoked more than this long ago (e.g. 720h): the longest lifetime of a certificate the CA issues, so every such certificate has expired.
+    #[arg(long, value_name = "MAX_LIFETIME")]
+    pub prune_expired: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -38,6 +38,9 @@ pub const CRL_NEXT_UPDATE: &str = "mtls_sidecar_crl_next_update_timestamp_second
 /// Revisions applied that made revoked serials admissible again (a CRL in
 /// force removed, or one listing fewer serials without a higher number).
 pub const CRL_REMOVALS: &str = "mtls_sidecar_crl_removals_total";
+/// Revoked serials a CRL's issuer pruned (dropped at a higher CRL number),
+/// counted apart from un-revocations.
+pub const CRL_PRUNED: &str = "mtls_sidecar_crl_entries_pruned_total";
 /// CRLs held pending (thisUpdate in the future beyond the clock skew).
 pub const CRL_PENDING: &str = "mtls_sidecar_crl_pending";
 /// Deny-list entries in force, by `kind` (`spki`, `serial`, `san`).
@@ -72,6 +75,7 @@ pub fn install() -> PrometheusHandle {
                 counter!(CREDENTIAL_RELOADS, "result" => result).increment(0);
             }
             counter!(CRL_REMOVALS).increment(0);
+            counter!(CRL_PRUNED).increment(0);
             gauge!(CRL_PENDING).set(0.0);
             deny_entries(0, 0, 0);
             build_info();
@@ -133,6 +137,11 @@ fn describe() {
         Unit::Count,
         "Credential revisions applied that made revoked serials admissible again: a CRL in force removed while its CA is trusted, or a CRL listing fewer serials without a higher CRL number."
     );
+    describe_counter!(
+        CRL_PRUNED,
+        Unit::Count,
+        "Revoked serials a CRL's issuer dropped from its CRL at a higher CRL number (certs revoke --prune-expired, once their certificates expired), and CRLs listing nothing removed: counted apart from mtls_sidecar_crl_removals_total, no alert."
+    );
     describe_gauge!(
         CRL_PENDING,
         Unit::Count,
@@ -185,6 +194,11 @@ pub fn credential_reload(applied: bool) {
 /// Counts one applied revision that made revoked serials admissible.
 pub fn crl_removal() {
     counter!(CRL_REMOVALS).increment(1);
+}
+
+/// Counts serials a CRL's issuer pruned.
+pub fn crl_pruned(serials: usize) {
+    counter!(CRL_PRUNED).increment(serials as u64);
 }
 
 /// Publishes how many CRLs are held pending across every store.

@@ -78,6 +78,25 @@ impl std::fmt::Display for Plain<'_> {
     }
 }
 
+/// True when a peer judgement's error is a chain breaking a CA's
+/// constraint (webpki's error, carried as rustls's `Other`).
+fn breaks_a_constraint(o: &rustls::OtherError) -> bool {
+    use webpki::Error as E;
+    matches!(
+        o.0.downcast_ref::<webpki::Error>(),
+        Some(
+            E::NameConstraintViolation
+                | E::MalformedNameConstraint
+                | E::InvalidNetworkMaskConstraint
+                | E::MaximumNameConstraintComparisonsExceeded
+                | E::PathLenConstraintViolated
+                | E::MaximumPathDepthExceeded
+                | E::CaUsedAsEndEntity
+                | E::EndEntityUsedAsCa
+        )
+    )
+}
+
 /// The `reason` label of `mtls_sidecar_tls_handshake_failures_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FailureReason {
@@ -88,6 +107,10 @@ pub enum FailureReason {
     /// The peer's certificate is not for this role: no allowed SAN, or the
     /// wrong extended key usage.
     BadSan,
+    /// The peer's chain breaks a constraint a CA of it sets: name
+    /// constraints, a path length, a CA certificate used as the end entity
+    /// or an end entity as a CA, or a path too deep.
+    BadChain,
     /// The peer's certificate is expired or not yet valid.
     Expired,
     /// The peer did not speak TLS (a plaintext probe, garbage).
@@ -114,10 +137,11 @@ pub enum FailureReason {
 
 impl FailureReason {
     /// Every value, for pre-registering metric series at zero.
-    pub const ALL: [FailureReason; 13] = [
+    pub const ALL: [FailureReason; 14] = [
         FailureReason::NoClientCert,
         FailureReason::UnknownCa,
         FailureReason::BadSan,
+        FailureReason::BadChain,
         FailureReason::Expired,
         FailureReason::NotTls,
         FailureReason::Timeout,
@@ -136,6 +160,7 @@ impl FailureReason {
             FailureReason::NoClientCert => "no_client_cert",
             FailureReason::UnknownCa => "unknown_ca",
             FailureReason::BadSan => "bad_san",
+            FailureReason::BadChain => "bad_chain",
             FailureReason::Expired => "expired",
             FailureReason::NotTls => "not_tls",
             FailureReason::Timeout => "timeout",
@@ -188,6 +213,7 @@ impl FailureReason {
                     FailureReason::PinMismatch
                 }
                 CertificateError::Other(o) if o.0.is::<Denied>() => FailureReason::Denied,
+                CertificateError::Other(o) if breaks_a_constraint(o) => FailureReason::BadChain,
                 CertificateError::NotValidForName
                 | CertificateError::NotValidForNameContext { .. }
                 | CertificateError::InvalidPurpose
@@ -316,6 +342,24 @@ mod tests {
                 BadSan,
             ),
             (
+                TlsError::InvalidCertificate(CertificateError::Other(rustls::OtherError(
+                    std::sync::Arc::new(webpki::Error::NameConstraintViolation),
+                ))),
+                BadChain,
+            ),
+            (
+                TlsError::InvalidCertificate(CertificateError::Other(rustls::OtherError(
+                    std::sync::Arc::new(webpki::Error::PathLenConstraintViolated),
+                ))),
+                BadChain,
+            ),
+            (
+                TlsError::InvalidCertificate(CertificateError::Other(rustls::OtherError(
+                    std::sync::Arc::new(webpki::Error::UnsupportedCertVersion),
+                ))),
+                Protocol,
+            ),
+            (
                 TlsError::InvalidMessage(InvalidMessage::InvalidContentType),
                 NotTls,
             ),
@@ -401,6 +445,7 @@ mod tests {
                 "no_client_cert",
                 "unknown_ca",
                 "bad_san",
+                "bad_chain",
                 "expired",
                 "not_tls",
                 "timeout",

@@ -3,10 +3,13 @@
 //! serial, the target never reached) while another certificate of the same
 //! CA is accepted; a live connection whose certificate a rotated CRL revokes
 //! is closed as `revoked` while another stays up; a
-//! truncated CRL and an older CRL each reject the revision whole and the
-//! last good one stays in force (`/status` names the CRL in force: issuer,
-//! number, thisUpdate, nextUpdate, revoked count, state); a CRL of another
-//! CA of the same name is kept unverified and its un-revocation is WARNed
+//! truncated CRL, an older CRL, and a CRL that names our CA but that no
+//! trusted key verifies (a corrupted signature, a rollback to a
+//! broken-signature copy of an older CRL, another key under the CA's
+//! name, a CA whose keyUsage lacks cRLSign) each reject the revision whole,
+//! `check` FAILs it, and the last good one stays in force (`/status` names
+//! the CRL in force: issuer, number, thisUpdate, nextUpdate, revoked
+//! count, state); a CRL re-issued with fewer serials un-revokes, WARNed
 //! and counted; removing `ca.crl` re-admits.
 
 mod common;
@@ -96,6 +99,18 @@ async fn nth_log(sc: &Sidecar, needle: &str, n: usize) -> String {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// A server sidecar with an admin endpoint on `dir`, and its echo target.
+async fn serve_with_admin(dir: &AtomicDir) -> (Echo, Sidecar) {
+    let echo = echo_target().await;
+    let sc = start_server(
+        dir.path(),
+        &echo.addr.to_string(),
+        &["--admin", "127.0.0.1:0"],
+    )
+    .await;
+    (echo, sc)
 }
 
 fn publish(dir: &AtomicDir, server: &Issued, ca_pem: &str, crl: Option<&[u8]>) {
@@ -315,23 +330,91 @@ where
     }
 }
 
+/// A bad CRL revision, as the sidecar meets it and as `check` judges it.
+struct BadCrl {
+    what: &'static str,
+    ca_pem: String,
+    crl: Vec<u8>,
+    says: &'static str,
+    /// False when only the CRL in force makes it bad (`check` sees the
+    /// files alone).
+    alone: bool,
+}
+
+/// Every CRL that must never load over the CRL in force (number 2, listing
+/// `leaked`): each would re-admit `leaked`. The last three are CRLs that
+/// name our CA but that no trusted key of that name verifies; before they
+/// were refused, each loaded as `unverified` and was never tried against
+/// the anchor, so the leaked identity was admitted.
+fn bad_crls(pki: &Pki, in_force: &IssuedCrl) -> Vec<BadCrl> {
+    use common::broken_crl::{ca_without_crl_sign, corrupt_signature};
+    let ca = pki.ca.cert_pem.clone();
+    let foreign = Pki::new("test CA");
+    let (no_sign_ca, no_sign_signer) = ca_without_crl_sign("test CA no cRLSign", None);
+    vec![
+        BadCrl {
+            what: "truncated",
+            ca_pem: ca.clone(),
+            crl: in_force.der[..in_force.der.len() / 2].to_vec(),
+            says: "ca.crl: neither PEM nor DER",
+            alone: true,
+        },
+        BadCrl {
+            what: "older (lower CRL number)",
+            ca_pem: ca.clone(),
+            crl: crl(pki, 1, &[]).pem.into_bytes(),
+            says: "older than the one in force",
+            alone: false,
+        },
+        BadCrl {
+            what: "a broken-signature copy of an older CRL (the rollback guard)",
+            ca_pem: ca.clone(),
+            crl: corrupt_signature(&crl(pki, 1, &[]).der),
+            says: "does not verify with the key of CN=test CA in ca.crt",
+            alone: true,
+        },
+        BadCrl {
+            what: "signed by another key under our CA's name",
+            ca_pem: ca.clone(),
+            crl: foreign
+                .ca
+                .crl(&CrlSpec::new(9, Vec::new(), 7))
+                .unwrap()
+                .pem
+                .into_bytes(),
+            says: "another key under that name",
+            alone: true,
+        },
+        BadCrl {
+            what: "signed by an anchor whose keyUsage lacks cRLSign",
+            ca_pem: format!("{ca}{no_sign_ca}"),
+            crl: no_sign_signer
+                .crl(&CrlSpec::new(1, Vec::new(), 7))
+                .unwrap()
+                .pem
+                .into_bytes(),
+            says: "lacks cRLSign",
+            alone: true,
+        },
+    ]
+}
+
+/// Each bad CRL rejects its revision whole: an ERROR naming `ca.crl` and
+/// why, the rejected-revision counter and the gauge the alert reads, the
+/// last good CRL still in force (the leaked identity still refused,
+/// `/status` unchanged), and `check` FAILs the same files. A CRL re-issued
+/// at the same number with fewer serials un-revokes, loudly (one WARN
+/// naming the issuer and the serials, and the removals counter).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn truncated_and_older_crls_are_rejected_a_foreign_one_unrevokes_loudly() {
+async fn bad_crls_are_rejected_and_the_last_good_one_stays_in_force() {
     let tmp = tempfile::tempdir().unwrap();
     let pki = Pki::new("test CA");
-    let foreign = Pki::new("test CA");
     let replica = pki.leaf(REPLICA, Role::Server);
     let leaked = pki.leaf(CONTROLLER, Role::Client);
     let dir = AtomicDir::new(&tmp.path().join("replica")).unwrap();
     let in_force = crl(&pki, 2, &[&leaked]);
     publish(&dir, &replica, &pki.ca.cert_pem, Some(&in_force.der));
-    let echo = echo_target().await;
-    let sc = start_server(
-        dir.path(),
-        &echo.addr.to_string(),
-        &["--admin", "127.0.0.1:0"],
-    )
-    .await;
+    let (_echo, sc) = serve_with_admin(&dir).await;
     let addr = sc.addr("server");
     let admin = sc.admin();
     let ca = &pki.ca.cert_pem;
@@ -343,33 +426,45 @@ async fn truncated_and_older_crls_are_rejected_a_foreign_one_unrevokes_loudly() 
     assert_eq!(st["number"], "2");
     assert_eq!(st["revoked"], 1);
     assert_eq!(st["stale"], false);
+    assert_eq!(st["state"], "verified");
     let this_update = humantime::parse_rfc3339(st["this_update"].as_str().unwrap()).unwrap();
     let next_update = humantime::parse_rfc3339(st["next_update"].as_str().unwrap()).unwrap();
     let now = std::time::SystemTime::now();
     assert!(this_update <= now && now < next_update, "{st}");
 
-    // Each bad CRL revokes nothing: applying it would re-admit `leaked`.
-    let cases: [(&str, Vec<u8>, &str); 2] = [
-        (
-            "truncated",
-            in_force.der[..in_force.der.len() / 2].to_vec(),
-            "ca.crl: neither PEM nor DER",
-        ),
-        (
-            "older (lower CRL number)",
-            crl(&pki, 1, &[]).pem.into_bytes(),
-            "older than the one in force",
-        ),
-    ];
-    for (n, (what, bytes, says)) in cases.iter().enumerate() {
-        publish(&dir, &replica, ca, Some(bytes));
+    for (n, bad) in bad_crls(&pki, &in_force).iter().enumerate() {
+        let what = bad.what;
+        publish(&dir, &replica, &bad.ca_pem, Some(&bad.crl));
         let line = nth_log(&sc, "rejected credential revision", n + 1).await;
         assert!(line.contains("ca.crl"), "{what}: {line}");
-        assert!(line.contains(says), "{what}: {line}");
+        assert!(line.contains(bad.says), "{what}: {line}");
+        assert_eq!(
+            metric(
+                &admin,
+                "mtls_sidecar_credential_reloads_total",
+                &["result=\"rejected\""]
+            )
+            .await,
+            n as u64 + 1,
+            "{what}: the rejected-revision counter"
+        );
+        assert_eq!(
+            metric_plain(&admin, "mtls_sidecar_credential_last_reload_successful").await,
+            0,
+            "{what}: the alert's gauge"
+        );
         assert!(
             is_refused(&addr, ca, &leaked).await,
             "{what}: the last good CRL is no longer in force"
         );
+        if bad.alone {
+            let (code, out) = run_bin(&["check", "--tls-dir", path_str(dir.path())]);
+            assert_ne!(code, 0, "{what}: check passed:\n{out}");
+            assert!(
+                out.contains("FAIL") && out.contains(bad.says),
+                "{what}:\n{out}"
+            );
+        }
     }
     assert_eq!(sc.log_count("applied credential revision"), 0);
     assert_eq!(crl_status(&admin).await, in_force_status, "/status moved");
@@ -385,12 +480,10 @@ async fn truncated_and_older_crls_are_rejected_a_foreign_one_unrevokes_loudly() 
     let removals = "mtls_sidecar_crl_removals_total";
     assert_eq!(metric_plain(&admin, removals).await, 0);
 
-    // A CRL from another CA of the same name is no CRL of our CA's key: it
-    // is kept as unverified (judged at handshake against the issuer's key),
-    // and replacing ours with it un-revokes, loudly: one WARN naming the
-    // issuer and the serials, and the removals counter.
-    let foreign_crl = foreign.ca.crl(&CrlSpec::new(9, Vec::new(), 7)).unwrap();
-    publish(&dir, &replica, ca, Some(foreign_crl.pem.as_bytes()));
+    // The same CRL number re-issued without the leaked serial is our
+    // CA's, verified: it applies and un-revokes, loudly.
+    let fewer = crl(&pki, 3, &[]);
+    publish(&dir, &replica, ca, Some(fewer.pem.as_bytes()));
     let warn = sc.wait_log(&["un-revokes certificates"]).await;
     assert!(
         warn.contains("CN=test CA") && warn.contains(&serial(&leaked)),
@@ -398,7 +491,7 @@ async fn truncated_and_older_crls_are_rejected_a_foreign_one_unrevokes_loudly() 
     );
     assert_eq!(metric_plain(&admin, removals).await, 1);
     let st = crl_status(&admin).await;
-    assert_eq!(st[0]["state"], "unverified", "{st:?}");
+    assert_eq!(st[0]["state"], "verified", "{st:?}");
 
     // Removing ca.crl is a rotation that re-admits.
     publish(&dir, &replica, ca, None);
@@ -408,6 +501,49 @@ async fn truncated_and_older_crls_are_rejected_a_foreign_one_unrevokes_loudly() 
         .await
         .expect("handshake");
     assert_eq!(roundtrip(&mut back, b"back").await, b"back");
+}
+
+/// Serials the CRL's issuer drops at a higher CRL number (what `certs
+/// revoke --prune-expired` does once their certificates expired), and a
+/// CRL listing nothing removed, are counted apart
+/// (`mtls_sidecar_crl_entries_pruned_total`): no WARN, no count on the
+/// counter `MtlsSidecarCrlEntriesRemoved` reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serials_pruned_by_the_issuer_are_counted_apart_from_unrevocations() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("test CA");
+    let replica = pki.leaf(REPLICA, Role::Server);
+    let (old, kept) = (
+        pki.leaf(CONTROLLER, Role::Client),
+        pki.leaf(CONTROLLER, Role::Client),
+    );
+    let dir = AtomicDir::new(&tmp.path().join("replica")).unwrap();
+    let ca = &pki.ca.cert_pem;
+    publish(&dir, &replica, ca, Some(&crl(&pki, 1, &[&old, &kept]).der));
+    let (_echo, sc) = serve_with_admin(&dir).await;
+    let admin = sc.admin();
+    let (removals, pruned) = (
+        "mtls_sidecar_crl_removals_total",
+        "mtls_sidecar_crl_entries_pruned_total",
+    );
+    assert_eq!(metric_plain(&admin, pruned).await, 0);
+    publish(&dir, &replica, ca, Some(&crl(&pki, 2, &[&kept]).der));
+    let line = sc.wait_log(&["pruned serials"]).await;
+    assert!(
+        line.contains(&serial(&old)) && line.contains("CN=test CA"),
+        "{line}"
+    );
+    assert_eq!(metric_plain(&admin, pruned).await, 1);
+    publish(&dir, &replica, ca, Some(&crl(&pki, 3, &[]).der));
+    nth_log(&sc, "pruned serials", 2).await;
+    assert_eq!(metric_plain(&admin, pruned).await, 2);
+    // The CRL now lists nothing: removing it un-revokes nothing.
+    publish(&dir, &replica, ca, None);
+    nth_log(&sc, "pruned serials", 3).await;
+    assert!(crl_status(&admin).await.is_empty());
+    assert_eq!(metric_plain(&admin, pruned).await, 2);
+    assert_eq!(metric_plain(&admin, removals).await, 0);
+    assert_eq!(sc.log_count("un-revokes certificates"), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -28,8 +28,14 @@ fn ok(args: &[&str]) -> String {
 /// CA Certificate's Secret: `tls.crt`/`tls.key` the CA, `ca.crt` its issuer
 /// (itself, for a self-signed CA).
 fn two_layouts(root: &Path) -> (PathBuf, PathBuf) {
+    two_layouts_named(root, "mtls-sidecar dev CA")
+}
+
+/// [`two_layouts`] for a CA named `name`.
+fn two_layouts_named(root: &Path, name: &str) -> (PathBuf, PathBuf) {
+    std::fs::create_dir_all(root).unwrap();
     let classic = root.join("classic");
-    ok(&["certs", "ca", "--out", &s(&classic)]);
+    ok(&["certs", "ca", "--out", &s(&classic), "--name", name]);
     let cm = root.join("cert-manager");
     std::fs::create_dir(&cm).unwrap();
     let crt = std::fs::read(classic.join("ca.crt")).unwrap();
@@ -258,10 +264,91 @@ fn patched_crl(patch: &str) -> String {
     panic!("unterminated: {patch}")
 }
 
+/// `certs revoke --prune-expired MAX_LIFETIME` leaves out the entries
+/// revoked longer ago than that (their certificates have expired), keeps
+/// the others and the serials given, and raises the CRL number.
+#[test]
+fn revoke_prunes_entries_older_than_the_longest_lifetime() {
+    use mtls_sidecar::ops::pki::{CrlSpec, DevCa};
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, cm) = two_layouts(tmp.path());
+    let read = |f: &str| std::fs::read_to_string(cm.join(f)).unwrap();
+    let ca = DevCa::from_pem(&read("tls.crt"), &read("tls.key")).unwrap();
+    let now = std::time::SystemTime::now();
+    let day = std::time::Duration::from_secs(86_400);
+    let mut spec = CrlSpec::new(4, Vec::new(), 7);
+    spec.kept = vec![
+        (vec![0x7f, 0x01], now - 40 * day),
+        (vec![0x7f, 0x02], now - 2 * day),
+    ];
+    let crl = tmp.path().join("ca.crl");
+    std::fs::write(&crl, ca.crl(&spec).unwrap().pem).unwrap();
+    let prune = |lifetime: &str| {
+        let (crl, ca) = (s(&crl), s(&cm));
+        run_bin(&[
+            "certs",
+            "revoke",
+            "--ca",
+            &ca,
+            "--out",
+            &crl,
+            "--prune-expired",
+            lifetime,
+        ])
+    };
+    let (code, out) = prune("720h");
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("CRL number 5, 0 serial(s) added, 1 revoked, 1 pruned"),
+        "{out}"
+    );
+    let text = std::fs::read(&crl).unwrap();
+    let file = mtls_sidecar::credentials::RawFile {
+        path: crl.clone(),
+        bytes: text,
+    };
+    let crls = mtls_sidecar::credentials::revocation::parse_file(&file).unwrap();
+    let serials: Vec<Vec<u8>> = crls[0].revoked_entries().into_iter().map(|e| e.0).collect();
+    assert_eq!(serials, [vec![0x7f, 0x02]]);
+    let (code, out) = prune("0s");
+    assert_eq!(code, 2, "{out}");
+}
+
+/// One CRL per CA across a rotation: `certs revoke` adds the new CA's CRL
+/// beside the old one's and extends each CA's own; two CRLs of one CA are
+/// refused.
+#[test]
+fn revoke_keeps_one_crl_per_ca_across_a_rotation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, old) = two_layouts(&tmp.path().join("old"));
+    let (_, new) = two_layouts_named(&tmp.path().join("new"), "mtls-sidecar dev CA next");
+    let crl = s(&tmp.path().join("ca.crl"));
+    revoke_serial(&old, "7f:01", &crl);
+    revoke_serial(&new, "7f:02", &crl);
+    let out = revoke_serial(&new, "7f:03", &crl);
+    assert!(
+        out.contains("CRL number 2, 1 serial(s) added, 2 revoked"),
+        "{out}"
+    );
+    assert!(out.contains("wrote") && out.contains("2 CRL(s)"), "{out}");
+    let out = revoke_serial(&old, "7f:04", &crl);
+    assert!(
+        out.contains("CRL number 2, 1 serial(s) added, 2 revoked"),
+        "{out}"
+    );
+    // Two CRLs of one CA in the file: refused, naming it.
+    let one = std::fs::read_to_string(&crl).unwrap();
+    std::fs::write(&crl, format!("{one}{one}")).unwrap();
+    let (code, out) = run_bin(&["certs", "revoke", "--ca", &s(&old), "--out", &crl]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("keep one per CA"), "{out}");
+}
+
 #[test]
 fn the_cronjob_re_signs_the_configmaps_crl_and_writes_it_back_conditionally() {
     let tmp = tempfile::tempdir().unwrap();
     let (_, cm) = two_layouts(tmp.path());
+    let (_, next) = two_layouts_named(&tmp.path().join("next"), "mtls-sidecar CA next");
     let (api, work, bin) = (
         tmp.path().join("api"),
         tmp.path().join("work"),
@@ -270,9 +357,11 @@ fn the_cronjob_re_signs_the_configmaps_crl_and_writes_it_back_conditionally() {
     std::fs::create_dir_all(&api).unwrap();
     std::fs::create_dir_all(&work).unwrap();
     fake_kubectl(&bin, &api);
-    // What the ConfigMap holds: CRL number 1, one serial.
+    // What the ConfigMap holds across a rotation: each CA's CRL, number 1,
+    // one serial each.
     let in_force = s(&api.join("ca.crl"));
     revoke_serial(&cm, "7f:01", &in_force);
+    revoke_serial(&next, "7f:02", &in_force);
 
     let job = cronjob();
     let steps = containers(&job);
@@ -284,21 +373,36 @@ fn the_cronjob_re_signs_the_configmaps_crl_and_writes_it_back_conditionally() {
         std::fs::read(work.join("ca.crl")).unwrap(),
         std::fs::read(&in_force).unwrap()
     );
-    // The sidecar image's step, its arguments as shipped, the Secret's
-    // mount at /ca standing for the cert-manager layout.
-    let args: Vec<String> = strings(&steps[1]["args"])
-        .iter()
-        .map(|a| {
-            a.replace("/work", &s(&work))
-                .replace("=/ca", &format!("={}", s(&cm)))
-        })
-        .collect();
+    // The sidecar image's step, its arguments as shipped, the Secrets'
+    // mounts at /ca and /ca-next standing for the cert-manager layout.
+    let args_with = |next_dir: &Path| -> Vec<String> {
+        strings(&steps[1]["args"])
+            .iter()
+            .map(|a| {
+                a.replace("/work", &s(&work))
+                    .replace("=/ca-next", &format!("={}", s(next_dir)))
+                    .replace("=/ca", &format!("={}", s(&cm)))
+            })
+            .collect()
+    };
+    // Before the rotation's Secret exists, its empty mount is skipped.
+    let empty = tmp.path().join("no-secret");
+    std::fs::create_dir_all(&empty).unwrap();
+    let before = args_with(&empty);
+    let before: Vec<&str> = before.iter().map(String::as_str).collect();
+    let saved = std::fs::read(work.join("ca.crl")).unwrap();
+    let out = ok(&before);
+    assert!(out.contains("no CA here; skipped"), "{out}");
+    std::fs::write(work.join("ca.crl"), saved).unwrap();
+    let args = args_with(&next);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     assert_eq!(args[..2], ["certs", "revoke"]);
     let out = ok(&args);
-    assert!(
-        out.contains("CRL number 2, 0 serial(s) added, 1 revoked"),
-        "{out}"
+    assert_eq!(
+        out.matches("CRL number 2, 0 serial(s) added, 1 revoked")
+            .count(),
+        2,
+        "both CAs' CRLs re-signed: {out}"
     );
     run_script(&steps[2], &work, &bin);
     let patch = std::fs::read_to_string(api.join("patch")).unwrap();

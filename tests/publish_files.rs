@@ -102,8 +102,9 @@ fn each_credential_file_is_refused_as_the_sidecar_refuses_it_and_accepted_otherw
     assert!(fs::symlink_metadata(dir.join("..data")).is_err());
 
     // Accepted: each file judged, the CRL verified by the CA that signed
-    // it; a CRL no known CA signed is kept unverified (judged at handshake
-    // against the issuer in the peer's chain), as the sidecar keeps it; an
+    // it; a CRL whose issuer is no CA we hold is kept unverified (judged at
+    // handshake against an intermediate in the peer's chain), as the
+    // sidecar keeps it; an
     // intermediate listed in `intermediates` is known, never an anchor.
     let revoked = pki.leaf(CONTROLLER, Role::Client);
     let inter = pki.ca.intermediate("publish intermediate", 30).unwrap();
@@ -118,7 +119,7 @@ fn each_credential_file_is_refused_as_the_sidecar_refuses_it_and_accepted_otherw
         "ca.crt: 1 trust anchor(s): CN=publish CA",
         "intermediates (with the chain of tls.crt): 1 known intermediate CA(s), never trust anchors: CN=publish intermediate",
         "ca.crl: CRL from CN=publish CA (CRL number 2, 1 revoked): verified, signed by CN=publish CA in ca.crt",
-        "ca.crl: CRL from CN=foreign CA (CRL number 1, 0 revoked): unverified, verified at handshake against the intermediate in the peer's chain",
+        "ca.crl: CRL from CN=foreign CA (CRL number 1, 0 revoked): unverified, its issuer is no CA we hold: enforced only against a peer's chain whose intermediate of that name verifies it",
     ] {
         assert!(out.contains(line), "{line:?} in:\n{out}");
     }

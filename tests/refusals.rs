@@ -361,3 +361,75 @@ async fn exclusive_unauthenticated_peers_do_not_disturb_the_incumbent() {
     assert_eq!(srv.sidecar.log_count("displaces the incumbent"), 0);
     assert_eq!(srv.echo.accepted(), 1);
 }
+
+/// A CA certificate under `parent` whose params `constrain` edits (a name
+/// constraint, a path length), as a [`mtls_sidecar::ops::pki::DevCa`]
+/// that issues under it.
+fn constrained_ca(
+    parent: &mtls_sidecar::ops::pki::DevCa,
+    name: &str,
+    constrain: impl FnOnce(&mut rcgen::CertificateParams),
+) -> mtls_sidecar::ops::pki::DevCa {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::CrlSign,
+    ];
+    params.use_authority_key_identifier_extension = true;
+    constrain(&mut params);
+    let issuer = rcgen::Issuer::from_ca_cert_pem(
+        &parent.cert_pem,
+        rcgen::KeyPair::from_pem(&parent.key_pem).expect("parent key"),
+    )
+    .expect("issuer");
+    let cert = params.signed_by(&key, &issuer).expect("signed");
+    mtls_sidecar::ops::pki::DevCa::from_pem(&cert.pem(), &key.serialize_pem()).expect("CA")
+}
+
+/// A chain that breaks a constraint its CA sets (a name outside the
+/// intermediate's permitted subtree; an intermediate below one whose path
+/// length is 0) is refused and counted as `bad_chain`, not as `protocol`.
+#[tokio::test(flavor = "multi_thread")]
+async fn server_refuses_a_chain_breaking_a_ca_constraint_as_bad_chain() {
+    for case in ["name constraint", "path length"] {
+        let srv = ServerSide::start(&[]).await;
+        let root = &srv.pki.ca;
+        let (leaf, cas) = match case {
+            "name constraint" => {
+                let inter = constrained_ca(root, "constrained CA", |p| {
+                    p.name_constraints = Some(rcgen::NameConstraints {
+                        permitted_subtrees: vec![rcgen::GeneralSubtree::DnsName(
+                            "allowed.test".into(),
+                        )],
+                        excluded_subtrees: Vec::new(),
+                    });
+                });
+                let leaf = inter
+                    .issue(&LeafSpec::dns(CONTROLLER, Role::Client, 30))
+                    .expect("leaf");
+                (leaf, vec![inter.cert_pem.clone()])
+            }
+            _ => {
+                let top = constrained_ca(root, "path length 0 CA", |p| {
+                    p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
+                });
+                let below = constrained_ca(&top, "too deep CA", |_| {});
+                let leaf = below
+                    .issue(&LeafSpec::dns(CONTROLLER, Role::Client, 30))
+                    .expect("leaf");
+                (leaf, vec![below.cert_pem.clone(), top.cert_pem.clone()])
+            }
+        };
+        let cas: Vec<&str> = cas.iter().map(String::as_str).collect();
+        let cfg = chain_client_of(&leaf, &cas, &root.cert_pem);
+        if let Ok(mut s) = tls_connect(&srv.addr, REPLICA, cfg).await {
+            assert!(refused(&mut s).await, "{case}: forwarded");
+        }
+        assert_refused_once(&srv, "bad_chain", Some(CONTROLLER)).await;
+    }
+}

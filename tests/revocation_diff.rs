@@ -3,7 +3,8 @@
 //! intermediates; two CAs with one name; CDP present or absent; IDP absent,
 //! matching, mismatched, mismatched by letter case, only user / only CA
 //! certificates, without a name; CRLs at each level with and without a CRL
-//! number, stale, not yet valid, signed by another key of the same name;
+//! number, stale, not yet valid, signed by another key of the same name,
+//! with a corrupted signature, from a CA whose keyUsage lacks cRLSign;
 //! revoked, expired and not-yet-valid certificates), each is judged by
 //! `openssl verify -crl_check` and `-crl_check_all` and by the sidecar's
 //! judgement in process, and the two answers must agree through the table
@@ -102,11 +103,14 @@ fn run_scenario(i: usize, seed: u64) -> Vec<Row> {
     let dir = tempfile::tempdir().expect("tempdir");
     openssl::write_files(&minted, dir.path());
     let has_crl = gen::issuer_has_crl(&shape);
+    let held_broken: Vec<bool> = (0..shape.below)
+        .map(|d| shape.crls[d].is_some_and(|c| c.broken.is_some()) && shape.held(d))
+        .collect();
     let rows: Vec<Row> = [CrlScope::Leaf, CrlScope::Chain]
         .into_iter()
         .map(|scope| {
             let openssl = openssl::verify(&minted, dir.path(), scope);
-            let expected = table::expected(&openssl, scope, shape.below, &has_crl);
+            let expected = table::expected(&openssl, scope, shape.below, &has_crl, &held_broken);
             let actual = sidecar_verdict(&minted, scope);
             let comparison = table::compare(&shape, scope, &expected, &actual, judge::PATH_AWARE);
             Row {

@@ -318,7 +318,7 @@ fn classify_names_each_crls_state() {
         details,
         [
             "signed by CN=A in ca.crt",
-            "verified at handshake against the intermediate in the peer's chain",
+            "its issuer is no CA we hold: enforced only against a peer's chain whose intermediate of that name verifies it",
             "ignored: CN=R is no longer trusted",
             "pending: its thisUpdate is in the future; enforced once it is not",
         ]
@@ -565,57 +565,25 @@ fn one_key_under_two_names_verifies_the_crls_of_both() {
     assert_eq!(states, [("CN=New Name".to_string(), "verified")]);
 }
 
-/// A CA certificate without cRLSign in its keyUsage (self-signed, or
-/// signed by `parent`), and a [`DevCa`] of the same name and key whose own
-/// certificate allows cRLSign: rcgen signs CRLs and leaves only as a CA
-/// that may, and what is judged is the certificate without it.
-fn ca_without_crl_sign(name: &str, parent: Option<&DevCa>) -> (String, DevCa) {
-    let key = rcgen::KeyPair::generate().expect("key");
-    let cert = |usages: Vec<rcgen::KeyUsagePurpose>| {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        params.key_usages = usages;
-        match parent {
-            None => params.self_signed(&key).expect("self-signed").pem(),
-            Some(p) => {
-                let issuer = rcgen::Issuer::from_ca_cert_pem(
-                    &p.cert_pem,
-                    rcgen::KeyPair::from_pem(&p.key_pem).expect("parent key"),
-                )
-                .expect("issuer");
-                params.signed_by(&key, &issuer).expect("signed").pem()
-            }
-        }
-    };
-    use rcgen::KeyUsagePurpose::{CrlSign, DigitalSignature, KeyCertSign};
-    let without = cert(vec![KeyCertSign, DigitalSignature]);
-    let signer = DevCa::from_pem(
-        &cert(vec![KeyCertSign, CrlSign, DigitalSignature]),
-        &key.serialize_pem(),
-    )
-    .expect("CA");
-    (without, signer)
-}
+use common::broken_crl::ca_without_crl_sign;
 
 /// A CA whose keyUsage lacks cRLSign signs no CRL we enforce: an anchor's
-/// CRL is `unverified` (not `verified`), and the CRL of an intermediate
-/// the peer sends revokes nothing (the same CRL from one that may sign
-/// CRLs revokes). Kills `may_sign_crls -> true` and `der_may_sign_crls ->
-/// true`.
+/// CRL (or a held intermediate's) is refused at load, naming why (it never
+/// loads silently), and the CRL of an intermediate the peer sends revokes
+/// nothing (the same CRL from one that may sign CRLs revokes). Kills
+/// `may_sign_crls -> true` and `der_may_sign_crls -> true`.
 #[test]
 fn a_ca_without_crl_sign_signs_no_crl_we_enforce() {
     let (anchor, signer) = ca_without_crl_sign("No CRL Sign", None);
     let c = crl(&signer, 1, vec![]);
     let inp = inputs(&anchor, Some(&c));
-    let states: Vec<&str> = classify_crl_file(&inp, SystemTime::now())
-        .unwrap()
-        .into_iter()
-        .map(|r| r.state)
-        .collect();
-    assert_eq!(states, ["unverified"]);
+    let e = classify_crl_file(&inp, SystemTime::now())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("CN=No CRL Sign") && e.contains("lacks cRLSign"),
+        "{e}"
+    );
 
     let root = ca("Root");
     let (inter, signer) = ca_without_crl_sign("Inter", Some(&root));
@@ -843,10 +811,21 @@ fn a_crl_labelled_with_another_signature_algorithm_is_not_verified() {
     );
     let wrong = signed_with("-sha384");
     let inp = inputs(&p384.cert_pem, Some(&wrong));
-    assert_eq!(judge(&inp, &bad.cert_pem, CrlScope::Leaf), "ok");
-    let reports = classify_crl_file(&inp, SystemTime::now()).unwrap();
-    assert_eq!(reports.len(), 1);
-    assert_eq!(reports[0].state, "unverified", "{}", reports[0].detail);
+    let e = classify_crl_file(&inp, SystemTime::now())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("does not verify with the key of CN=P-384 Root"),
+        "{e}"
+    );
+    let refused = judge_chain(
+        &inp,
+        bad.cert_pem.as_bytes(),
+        CrlScope::Leaf,
+        Usage::ClientAuth,
+        SystemTime::now(),
+    );
+    assert!(refused.is_err(), "{refused:?}");
 }
 
 /// The first DER element of `der`: (the whole element, its contents).
@@ -894,4 +873,97 @@ fn pem_crl(der: &[u8]) -> String {
     }
     pem.push_str("-----END X509 CRL-----\n");
     pem
+}
+
+/// A CRL that names a CA we hold (an anchor, or an intermediate of the
+/// `intermediates` file) but that no trusted key of that name verifies
+/// never loads: a corrupted signature, a CA whose keyUsage lacks cRLSign,
+/// another key under the CA's name each make the inputs unusable, the
+/// error naming the CRL and why. The same CRL of an intermediate only the
+/// peer sends stays `unverified` (judged at the handshake), and a CRL of a
+/// same-name CA that left the trust (a retired anchor) is `ignored`.
+#[test]
+fn a_crl_no_trusted_key_verifies_never_loads() {
+    use common::broken_crl::corrupt_signature;
+    let root = ca("Held Root");
+    let twin = ca("Held Root");
+    let inter = root.intermediate("Held Inter", 30).expect("intermediate");
+    let inter_twin = root.intermediate("Held Inter", 30).expect("intermediate");
+    let (no_sign_inter, no_sign_signer) = ca_without_crl_sign("Held Inter", Some(&root));
+    let corrupt = |c: &DevCa| {
+        let der = c.crl(&CrlSpec::new(1, vec![], 7)).expect("CRL").der;
+        pem_crl(&corrupt_signature(&der))
+    };
+    let error = |inp: &TrustInputs<'_>| match classify_crl_file(inp, SystemTime::now()) {
+        Ok(r) => panic!("loaded: {r:?}"),
+        Err(e) => e.to_string(),
+    };
+    // The anchor's CRL, broken two ways.
+    for (what, file, says) in [
+        (
+            "corrupted",
+            corrupt(&root),
+            "does not verify with the key of CN=Held Root in ca.crt",
+        ),
+        (
+            "another key",
+            crl(&twin, 1, vec![]),
+            "another key under that name",
+        ),
+    ] {
+        let e = error(&inputs(&root.cert_pem, Some(&file)));
+        assert!(
+            e.starts_with("ca.crl: the CRL from CN=Held Root (CRL number 1)"),
+            "{what}: {e}"
+        );
+        assert!(e.contains(says), "{what}: {e}");
+    }
+    // A held intermediate's CRL, broken three ways; the same CRL with the
+    // intermediate only in the peer's chain is judged at the handshake.
+    let cases = [
+        (
+            "corrupted",
+            inter.cert_pem.clone(),
+            corrupt(&inter),
+            "corrupted",
+        ),
+        (
+            "another key",
+            inter.cert_pem.clone(),
+            crl(&inter_twin, 1, vec![]),
+            "another key",
+        ),
+        (
+            "no cRLSign",
+            no_sign_inter.clone(),
+            crl(&no_sign_signer, 1, vec![]),
+            "lacks cRLSign",
+        ),
+    ];
+    for (what, held, file, says) in cases {
+        let inp = TrustInputs {
+            ca: root.cert_pem.as_bytes(),
+            intermediates: Some(held.as_bytes()),
+            crl: Some(file.as_bytes()),
+            retired_ca: None,
+        };
+        let e = error(&inp);
+        assert!(
+            e.contains("CN=Held Inter") && e.contains(says),
+            "{what}: {e}"
+        );
+        let peer_sent = inputs(&root.cert_pem, Some(&file));
+        let states = classify_crl_file(&peer_sent, SystemTime::now()).expect(what);
+        assert_eq!(states[0].state, "unverified", "{what}");
+    }
+    // A same-name CA that left the trust: its CRL is ignored, not refused.
+    let twin_crl = crl(&twin, 1, vec![]);
+    let retired = TrustInputs {
+        ca: root.cert_pem.as_bytes(),
+        crl: Some(twin_crl.as_bytes()),
+        retired_ca: Some(twin.cert_pem.as_bytes()),
+        ..Default::default()
+    };
+    let states = classify_crl_file(&retired, SystemTime::now()).expect("retired");
+    assert_eq!(states[0].state, "ignored");
 }

@@ -164,6 +164,58 @@ fn a_crl_follows_its_ca_through_the_grace() {
     assert!(again.is_empty(), "reported twice: {again:?}");
 }
 
+/// The same with a CA re-keyed under its own name: A leaves `ca.crt`, A'
+/// (same name, another key) stays, and A's CRL is still delivered. Nothing
+/// in the revision's own files verifies that CRL under a trusted name, but
+/// the store knows A (graced, then retired): the revision applies, the CRL
+/// is enforced through the grace, then ignored, and later renewals still
+/// apply. A sidecar started on those files alone refuses the CRL (it
+/// cannot tell it from one another key signed). Kills `Known::partial`
+/// as a no-op (the revision's own view then refused the renewal).
+#[test]
+fn a_same_name_rekeyed_cas_crl_follows_it_through_the_grace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, a2) = (ca("A"), ca("A"));
+    let (me, revoked) = (leaf(&a2), leaf(&a));
+    let dir = AtomicDir::new(tmp.path()).unwrap();
+    let crl_a = crl(&a, 1, &[&revoked]);
+    publish(
+        &dir,
+        &me,
+        &format!("{}{}", a.cert_pem, a2.cert_pem),
+        Some(&crl_a),
+    );
+    let store = load(tmp.path());
+    assert_eq!(verdict(&store, &revoked), REVOKED);
+    let t0 = SystemTime::now();
+    publish(&dir, &me, &a2.cert_pem, Some(&crl_a));
+    applied(store.poll(t0));
+    assert_eq!(
+        verdict(&store, &revoked),
+        REVOKED,
+        "the grace re-admits no one"
+    );
+    assert_eq!(details(&store), ["signed by CN=A (in its trust grace)"]);
+    assert_eq!(
+        store.poll(t0 + GRACE + Duration::from_secs(1)),
+        Applied::TrustRetired
+    );
+    assert_eq!(states(&store), [("CN=A".into(), "ignored", None)]);
+    publish(&dir, &leaf(&a2), &a2.cert_pem, Some(&crl_a));
+    applied(store.poll(t0 + GRACE + Duration::from_secs(2)));
+    assert_eq!(states(&store), [("CN=A".into(), "ignored", None)]);
+    let fresh = CredentialStore::load(
+        CredentialSource::Dir(tmp.path().to_path_buf()),
+        provider(),
+        GRACE,
+    );
+    assert!(
+        matches!(&fresh, Err(CredError::CrlSignature { issuer, .. }) if issuer == "CN=A"),
+        "{:?}",
+        fresh.as_ref().map(|_| ())
+    );
+}
+
 /// A revision that drops A's CRL while A is graced keeps A's CRL in force
 /// for the grace (no notice: nothing becomes admissible); removing a CRL
 /// whose CA is still in `ca.crt` applies with one notice naming the serials.
@@ -199,8 +251,12 @@ fn dropping_a_crl_never_silently_readmits() {
     };
     assert_eq!(dropped.len(), 1, "{dropped:?}");
     assert_eq!(
-        (dropped[0].issuer.as_str(), dropped[0].removed),
-        ("CN=B", true)
+        (
+            dropped[0].issuer.as_str(),
+            dropped[0].removed,
+            dropped[0].pruned
+        ),
+        ("CN=B", true, false)
     );
     assert_eq!(dropped[0].serials, [serial(&revoked_b)]);
     // Once A retires, its kept CRL goes with it.
@@ -209,8 +265,9 @@ fn dropping_a_crl_never_silently_readmits() {
 }
 
 /// Listing fewer serials at a CRL number not higher than the one in force
-/// applies with a notice naming what became admissible; a higher number
-/// does not; a lower number is refused as older.
+/// applies with a notice naming what became admissible; at a higher number
+/// the notice says the issuer pruned them (counted apart, no alert); a
+/// lower number is refused as older.
 #[test]
 fn a_shrinking_crl_is_reported_and_an_older_one_refused() {
     let tmp = tempfile::tempdir().unwrap();
@@ -226,10 +283,18 @@ fn a_shrinking_crl_is_reported_and_an_older_one_refused() {
     let notices = store.take_crl_notices();
     assert!(
         matches!(notices.as_slice(), [CrlNotice::Unrevoked(d)]
-            if d.len() == 1 && !d[0].removed && d[0].serials == [serial(&r2)]),
+            if d.len() == 1 && !d[0].removed && !d[0].pruned && d[0].serials == [serial(&r2)]),
         "{notices:?}"
     );
     publish(&dir, &me, &a.cert_pem, Some(&crl(&a, 6, &[])));
+    applied(store.poll(now));
+    let notices = store.take_crl_notices();
+    assert!(
+        matches!(notices.as_slice(), [CrlNotice::Unrevoked(d)]
+            if d.len() == 1 && !d[0].removed && d[0].pruned && d[0].serials == [serial(&r1)]),
+        "{notices:?}"
+    );
+    publish(&dir, &me, &a.cert_pem, Some(&crl(&a, 7, &[])));
     applied(store.poll(now));
     assert!(store.take_crl_notices().is_empty());
     publish(&dir, &me, &a.cert_pem, Some(&crl(&a, 4, &[&r1])));

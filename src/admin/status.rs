@@ -332,8 +332,9 @@ pub struct CrlStatus {
     pub stale: bool,
     /// How many serials it revokes.
     pub revoked: usize,
-    /// `verified` (signed by a trusted CA key), `unverified` (verified at
-    /// handshake against the intermediate in the peer's chain), `ignored`
+    /// `verified` (signed by a trusted CA key), `unverified` (its issuer is
+    /// no CA we hold: enforced only against a peer-sent intermediate whose
+    /// key verifies it), `ignored`
     /// (its CA is no longer trusted) or `pending` (dated in the future).
     pub state: &'static str,
     /// The CA whose key signed it, when known.

@@ -69,10 +69,11 @@ pub enum CredError {
     },
     #[error("{path}: {detail}", path = .path.display())]
     CrlParse { path: PathBuf, detail: String },
-    #[error("{path}: the CRL from {issuer} is not signed by a CA in ca.crt: {detail}", path = .path.display())]
+    #[error("{path}: the CRL from {issuer} ({this}) verifies against no trusted key of that name, so it is not loaded: {detail}", path = .path.display())]
     CrlSignature {
         path: PathBuf,
         issuer: String,
+        this: String,
         detail: String,
     },
     #[error("{path}: the CRL from {issuer} ({this}) is older than the one in force ({current}); refusing to go back", path = .path.display())]

@@ -234,28 +234,46 @@ fn report_crl_notices(store: &CredentialStore, all: &[Arc<CredentialStore>]) {
                 this_update = %fmt_time(crl.this_update),
                 "CRL held pending: its thisUpdate is in the future (beyond the clock-skew tolerance); the previous CRL of that CA stays in force until it is due"
             ),
-            CrlNotice::Unrevoked(dropped) => {
-                crate::metrics::crl_removal();
-                let what: Vec<String> = dropped.iter().map(describe_dropped).collect();
-                warn!(
-                    target: "mtls_sidecar::reload", source = %store.source(),
-                    admissible = %what.join("; "),
-                    "applied a revision that un-revokes certificates: these serials are admissible again"
-                );
-            }
+            CrlNotice::Unrevoked(dropped) => report_dropped(store, &dropped),
         }
     }
     let pending = all.iter().map(|s| s.current().trust.crls.pending()).sum();
     crate::metrics::crl_pending(pending);
 }
 
+/// Un-revocations: one WARN and one count of the alerting counter per
+/// revision; serials an issuer pruned: one INFO, counted apart.
+fn report_dropped(store: &CredentialStore, dropped: &[Dropped]) {
+    let (pruned, unrevoked): (Vec<&Dropped>, Vec<&Dropped>) =
+        dropped.iter().partition(|d| d.pruned);
+    if !unrevoked.is_empty() {
+        crate::metrics::crl_removal();
+        let what: Vec<String> = unrevoked.iter().map(|d| describe_dropped(d)).collect();
+        warn!(
+            target: "mtls_sidecar::reload", source = %store.source(),
+            admissible = %what.join("; "),
+            "applied a revision that un-revokes certificates: these serials are admissible again"
+        );
+    }
+    if !pruned.is_empty() {
+        crate::metrics::crl_pruned(pruned.iter().map(|d| d.serials.len()).sum());
+        let what: Vec<String> = pruned.iter().map(|d| describe_dropped(d)).collect();
+        info!(
+            target: "mtls_sidecar::reload", source = %store.source(),
+            pruned = %what.join("; "),
+            "applied a revision whose CRL issuer pruned serials (a higher CRL number without them, e.g. their certificates expired)"
+        );
+    }
+}
+
 /// One issuer's un-revoked serials, for the WARN line.
 fn describe_dropped(d: &Dropped) -> String {
     let serials: Vec<String> = d.serials.iter().map(|s| hex(s)).collect();
-    let how = if d.removed {
-        "CRL removed"
-    } else {
-        "CRL lists fewer serials without a higher CRL number"
+    let how = match (d.removed, d.pruned) {
+        (true, true) => "a CRL listing nothing removed",
+        (true, false) => "CRL removed",
+        (false, true) => "CRL re-issued at a higher CRL number without them",
+        (false, false) => "CRL lists fewer serials without a higher CRL number",
     };
     format!("{} ({how}): serials [{}]", d.issuer, serials.join(", "))
 }

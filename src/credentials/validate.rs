@@ -236,7 +236,10 @@ fn known_intermediates(
 
 impl ParsedRevision {
     /// The revision's CRLs classified against its own anchors and
-    /// intermediates at `now` (no earlier revision).
+    /// intermediates at `now` (no earlier revision). This view knows no
+    /// CA that left the trust, so it refuses no CRL for its signature (a
+    /// CRL of a previous key of a CA is `unverified` here): the store, and
+    /// [`ValidRevision::starting_trust`], judge that.
     pub fn own_crls(
         &self,
         provider: &Arc<CryptoProvider>,
@@ -245,21 +248,9 @@ impl ParsedRevision {
         if self.crl_list.is_empty() {
             return Ok(CrlSet::empty());
         }
-        let trust = Trust::build(
-            Anchor::bundle(&self.anchors),
-            Arc::new(CrlSet::empty()),
-            super::CrlScope::Leaf,
-            provider,
-        )?
-        .with_issuers(self.intermediates.clone(), Arc::from(Vec::new()));
-        Ok(classify(
-            &self.crl_list,
-            &trust.known(),
-            now,
-            &CrlSet::empty(),
-            provider,
-        )?
-        .set)
+        let trust = bare_trust(&self.anchors, &self.intermediates, provider)?;
+        let known = trust.known().partial();
+        Ok(classify(&self.crl_list, &known, now, &CrlSet::empty(), provider)?.set)
     }
 
     /// Judges the revision at `now`: the leaf's validity window, then the
@@ -313,6 +304,45 @@ impl ParsedRevision {
             federated: self.federated.clone(),
         })
     }
+}
+
+impl ValidRevision {
+    /// The trust a sidecar starting on this revision holds at `now` (no
+    /// earlier revision, no CA in its grace): its anchors, intermediates
+    /// and CRLs. `Err` when a CRL may not load, e.g. one that names a CA
+    /// of the revision but that no key of that name verifies.
+    pub fn starting_trust(
+        &self,
+        provider: &Arc<CryptoProvider>,
+        now: SystemTime,
+    ) -> Result<Trust, CredError> {
+        let bare = bare_trust(&self.anchors, &self.intermediates, provider)?;
+        let crls = classify(
+            &self.crl_list,
+            &bare.known(),
+            now,
+            &CrlSet::empty(),
+            provider,
+        )?;
+        bare.with_crls(Arc::new(crls.set))
+            .map(|t| t.with_deny(self.deny.clone()))
+    }
+}
+
+/// The trust over a revision's own anchors and intermediates, without
+/// CRLs (no CA in its grace, none retired).
+fn bare_trust(
+    anchors: &[(CertificateDer<'static>, CertInfo)],
+    intermediates: &Arc<[CertificateDer<'static>]>,
+    provider: &Arc<CryptoProvider>,
+) -> Result<Trust, CredError> {
+    Ok(Trust::build(
+        Anchor::bundle(anchors),
+        Arc::new(CrlSet::empty()),
+        super::CrlScope::default(),
+        provider,
+    )?
+    .with_issuers(intermediates.clone(), Arc::from(Vec::new())))
 }
 
 fn secs(t: UnixTime) -> i64 {

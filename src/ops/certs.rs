@@ -5,7 +5,7 @@
 //! `tls.key`, `ca.crt`) that `--tls-dir` and `check` read directly.
 //! `--ca DIR` also reads a cert-manager CA Secret's layout (`tls.crt`,
 //! `tls.key`): [`ca_files`]. `certs revoke` with no serial re-signs the CRL
-//! already at `--out` (what a CronJob does before nextUpdate).
+//! already at `--out` (what a CronJob does before nextUpdate): `revoke.rs`.
 //! `certs deny` appends one entry to a deny-list (`deny.rs`): no CA key.
 //!
 //! Keys are never silently replaced: an existing key is refused unless
@@ -23,12 +23,15 @@ use std::time::{Duration, SystemTime};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
 
-use crate::cli::{CertsCaArgs, CertsCommand, CertsIssueArgs, CertsRevokeArgs};
+use crate::cli::{CertsCaArgs, CertsCommand, CertsIssueArgs};
 use crate::credentials::{fmt_time, root_store, verify_chain, CA_FILE, CERT_FILE, KEY_FILE};
 use crate::identity::CertInfo;
 mod deny;
+mod revoke;
 
-use crate::ops::pki::{CrlSpec, DevCa, LeafSpec};
+pub use revoke::revoke;
+
+use crate::ops::pki::{DevCa, LeafSpec};
 use deny::deny;
 
 /// The CA's private key file written by `certs ca` and read by `certs issue`.
@@ -224,88 +227,8 @@ pub fn issue(args: &CertsIssueArgs) -> Result<Vec<String>, CertsError> {
     Ok(lines)
 }
 
-/// `certs revoke`: writes a CRL signed by the CA in `args.ca` revoking the
-/// given serials, keeping the entries of the CRL already at `args.out` (which
-/// must be this CA's) and incrementing its CRL number.
-pub fn revoke(args: &CertsRevokeArgs) -> Result<Vec<String>, CertsError> {
-    check_days(args.days)?;
-    let mut serials = Vec::new();
-    for hex in &args.serial {
-        serials.push(parse_serial(hex)?);
-    }
-    for path in &args.cert {
-        let pem = fs::read(path).map_err(|e| CertsError::Usage {
-            flag: "--cert",
-            why: format!("{}: cannot read: {e}", path.display()),
-        })?;
-        let der = CertificateDer::from_pem_slice(&pem).map_err(|e| CertsError::Usage {
-            flag: "--cert",
-            why: format!("{}: not a PEM certificate: {e}", path.display()),
-        })?;
-        serials.push(
-            crate::ops::pki::serial_of(&der).ok_or_else(|| CertsError::Usage {
-                flag: "--cert",
-                why: format!("{}: not an X.509 certificate", path.display()),
-            })?,
-        );
-    }
-    let (ca_cert_path, ca_key_path) = ca_files(&args.ca)?;
-    let ca_pem = read_ca_file(&ca_cert_path)?;
-    let ca_key = read_ca_file(&ca_key_path)?;
-    let ca = DevCa::from_pem(&ca_pem, &ca_key).map_err(|e| CertsError::BadCa {
-        path: ca_key_path.clone(),
-        why: format!("not a usable CA certificate and key pair: {e}"),
-    })?;
-    let now = SystemTime::now();
-    let mut spec = CrlSpec::new(1, Vec::new(), args.days);
-    spec.this_update = now;
-    spec.next_update = now + Duration::from_secs(u64::from(args.days) * 86_400);
-    match existing_crl(&args.out, &ca_pem, &ca_cert_path)? {
-        Some(existing) => {
-            let number = existing.infos().next().and_then(|i| i.number_bytes());
-            spec.number = increment(&number.unwrap_or_default());
-            spec.kept = existing
-                .revoked_entries()
-                .into_iter()
-                .map(|(s, at)| (s, crate::identity::epoch_to_time(at)))
-                .collect();
-        }
-        None => refuse_empty_first_crl(&serials, &args.out)?,
-    }
-    serials.sort();
-    serials.dedup();
-    serials.retain(|s| !spec.kept.iter().any(|(k, _)| k == s));
-    let added = serials.len();
-    spec.serials = serials;
-    let crl = ca.crl(&spec)?;
-    write_atomic(&args.out, crl.pem.as_bytes(), 0o644)?;
-    let total = spec.kept.len() + added;
-    Ok(vec![format!(
-        "wrote {}: CRL number {}, {added} serial(s) added, {total} revoked, next update {}",
-        args.out.display(),
-        x509_parser::num_bigint::BigUint::from_bytes_be(&spec.number),
-        fmt_time(crate::identity::time_to_epoch(spec.next_update))
-    )])
-}
-
-/// A first CRL needs something on it: with nothing at `--out` to re-sign,
-/// no serial is a usage error (a typo in `--out` must not mint an empty CRL
-/// that replaces the real one when published).
-fn refuse_empty_first_crl(serials: &[Vec<u8>], out: &Path) -> Result<(), CertsError> {
-    if serials.is_empty() {
-        return Err(CertsError::Usage {
-            flag: "--serial",
-            why: format!(
-                "give at least one --serial HEX or --cert FILE ({} holds no CRL to re-sign)",
-                out.display()
-            ),
-        });
-    }
-    Ok(())
-}
-
 /// Parses `0a:1b:...` or `0a1b...` into serial bytes (1 to 20 of them).
-fn parse_serial(text: &str) -> Result<Vec<u8>, CertsError> {
+pub(super) fn parse_serial(text: &str) -> Result<Vec<u8>, CertsError> {
     let bad = |why: &str| CertsError::Usage {
         flag: "--serial",
         why: format!("{text:?}: {why}"),
@@ -325,65 +248,8 @@ fn parse_serial(text: &str) -> Result<Vec<u8>, CertsError> {
         .collect()
 }
 
-/// The CRL already at `path`, checked to be one CRL signed by this CA; none
-/// when the file does not exist.
-fn existing_crl(
-    path: &Path,
-    ca_pem: &str,
-    ca_path: &Path,
-) -> Result<Option<crate::credentials::CrlSet>, CertsError> {
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(CertsError::Usage {
-                flag: "--out",
-                why: format!("{}: cannot read: {e}", path.display()),
-            })
-        }
-    };
-    let der = CertificateDer::from_pem_slice(ca_pem.as_bytes()).map_err(|e| CertsError::BadCa {
-        path: ca_path.to_path_buf(),
-        why: format!("not a PEM certificate: {e}"),
-    })?;
-    let info = CertInfo::parse(&der).map_err(|e| CertsError::BadCa {
-        path: ca_path.to_path_buf(),
-        why: e.to_string(),
-    })?;
-    let file = crate::credentials::RawFile {
-        path: path.to_path_buf(),
-        bytes,
-    };
-    let set = crate::credentials::CrlSet::parse(&file, &[(der, info)], &crate::crypto_provider())
-        .map_err(|e| CertsError::Usage {
-        flag: "--out",
-        why: format!("cannot extend it: {e}"),
-    })?;
-    if set.infos().count() != 1 {
-        return Err(CertsError::Usage {
-            flag: "--out",
-            why: format!(
-                "{}: holds {} CRLs; extend one at a time",
-                path.display(),
-                set.infos().count()
-            ),
-        });
-    }
-    if set.entries().iter().any(|e| e.state.signer().is_none()) {
-        return Err(CertsError::Usage {
-            flag: "--out",
-            why: format!(
-                "{}: cannot extend it: the CRL is not signed by {}",
-                path.display(),
-                ca_path.display()
-            ),
-        });
-    }
-    Ok(Some(set))
-}
-
 /// `n + 1` for a big-endian unsigned number.
-fn increment(n: &[u8]) -> Vec<u8> {
+pub(super) fn increment(n: &[u8]) -> Vec<u8> {
     let mut out = n.to_vec();
     for b in out.iter_mut().rev() {
         let (v, carry) = b.overflowing_add(1);
@@ -455,7 +321,7 @@ fn sans(args: &CertsIssueArgs) -> Result<Names, CertsError> {
     })
 }
 
-fn read_ca_file(path: &Path) -> Result<String, CertsError> {
+pub(super) fn read_ca_file(path: &Path) -> Result<String, CertsError> {
     fs::read_to_string(path).map_err(|e| CertsError::BadCa {
         path: path.to_path_buf(),
         why: match e.kind() {

@@ -18,6 +18,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+pub mod broken_crl;
 /// A parser for the `/metrics` page (also used by `tests/admin.rs`).
 #[path = "../admin/expo.rs"]
 pub mod expo;
@@ -974,16 +975,27 @@ pub fn chain_client(
     intermediate_pem: &str,
     ca_pem: &str,
 ) -> std::sync::Arc<rustls::ClientConfig> {
+    chain_client_of(leaf, &[intermediate_pem], ca_pem)
+}
+
+/// A client presenting `leaf` and then the CA certificates `cas` (PEM, in
+/// issuer order), trusting `ca_pem` for the server.
+pub fn chain_client_of(
+    leaf: &Issued,
+    cas: &[&str],
+    ca_pem: &str,
+) -> std::sync::Arc<rustls::ClientConfig> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
         .unwrap();
-    let chain = vec![
-        leaf.cert_der.clone(),
-        CertificateDer::from_pem_slice(intermediate_pem.as_bytes()).unwrap(),
-    ];
+    let mut chain = vec![leaf.cert_der.clone()];
+    chain.extend(
+        cas.iter()
+            .map(|pem| CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()),
+    );
     let cfg = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .unwrap()

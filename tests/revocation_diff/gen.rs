@@ -71,14 +71,26 @@ pub enum CrlTime {
     Future,
 }
 
+/// How a CRL fails to verify with its issuer's key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Broken {
+    /// Signed by another key under the same issuer name (not trusted).
+    WrongKey,
+    /// Signed by the issuer's key, then its signature corrupted.
+    Corrupted,
+    /// Signed by the issuer's key, whose certificate's keyUsage lacks
+    /// cRLSign.
+    NoCrlSign,
+}
+
 /// The CRL one CA level publishes.
 #[derive(Debug, Clone, Copy)]
 pub struct CrlShape {
     pub number: bool,
     pub idp: IdpKind,
     pub time: CrlTime,
-    /// Signed by another key under the same issuer name (not trusted).
-    pub wrong_key: bool,
+    /// Set when no trusted key verifies it.
+    pub broken: Option<Broken>,
 }
 
 /// A second root with the same subject name and another key.
@@ -167,7 +179,9 @@ impl Shape {
                 } else {
                     CrlTime::Current
                 },
-                wrong_key: r.one_in(12),
+                broken: r
+                    .one_in(8)
+                    .then(|| r.pick(&[Broken::WrongKey, Broken::Corrupted, Broken::NoCrlSign])),
             });
             shape.crls.push(crl);
         }
@@ -227,8 +241,14 @@ impl Shape {
                         CrlTime::Stale => k.push("stale CRL"),
                         CrlTime::Future => k.push("CRL not yet valid"),
                     }
-                    if c.wrong_key {
-                        k.push("CRL signed by a same-name key");
+                    match c.broken {
+                        None => {}
+                        Some(Broken::WrongKey) => k.push("CRL signed by a same-name key"),
+                        Some(Broken::Corrupted) => k.push("CRL with a corrupted signature"),
+                        Some(Broken::NoCrlSign) => k.push("CRL from a CA without cRLSign"),
+                    }
+                    if c.broken.is_some() && self.held(i) {
+                        k.push("broken CRL of a CA we hold");
                     }
                 }
             }
@@ -260,6 +280,19 @@ impl Shape {
         k.sort_unstable();
         k.dedup();
         k
+    }
+
+    /// True when the CA that issues certificate `i` is one the sidecar
+    /// holds: the root (an anchor), or an intermediate given as the
+    /// `intermediates` file.
+    pub fn held(&self, i: usize) -> bool {
+        i + 1 == self.below || self.intermediates_file
+    }
+
+    /// True when some CA level the sidecar holds publishes a CRL no trusted
+    /// key verifies: the revision is rejected.
+    pub fn held_broken(&self) -> bool {
+        (0..self.below).any(|i| self.crls[i].is_some_and(|c| c.broken.is_some()) && self.held(i))
     }
 
     /// One line a person can read.
@@ -301,7 +334,7 @@ pub fn issuer_has_crl(shape: &Shape) -> Vec<bool> {
     shape
         .crls
         .iter()
-        .map(|c| c.is_some_and(|c| !c.wrong_key && c.time != CrlTime::Future))
+        .map(|c| c.is_some_and(|c| c.broken.is_none() && c.time != CrlTime::Future))
         .collect()
 }
 
@@ -329,6 +362,9 @@ pub const ALL_KINDS: &[&str] = &[
     "stale CRL",
     "CRL not yet valid",
     "CRL signed by a same-name key",
+    "CRL with a corrupted signature",
+    "CRL from a CA without cRLSign",
+    "broken CRL of a CA we hold",
     "leaf expired",
     "leaf not yet valid",
     "intermediate expired",

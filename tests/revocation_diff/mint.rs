@@ -12,7 +12,7 @@ use rcgen::{
 
 use super::der::{pem, Crl, Idp};
 use super::gen::{
-    issuer_has_crl, CrlShape, CrlTime, IdpKind, Shape, Validity, PEER_NAME, SERVER_NAME,
+    issuer_has_crl, Broken, CrlShape, CrlTime, IdpKind, Shape, Validity, PEER_NAME, SERVER_NAME,
 };
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -49,8 +49,9 @@ pub struct Minted {
     /// ca.crl, when any level publishes one.
     pub crl_pem: Option<String>,
     /// What OpenSSL is given instead: `crl_pem` plus an empty, current CRL
-    /// from every CA level that has no CRL in force (none, one signed by
-    /// another key, or one not valid yet). The sidecar does not judge a
+    /// from every CA level that has no CRL in force (none, a broken one of
+    /// an intermediate only the peer sends, which replaces it, or one not
+    /// valid yet; a held CA's broken CRL is given as it is). The sidecar does not judge a
     /// certificate whose issuer has no CRL (the first deliberate
     /// divergence); OpenSSL's `-crl_check` stops at error 3 there and
     /// judges nothing after it. The empty CRL says "not revoked" in
@@ -124,6 +125,18 @@ fn ca_params(
     let mut params = base_params(name, validity, cdp);
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    params
+}
+
+/// The CA of level `level` may not sign CRLs when its CRL's shape says so.
+fn without_crl_sign(
+    mut params: CertificateParams,
+    shape: &Shape,
+    level: usize,
+) -> CertificateParams {
+    if shape.crls[level].is_some_and(|c| c.broken == Some(Broken::NoCrlSign)) {
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+    }
     params
 }
 
@@ -216,14 +229,13 @@ fn crl_for(
         CrlTime::Stale => (now - 8 * DAY, now - DAY),
         CrlTime::Future => (now + DAY, now + 8 * DAY),
     };
-    let stranger = shape
-        .wrong_key
+    let stranger = (shape.broken == Some(Broken::WrongKey))
         .then(|| KeyPair::generate().expect("stranger key"));
     let signer = stranger.as_ref().unwrap_or(&ca.key);
     let mut revoked = listed;
     // Other serials, so the list is never just the judged one.
     revoked.push(fresh_serial().to_bytes());
-    Crl {
+    let mut der = Crl {
         issuer: &ca.subject_der(),
         aki: ca.params.key_identifier(signer),
         number: shape.number.then_some(1 + level as u64),
@@ -232,7 +244,14 @@ fn crl_for(
         next_update,
         revoked,
     }
-    .sign(signer)
+    .sign(signer);
+    if shape.broken == Some(Broken::Corrupted) {
+        // The last byte is the signature's: the CRL still parses.
+        if let Some(last) = der.last_mut() {
+            *last ^= 0x01;
+        }
+    }
+    der
 }
 
 /// Mints the scenario. `tag` makes every CA name unique to it (CRLs of
@@ -244,17 +263,26 @@ pub fn mint(shape: &Shape, tag: &str) -> Minted {
     // cas[0] issues the leaf; cas[below - 1] is the root.
     let root_name = format!("diff {tag} root");
     let root = mint_ca(
-        ca_params(&root_name, window(Validity::Valid, now), None),
+        without_crl_sign(
+            ca_params(&root_name, window(Validity::Valid, now), None),
+            shape,
+            below - 1,
+        ),
         None,
     );
     let mut cas: Vec<Ca> = vec![root];
     // Intermediates from the top down: certificate index i (1..below) is
     // issued by level i.
     for i in (1..below).rev() {
-        let params = ca_params(
-            &format!("diff {tag} int{i}"),
-            window(shape.validity[i], now),
-            shape.cdp[i].then(|| dp_uri(tag, i)),
+        // int{i} is CA level i - 1 (it issues certificate i - 1).
+        let params = without_crl_sign(
+            ca_params(
+                &format!("diff {tag} int{i}"),
+                window(shape.validity[i], now),
+                shape.cdp[i].then(|| dp_uri(tag, i)),
+            ),
+            shape,
+            i - 1,
         );
         let ca = mint_ca(params, cas.last());
         cas.push(ca);
@@ -289,6 +317,7 @@ pub fn mint(shape: &Shape, tag: &str) -> Minted {
         }
     };
     let mut crls = String::new();
+    let mut reference = String::new();
     for (level, crl) in shape.crls.iter().enumerate() {
         if let Some(c) = crl {
             let listed = if shape.revoked[level] {
@@ -296,21 +325,31 @@ pub fn mint(shape: &Shape, tag: &str) -> Minted {
             } else {
                 Vec::new()
             };
-            crls.push_str(&pem(
+            let one = pem(
                 "X509 CRL",
                 &crl_for(&cas[level], c, tag, level, listed, now),
-            ));
+            );
+            crls.push_str(&one);
+            // A broken CRL of an intermediate only the peer sends is no CRL
+            // in force for the sidecar: OpenSSL gets the filler instead
+            // (below), as for any issuer without one.
+            if c.broken.is_none() || shape.held(level) {
+                reference.push_str(&one);
+            }
         }
     }
-    let mut reference = crls.clone();
     let filler = CrlShape {
         number: true,
         idp: IdpKind::None,
         time: CrlTime::Current,
-        wrong_key: false,
+        broken: None,
     };
     for (level, has) in issuer_has_crl(shape).into_iter().enumerate() {
-        if !has {
+        // A held CA's broken CRL is the one OpenSSL is given for its level
+        // too: both judges see the same CRL.
+        let held_broken =
+            shape.crls[level].is_some_and(|c| c.broken.is_some()) && shape.held(level);
+        if !has && !held_broken {
             reference.push_str(&pem(
                 "X509 CRL",
                 &crl_for(&cas[level], &filler, tag, level, Vec::new(), now),
@@ -336,7 +375,7 @@ pub fn mint(shape: &Shape, tag: &str) -> Minted {
                 number: true,
                 idp: IdpKind::None,
                 time: CrlTime::Current,
-                wrong_key: false,
+                broken: None,
             };
             let twin_crl = pem("X509 CRL", &crl_for(tw, &c, tag, 0, listed, now));
             crls.push_str(&twin_crl);

@@ -24,6 +24,8 @@ pub const STALE: &str = "stale CRL still enforced";
 enum Class {
     /// 2, 20, 21, 7, 24: no path to a trusted CA.
     UnknownCa,
+    /// 25 path length, 47/48 name constraints: a CA's constraint broken.
+    BadChain,
     /// 9, 10: a certificate outside its validity.
     Expired,
     /// 26: the leaf's usage.
@@ -43,6 +45,7 @@ enum Class {
 fn class(code: u32) -> Option<Class> {
     Some(match code {
         2 | 20 | 21 | 7 | 24 => Class::UnknownCa,
+        25 | 47 | 48 => Class::BadChain,
         9 | 10 => Class::Expired,
         26 => Class::Purpose,
         23 => Class::Revoked,
@@ -65,7 +68,11 @@ pub struct Expected {
 /// The table. `below` is the number of certificates under the anchor (the
 /// anchor's depth in OpenSSL's numbering); `has_crl[d]`: the issuer of the
 /// certificate at depth `d` has a CRL in force (right name, right key,
-/// already valid). Errors about the anchor itself are not compared: the
+/// already valid); `held_broken[d]`: that issuer is a CA the sidecar holds
+/// (the root, or an intermediate of the `intermediates` file) and its CRL
+/// verifies with no trusted key (a corrupted signature, no cRLSign,
+/// another key): OpenSSL refusing on that CRL (8, 35, 33, 54) agrees with
+/// the sidecar rejecting the revision. Errors about the anchor itself are not compared: the
 /// sidecar never looks an anchor up in a CRL (an anchor is withdrawn by
 /// removing it from ca.crt), `-crl_check_all` does.
 pub fn expected(
@@ -73,6 +80,7 @@ pub fn expected(
     scope: CrlScope,
     below: usize,
     has_crl: &[bool],
+    held_broken: &[bool],
 ) -> Result<Expected, String> {
     let in_scope = |d: usize| match scope {
         CrlScope::Leaf => d == 0,
@@ -81,7 +89,10 @@ pub fn expected(
     let mut classes = Vec::new();
     for &(code, depth) in &o.errors {
         let c = class(code).ok_or_else(|| format!("unmapped OpenSSL error {code}"))?;
-        let about_crls = !matches!(c, Class::UnknownCa | Class::Expired | Class::Purpose);
+        let about_crls = !matches!(
+            c,
+            Class::UnknownCa | Class::BadChain | Class::Expired | Class::Purpose
+        );
         if about_crls && !in_scope(depth) {
             continue;
         }
@@ -94,8 +105,17 @@ pub fn expected(
             looser: None,
         })
     };
+    if classes
+        .iter()
+        .any(|&(c, d)| c == Class::CrlUnusable && held_broken.get(d).copied().unwrap_or(false))
+    {
+        return refuse(REJECTED);
+    }
     if any(Class::UnknownCa) {
         return refuse("unknown_ca");
+    }
+    if any(Class::BadChain) {
+        return refuse("bad_chain");
     }
     if any(Class::Expired) {
         return refuse("expired");
@@ -147,14 +167,25 @@ fn any_crl(s: &Shape, f: impl Fn(&super::gen::CrlShape) -> bool) -> bool {
 }
 
 /// Stricter than OpenSSL, on purpose.
-pub const STRICTER: &[Divergence] = &[Divergence {
-    name: "IDP without a distribution point name",
-    reason: "a CRL whose Issuing Distribution Point names no distribution point is refused \
-             when the revision loads (webpki cannot tell what it covers): the revision is \
-             rejected whole and the last good one stays in force, where OpenSSL uses the CRL",
-    applies: |s, _| any_crl(s, |c| c.idp == IdpKind::FlagsOnly),
-    verdict: Some(REJECTED),
-}];
+pub const STRICTER: &[Divergence] = &[
+    Divergence {
+        name: "IDP without a distribution point name",
+        reason: "a CRL whose Issuing Distribution Point names no distribution point is refused \
+                 when the revision loads (webpki cannot tell what it covers): the revision is \
+                 rejected whole and the last good one stays in force, where OpenSSL uses the CRL",
+        applies: |s, _| any_crl(s, |c| c.idp == IdpKind::FlagsOnly),
+        verdict: Some(REJECTED),
+    },
+    Divergence {
+        name: "CRL of a CA we hold that no trusted key verifies",
+        reason: "a CRL naming the root or a held intermediate that no trusted key of that name \
+                 verifies (corrupted signature, no cRLSign, another key) rejects the revision \
+                 whole, whatever the peer; OpenSSL refuses (8, 35, 33, 54) only a chain whose \
+                 check reaches that CRL (in scope, after the path and times passed)",
+        applies: |s, _| s.held_broken(),
+        verdict: Some(REJECTED),
+    },
+];
 
 /// Where today's code (before the path-aware judgement) disagrees with the
 /// table. The regression evidence for the rewrite: with `PATH_AWARE` set,
@@ -195,7 +226,7 @@ pub const TODAY: &[Divergence] = &[
     Divergence {
         name: "CRL signed by a same-name key",
         reason: "a CRL no anchor's key verifies rejects the revision",
-        applies: |s, _| any_crl(s, |c| c.wrong_key),
+        applies: |s, _| any_crl(s, |c| c.broken == Some(super::gen::Broken::WrongKey)),
         verdict: None,
     },
     Divergence {

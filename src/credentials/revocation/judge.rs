@@ -174,9 +174,9 @@ pub fn describe_state(state: &CrlState) -> String {
             SignerKind::Graced => format!("signed by {} (in its trust grace)", s.subject),
             _ => format!("signed by {} in ca.crt", s.subject),
         },
-        CrlState::Unverified => {
-            "verified at handshake against the intermediate in the peer's chain".to_string()
-        }
+        CrlState::Unverified => "its issuer is no CA we hold: enforced only \
+             against a peer's chain whose intermediate of that name verifies it"
+            .to_string(),
         CrlState::Ignored(s) => format!("ignored: {} is no longer trusted", s.subject),
         CrlState::Pending(_) => {
             "pending: its thisUpdate is in the future; enforced once it is not".to_string()

@@ -100,8 +100,10 @@ pub enum CrlState {
     /// Signed by a trusted key (an anchor in force or graced, or a known
     /// intermediate): enforced against that key's certificates.
     Verified(Signer),
-    /// No known key verifies it: enforced at a handshake only against a
-    /// path whose issuer's key verifies it.
+    /// Its issuer is no CA we hold (no anchor, graced anchor or known
+    /// intermediate of that name; a CRL that names one and that none
+    /// verifies never loads): enforced at a handshake only against a path
+    /// whose intermediate issuer (sent by the peer) verifies it.
     Unverified,
     /// Verified only by an anchor no longer trusted: not enforced.
     Ignored(Signer),
@@ -187,6 +189,18 @@ impl CrlSet {
         let ders: Vec<_> = anchors.iter().map(|(d, _)| d.clone()).collect();
         known.add(&ders, SignerKind::Anchor);
         Ok(classify(&crls, &known, SystemTime::now(), &CrlSet::empty(), provider)?.set)
+    }
+
+    /// True when `ca`'s key verifies `crl` and `ca` may sign CRLs (what
+    /// `certs revoke` needs to find its own CRL among other CAs').
+    pub fn signed_by(
+        crl: &Crl,
+        ca: &rustls_pki_types::CertificateDer<'_>,
+        provider: &CryptoProvider,
+    ) -> bool {
+        let mut known = Known::default();
+        known.add(std::slice::from_ref(ca), SignerKind::Anchor);
+        known.signer_of(crl, provider).is_some()
     }
 
     /// True when there is no CRL.

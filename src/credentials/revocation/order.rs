@@ -1,5 +1,11 @@
 //! The lifecycle rules between the CRLs in force and a new revision's:
 //!
+//! - a CRL that names an issuer we trust (an anchor in force or graced, or
+//!   an intermediate we hold) but that no trusted key of that name
+//!   verifies (a corrupted signature, a CA whose keyUsage lacks cRLSign,
+//!   another key under that name) rejects the revision
+//!   ([`CredError::CrlSignature`]): it never loads, so it never replaces
+//!   the CRL in force and never un-revokes;
 //! - a CRL dated beyond now + [`CLOCK_SKEW`](super::CLOCK_SKEW) is held
 //!   pending; the previous CRL of its key stays in force;
 //! - one CRL per issuer KEY (two CAs of one name each have theirs);
@@ -12,7 +18,9 @@
 //!   peer);
 //! - removing a CRL in force, or listing fewer serials without a higher CRL
 //!   number, is allowed but reported ([`Dropped`]): the caller WARNs and
-//!   counts it.
+//!   counts it; serials its issuer drops at a higher CRL number (pruned
+//!   once their certificates expired), or a CRL listing nothing removed,
+//!   are reported as pruned and counted apart.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -35,6 +43,12 @@ pub struct Dropped {
     pub serials: Vec<Vec<u8>>,
     /// True when the CRL was removed, false when it lists fewer serials.
     pub removed: bool,
+    /// True when its issuer pruned them (a CRL of the same key at a higher
+    /// CRL number without them, e.g. `certs revoke --prune-expired` once
+    /// their certificates expired) or the CRL removed listed nothing:
+    /// counted apart, no alert. False: an un-revocation (a CRL removed, or
+    /// one listing fewer serials at a CRL number not higher).
+    pub pruned: bool,
 }
 
 /// A revision's CRLs judged against what is in force.
@@ -57,12 +71,14 @@ pub(crate) fn classify(
     let horizon = time_to_epoch(now).saturating_add(CLOCK_SKEW.as_secs() as i64);
     let mut entries: Vec<Entry> = revision
         .iter()
-        .map(|crl| Entry {
-            crl: crl.clone(),
-            state: state_of(crl, known, horizon, provider),
-            kept: None,
+        .map(|crl| {
+            Ok(Entry {
+                crl: crl.clone(),
+                state: state_of(crl, known, horizon, provider)?,
+                kept: None,
+            })
         })
-        .collect();
+        .collect::<Result<_, CredError>>()?;
     one_per_key(&entries)?;
     for new in &entries {
         not_older(new, previous)?;
@@ -76,16 +92,38 @@ pub(crate) fn classify(
 }
 
 /// A CRL's state: pending when dated beyond the horizon, else by its
-/// signer.
-fn state_of(crl: &Crl, known: &Known, horizon: i64, provider: &CryptoProvider) -> CrlState {
+/// signer. `Err` when it names an issuer we trust and no key verifies it
+/// (pending or not: a CRL that can never verify is refused at once).
+fn state_of(
+    crl: &Crl,
+    known: &Known,
+    horizon: i64,
+    provider: &CryptoProvider,
+) -> Result<CrlState, CredError> {
     let signer = known.signer_of(crl, provider).cloned();
-    if crl.info.this_update > horizon {
-        return CrlState::Pending(signer);
+    if signer.is_none() {
+        unsigned_refusal(crl, known, provider)?;
     }
-    match signer {
+    if crl.info.this_update > horizon {
+        return Ok(CrlState::Pending(signer));
+    }
+    Ok(match signer {
         Some(s) if s.kind.trusted() => CrlState::Verified(s),
         Some(s) => CrlState::Ignored(s),
         None => CrlState::Unverified,
+    })
+}
+
+/// Refuses a CRL no known key verifies when it names an issuer we trust.
+fn unsigned_refusal(crl: &Crl, known: &Known, provider: &CryptoProvider) -> Result<(), CredError> {
+    match known.refusal(crl, provider) {
+        None => Ok(()),
+        Some(detail) => Err(CredError::CrlSignature {
+            path: crl.path.clone(),
+            issuer: crl.info.issuer.clone(),
+            this: crl.info.version(),
+            detail,
+        }),
     }
 }
 
@@ -218,7 +256,6 @@ fn dropped(
         let drop = match successor {
             // Pending: the CRL in force is kept meanwhile.
             Some(e) if matches!(e.state, CrlState::Pending(_)) => None,
-            Some(e) if higher_number(&e.crl, &old.crl) => None,
             Some(e) => Some((missing(&old.crl, &e.crl), false)),
             // Graced: the CRL in force is kept meanwhile.
             None if known
@@ -230,14 +267,26 @@ fn dropped(
             None => Some((old.crl.serials.clone(), true)),
         };
         if let Some((serials, removed)) = drop.filter(|(s, removed)| *removed || !s.is_empty()) {
+            let pruned = is_pruned(&old.crl, successor.map(|e| &*e.crl));
             out.push(Dropped {
                 issuer: old.crl.info.issuer.clone(),
                 serials,
                 removed,
+                pruned,
             });
         }
     }
     out
+}
+
+/// True when dropping what `old` lists is its issuer's pruning, not an
+/// un-revocation: the successor has a higher CRL number, or there is none
+/// and `old` listed nothing.
+fn is_pruned(old: &Crl, successor: Option<&Crl>) -> bool {
+    match successor {
+        Some(new) => higher_number(new, old),
+        None => old.serials.is_empty(),
+    }
 }
 
 /// The serials `old` lists and `new` does not.

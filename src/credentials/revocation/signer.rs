@@ -73,20 +73,34 @@ pub(crate) struct KnownIssuer {
 
 /// Every CA certificate a CRL may be signed by, trusted first.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Known(Vec<KnownIssuer>);
+pub(crate) struct Known {
+    issuers: Vec<KnownIssuer>,
+    /// Set for a view that cannot tell a broken CRL from one of a CA that
+    /// left the trust (a revision's own files, without the history of the
+    /// trust in force): [`Known::refusal`] then refuses nothing.
+    partial: bool,
+}
 
 impl Known {
+    /// The same issuers, known to be only part of the history: no CRL is
+    /// refused for its signature (the store, which knows the graced and
+    /// retired CAs, judges that).
+    pub(crate) fn partial(mut self) -> Known {
+        self.partial = true;
+        self
+    }
+
     /// Adds the certificates of one kind (those that do not parse are
     /// skipped: they were reported where they were loaded).
     pub(crate) fn add(&mut self, certs: &[CertificateDer<'_>], kind: SignerKind) {
         for der in certs {
             if let Some(issuer) = known_issuer(der.as_ref(), kind) {
                 if !self
-                    .0
+                    .issuers
                     .iter()
                     .any(|k| k.signer.key == issuer.signer.key && k.name == issuer.name)
                 {
-                    self.0.push(issuer);
+                    self.issuers.push(issuer);
                 }
             }
         }
@@ -95,8 +109,11 @@ impl Known {
     /// The first known key of the CRL's issuer name that verifies its
     /// signature (trusted kinds before retired ones), or why none did.
     pub(crate) fn signer_of(&self, crl: &Crl, provider: &CryptoProvider) -> Option<&Signer> {
-        let mut order: Vec<&KnownIssuer> =
-            self.0.iter().filter(|k| k.name == crl.issuer()).collect();
+        let mut order: Vec<&KnownIssuer> = self
+            .issuers
+            .iter()
+            .filter(|k| k.name == crl.issuer())
+            .collect();
         order.sort_by_key(|k| !k.signer.kind.trusted());
         order
             .into_iter()
@@ -104,9 +121,56 @@ impl Known {
             .map(|k| &k.signer)
     }
 
+    /// Why a CRL that no known key verifies may not load, when it names an
+    /// issuer we trust (an anchor in force or graced, or an intermediate we
+    /// hold): `None` when it names no such issuer (it is then judged at a
+    /// handshake against a peer-sent intermediate's key, or never).
+    pub(crate) fn refusal(&self, crl: &Crl, provider: &CryptoProvider) -> Option<String> {
+        if self.partial {
+            return None;
+        }
+        let trusted: Vec<&KnownIssuer> = self
+            .issuers
+            .iter()
+            .filter(|k| k.name == crl.issuer() && k.signer.kind.trusted())
+            .collect();
+        let first = trusted.first()?;
+        if let Some(k) = trusted
+            .iter()
+            .find(|k| !k.crl_sign && verify_crl(crl, &k.signer.spki, provider))
+        {
+            return Some(format!(
+                "it is signed by {}, whose keyUsage lacks cRLSign: that CA may not sign CRLs",
+                describe_signer(&k.signer)
+            ));
+        }
+        let names = if trusted.len() == 1 {
+            format!("the key of {}", describe_signer(&first.signer))
+        } else {
+            format!("any of the {} keys of that name we trust", trusted.len())
+        };
+        Some(format!(
+            "its signature does not verify with {names} (a corrupted signature, or \
+             another key under that name)"
+        ))
+    }
+
     /// The signer of this key, when it is known.
     pub(crate) fn by_key(&self, key: &KeyHash) -> Option<&Signer> {
-        self.0.iter().map(|k| &k.signer).find(|s| &s.key == key)
+        self.issuers
+            .iter()
+            .map(|k| &k.signer)
+            .find(|s| &s.key == key)
+    }
+}
+
+/// A trusted signer in a message: its subject and where it comes from.
+fn describe_signer(s: &Signer) -> String {
+    match s.kind {
+        SignerKind::Anchor => format!("{} in ca.crt", s.subject),
+        SignerKind::Graced => format!("{} (in its trust grace)", s.subject),
+        SignerKind::Intermediate => format!("the intermediate {}", s.subject),
+        SignerKind::Retired => format!("{} (no longer trusted)", s.subject),
     }
 }
 

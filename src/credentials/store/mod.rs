@@ -17,8 +17,7 @@ use rustls::crypto::CryptoProvider;
 use rustls::sign::CertifiedKey;
 use tokio::sync::watch;
 
-use super::revocation::classify;
-use super::trust::{Anchor, Trust};
+use super::trust::Trust;
 use super::workload::Feed;
 use super::{CredError, CredentialSource, CrlInfo, CrlScope, CrlSet};
 use crate::identity::CertInfo;
@@ -68,24 +67,7 @@ impl CredentialStore {
         let now = SystemTime::now();
         let raw = source.read()?;
         let rev = super::validate(&raw, &provider, now)?;
-        let bare = Trust::build(
-            Anchor::bundle(&rev.anchors),
-            Arc::new(CrlSet::empty()),
-            CrlScope::default(),
-            &provider,
-        )?
-        .with_issuers(rev.intermediates.clone(), Arc::from(Vec::new()));
-        let crls = classify(
-            &rev.crl_list,
-            &bare.known(),
-            now,
-            &CrlSet::empty(),
-            &provider,
-        )?;
-        let trust = Arc::new(
-            bare.with_crls(Arc::new(crls.set))?
-                .with_deny(rev.deny.clone()),
-        );
+        let trust = Arc::new(rev.starting_trust(&provider, now)?);
         let notices = notices::between(&CrlSet::empty(), &trust.crls, Vec::new());
         let creds = Credentials {
             revision: rev.hash,

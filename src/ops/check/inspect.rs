@@ -288,6 +288,10 @@ fn load(
             (Input::Fetched(raw), _) => raw.clone(),
         };
         let rev = validate(&raw, provider, now).map_err(|e| e.to_string())?;
+        // What the sidecar builds at start: its CRLs judged against every
+        // key it trusts (a CRL no trusted key verifies fails here).
+        rev.starting_trust(provider, now)
+            .map_err(|e| e.to_string())?;
         let short: String = rev.hash.chars().take(12).collect();
         Ok((rev, format!("the sidecar accepts this revision ({short})")))
     });

@@ -11,10 +11,12 @@
 //!
 //! The CRLs are then classified the way a sidecar that has the revision in
 //! force applies the new one (the store's own `classify`): each is
-//! verified (by which CA), unverified (checked at handshake against the
-//! intermediate in the peer's chain), ignored (its CA is no longer in
-//! `ca.crt`) or pending (dated in the future); one older than the CRL in
-//! force is refused; serials the new revision makes admissible again are
+//! verified (by which CA), unverified (its issuer is no CA we hold:
+//! checked at handshake against a peer-sent intermediate), ignored (its CA
+//! is no longer in `ca.crt`) or pending (dated in the future); one older
+//! than the CRL in force, or one that names a CA we hold and that no
+//! trusted key of that name verifies, is refused; serials the new revision
+//! makes admissible again are
 //! named, as the sidecar's WARN will name them.
 
 use std::path::{Path, PathBuf};
@@ -195,6 +197,14 @@ fn crl_detail(state: &CrlState) -> String {
 /// WARNs the same and counts `mtls_sidecar_crl_removals_total`).
 fn un_revoked(d: &Dropped) -> String {
     let serials: Vec<String> = d.serials.iter().map(|s| colon_hex(s)).collect();
+    if d.pruned {
+        return format!(
+            "prunes {} serial(s) of {} (its CRL issuer dropped them at a higher CRL number, or removed a CRL listing nothing): {}; the sidecar counts this in mtls_sidecar_crl_entries_pruned_total, not as an un-revocation",
+            serials.len(),
+            d.issuer,
+            serials.join(", ")
+        );
+    }
     let how = if d.removed {
         "its CRL is removed"
     } else {
