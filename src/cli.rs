@@ -38,6 +38,10 @@ pub enum Command {
     Health(HealthArgs),
     /// Write files as a new revision of a directory, kubelet-style (atomic ..data swap).
     Publish(PublishArgs),
+    /// Add the sidecar to every pod template that opted in by annotation (manifests to stdout).
+    Inject(InjectArgs),
+    /// Remove what `inject` added (manifests to stdout).
+    Uninject(UninjectArgs),
     /// Tests only: apply the sandbox a config file gets, then try accesses.
     #[command(hide = true)]
     SandboxProbe(SandboxProbeArgs),
@@ -580,4 +584,23 @@ pub struct PublishArgs {
     /// Publish even a credential revision the sidecar would reject.
     #[arg(long)]
     pub no_check: bool,
+}
+
+/// `inject -f FILE|-...`.
+#[derive(Debug, Clone, Args)]
+pub struct InjectArgs {
+    /// A manifest file (YAML or JSON, several documents allowed; `-`: stdin); repeatable.
+    #[arg(short = 'f', long, value_name = "FILE|-", required = true)]
+    pub filename: Vec<String>,
+    /// The sidecar image (pin it by digest: IMAGE@sha256:...) [default: this version's].
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+}
+
+/// `uninject -f FILE|-...`.
+#[derive(Debug, Clone, Args)]
+pub struct UninjectArgs {
+    /// A manifest file (YAML or JSON, several documents allowed; `-`: stdin); repeatable.
+    #[arg(short = 'f', long, value_name = "FILE|-", required = true)]
+    pub filename: Vec<String>,
 }

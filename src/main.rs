@@ -55,6 +55,20 @@ fn main() -> ExitCode {
             rt.block_on(mtls_sidecar::ops::health::run(&args))
         }),
         Command::Publish(args) => mtls_sidecar::ops::publish::run(&args),
+        Command::Inject(args) => mtls_sidecar::ops::inject::run::run(
+            &args,
+            mtls_sidecar::ops::inject::manifest::Action::Inject,
+        ),
+        Command::Uninject(args) => {
+            let args = mtls_sidecar::cli::InjectArgs {
+                filename: args.filename,
+                image: None,
+            };
+            mtls_sidecar::ops::inject::run::run(
+                &args,
+                mtls_sidecar::ops::inject::manifest::Action::Uninject,
+            )
+        }
     };
     ExitCode::from(code)
 }
