@@ -33,11 +33,12 @@ fn main() -> ExitCode {
         }
         Command::Run(args) => {
             logging::init(args.log_format);
-            let settings = FileSpec::load(&args.config).map(|mut s| {
+            let settings = FileSpec::load(&args.config).and_then(|mut s| {
                 if let Some(mode) = args.sandbox {
                     s.sandbox = mode;
                 }
-                s
+                s.add_app_probes(&args.app_probe)?;
+                Ok(s)
             });
             serve(settings, Some(&args.config))
         }
