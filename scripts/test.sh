@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 # name:package, in the order tests/common/tools.rs lists them.
 known="openssl:openssl python3:python3 haproxy:haproxy nginx:nginx ip:iproute2 nft:nftables
 iptables:iptables ip6tables:iptables systemd-socket-activate:systemd
-systemd-analyze:systemd promtool:prometheus root: grpcio:"
+systemd-analyze:systemd promtool:prometheus root: grpcio: kubernetes-validate:"
 
 asked=${MTLS_SIDECAR_SKIP:-}
 skip=",$asked,"
@@ -31,6 +31,12 @@ done
 found() {
     if [ "$1" = root ]; then
         [ "$(id -u)" = 0 ]
+    elif [ "$1" = kubernetes-validate ]; then
+        # A Python module: scripts/validate-deploy.sh installs it (tests/inject.rs).
+        for py in target/deploy-tools/venv/bin/python python3; do
+            "$py" -c 'import kubernetes_validate, yaml' >/dev/null 2>&1 && return 0
+        done
+        return 1
     elif [ "$1" = grpcio ]; then
         # A Python module: tests/spiffe/agent.py's gRPC server.
         python3 -c 'import grpc' >/dev/null 2>&1

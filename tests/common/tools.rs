@@ -28,7 +28,25 @@ pub const KNOWN: &[(&str, &str)] = &[
     ("promtool", "prometheus"),
     ("root", "(run as root)"),
     ("grpcio", "(python3 -m pip install grpcio)"),
+    (
+        "kubernetes-validate",
+        "(bash scripts/validate-deploy.sh installs it in target/deploy-tools/venv)",
+    ),
 ];
+
+/// A Python that imports kubernetes_validate (and yaml): the venv
+/// scripts/validate-deploy.sh installs it in, or python3.
+pub fn kubernetes_validate_python() -> Option<PathBuf> {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/deploy-tools/venv/bin/python");
+    [venv, PathBuf::from("python3")].into_iter().find(|py| {
+        std::process::Command::new(py)
+            .args(["-c", "import kubernetes_validate, yaml"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
 
 /// The program's path when it is installed (`PATH`, then the sbin
 /// directories a non-root `PATH` may lack).
@@ -79,6 +97,7 @@ fn available(need: &str) -> bool {
             .stderr(std::process::Stdio::null())
             .status()
             .is_ok_and(|s| s.success()),
+        "kubernetes-validate" => kubernetes_validate_python().is_some(),
         tool => installed(tool).is_some(),
     }
 }

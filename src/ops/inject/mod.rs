@@ -283,6 +283,7 @@ fn inject_fresh(template: &Value, target: &Target, opts: &Options) -> Result<Val
         undo.fs_group = true;
     }
     let container = sidecar::container(&req, &ctx);
+    check_args(&sidecar::args(&req, &ctx)).map_err(refuse)?;
     match spec.get_mut("initContainers").and_then(Value::as_array_mut) {
         Some(list) => list.insert(0, container),
         None => {
@@ -302,6 +303,45 @@ fn inject_fresh(template: &Value, target: &Target, opts: &Options) -> Result<Val
     ann.insert(annotations::INJECTED.into(), json!(opts.version));
     ann.insert(annotations::UNDO.into(), json!(undo));
     Ok(out)
+}
+
+/// The annotation a sidecar flag comes from.
+fn annotation_of_flag(message: &str) -> Option<&'static str> {
+    [
+        ("allow-san", annotations::ALLOW_SAN),
+        ("expect-san", annotations::EXPECT_SAN),
+        ("--target", annotations::CLIENT),
+        ("--listen", annotations::SERVER),
+        ("--admin", annotations::ADMIN_PORT),
+        ("--app-probe", annotations::SERVER),
+    ]
+    .into_iter()
+    .find(|(flag, _)| message.contains(flag))
+    .map(|(_, a)| a)
+}
+
+/// The arguments as the sidecar itself will read them: what it would
+/// refuse at start-up is refused now, naming the annotation.
+fn check_args(args: &[String]) -> Result<(), Refusal> {
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+    let refusal = |message: String| Refusal {
+        annotation: annotation_of_flag(&message),
+        detail: format!("the sidecar would refuse its arguments: {message}"),
+    };
+    let cli = Cli::try_parse_from(
+        std::iter::once("mtls-sidecar".to_string()).chain(args.iter().cloned()),
+    )
+    .map_err(|e| {
+        refusal(e.kind().to_string() + ": " + e.to_string().lines().next().unwrap_or(""))
+    })?;
+    let settings = match cli.command {
+        Command::Server(a) => a.to_spec().validate(),
+        Command::Client(a) => a.to_spec().validate(),
+        // A config file is read from its ConfigMap at start-up.
+        _ => return Ok(()),
+    };
+    settings.map(|_| ()).map_err(|e| refusal(e.to_string()))
 }
 
 /// The template without what `inject` added: unchanged when it was not
