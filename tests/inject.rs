@@ -851,3 +851,160 @@ fn an_app_probe_anywhere_but_the_target_port_is_refused() {
     assert_eq!(code, 2, "{text}");
     assert!(text.contains("--admin"), "{text}");
 }
+
+/// The shipped hand-written replica (deploy/kubernetes/replica.yaml),
+/// migrated as docs/injection.md says (its sidecar, volume and fsGroup
+/// removed, the template annotated), injects into the same shape: the
+/// same projected sources, securityContext, probe paths and timing,
+/// native-sidecar placement and the same arguments but the ones the
+/// shorthands do not express.
+#[test]
+fn the_shipped_replica_migrated_injects_into_the_same_shape() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("deploy/kubernetes/replica.yaml")).unwrap();
+    let docs = yaml::load(&text).unwrap();
+    let shipped = docs
+        .iter()
+        .find(|d| d["kind"] == "StatefulSet")
+        .unwrap()
+        .clone();
+    let hand = shipped["spec"]["template"]["spec"]["initContainers"][0].clone();
+    let hand_volume = shipped["spec"]["template"]["spec"]["volumes"][0].clone();
+
+    let mut migrated = shipped.clone();
+    let t = &mut migrated["spec"]["template"];
+    let spec = t["spec"].as_object_mut().unwrap();
+    spec.shift_remove("initContainers");
+    spec.shift_remove("volumes");
+    spec["securityContext"]
+        .as_object_mut()
+        .unwrap()
+        .shift_remove("fsGroup");
+    t["metadata"]["annotations"] = json!({
+        "mtls-sidecar.dev/inject": "enabled",
+        "mtls-sidecar.dev/server": "6877:2100",
+        "mtls-sidecar.dev/allow-san": "controller.env-1.svc",
+        "mtls-sidecar.dev/identity": "secret:replica-mtls",
+    });
+    let out = apply(&migrated, Action::Inject, &Options::default()).unwrap();
+    let spec = &out["spec"]["template"]["spec"];
+    let ours = &spec["initContainers"][0];
+    for field in ["restartPolicy", "imagePullPolicy", "securityContext"] {
+        assert_eq!(ours[field], hand[field], "{field}");
+    }
+    for probe in ["startupProbe", "readinessProbe", "livenessProbe"] {
+        let mut h = hand[probe].clone();
+        h["httpGet"]["port"] = json!("mtls-admin");
+        assert_eq!(ours[probe], h, "{probe}");
+    }
+    assert_eq!(spec["volumes"][0]["projected"], hand_volume["projected"]);
+    assert_eq!(spec["securityContext"]["fsGroup"], 65532);
+    let args = |c: &Value| -> Vec<String> {
+        c["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().replace("/etc/mtls", "DIR"))
+            .filter(|a| !a.starts_with("--drain-timeout=") && a != "--exclusive")
+            .collect()
+    };
+    assert_eq!(args(ours), args(&hand));
+    // The grace period of 60 s leaves a 55 s drain (the shipped 30 s fits too).
+    assert!(ours["args"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("--drain-timeout=55s")));
+}
+
+/// A gRPC application (h2c on loopback) whose health service answers
+/// SERVING while `serving`, NOT_SERVING otherwise.
+async fn grpc_application() -> (u16, Arc<AtomicBool>) {
+    use http_body_util::{BodyExt, StreamBody};
+    use hyper::body::{Bytes, Frame};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let serving = Arc::new(AtomicBool::new(true));
+    let s = serving.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let s = s.clone();
+            let service =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let s = s.clone();
+                    async move {
+                        assert_eq!(req.uri().path(), "/grpc.health.v1.Health/Check");
+                        let _ = req.into_body().collect().await;
+                        let status = if s.load(Ordering::SeqCst) { 1u8 } else { 2 };
+                        let mut trailers = hyper::HeaderMap::new();
+                        trailers.insert("grpc-status", "0".parse().unwrap());
+                        let frames: Vec<Result<Frame<Bytes>, std::convert::Infallible>> = vec![
+                            Ok(Frame::data(Bytes::from(vec![0, 0, 0, 0, 2, 0x08, status]))),
+                            Ok(Frame::trailers(trailers)),
+                        ];
+                        let body = StreamBody::new(futures_util::stream::iter(frames));
+                        Ok::<_, std::convert::Infallible>(
+                            hyper::Response::builder()
+                                .header("content-type", "application/grpc")
+                                .body(body)
+                                .unwrap(),
+                        )
+                    }
+                });
+            tokio::spawn(
+                hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), service),
+            );
+        }
+    });
+    (port, serving)
+}
+
+/// A grpc liveness probe at the target port, rewritten, is performed by
+/// the sidecar as the gRPC health check it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewritten_grpc_probe_is_a_grpc_health_check() {
+    let (app_port, serving) = grpc_application().await;
+    let (listen, admin_port) = (free_port(), free_port());
+    let mut obj = replica(
+        "Deployment",
+        json!({
+            "mtls-sidecar.dev/server": format!("{listen}:{app_port}"),
+            "mtls-sidecar.dev/admin-port": admin_port.to_string(),
+        }),
+    );
+    let app = &mut obj["spec"]["template"]["spec"]["containers"][0];
+    app["ports"][0]["containerPort"] = json!(app_port);
+    app["livenessProbe"] = json!({"grpc": {"port": app_port}, "timeoutSeconds": 2});
+    let injected: Value = serde_json::from_str(&inject_cli(&pretty(&obj))).unwrap();
+    let sidecar = sidecar_of(&injected).clone();
+    let liveness = injected["spec"]["template"]["spec"]["containers"][0]["livenessProbe"].clone();
+    assert_eq!(
+        liveness,
+        json!({"httpGet": {"path": "/app-probe/replica/livenessProbe", "port": admin_port}, "timeoutSeconds": 2})
+    );
+
+    let pki = Pki::new("grpc CA");
+    let tmp = tempfile::tempdir().unwrap();
+    let vol = AtomicDir::new(&tmp.path().join("identity")).unwrap();
+    let server = pki.issue(&LeafSpec::dns("replica.env-1.svc", Role::Server, 30));
+    common::publish_identity(&vol, &server, &pki.ca.cert_pem);
+    let args = mapped_args(
+        &sidecar,
+        &[("mtls-sidecar-identity", vol.path().to_path_buf())],
+    );
+    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let sc = common::Sidecar::spawn(&arg_refs);
+    sc.wait_log(&["admin endpoint listening"]).await;
+    let admin = format!("127.0.0.1:{admin_port}");
+    get_until(&admin, "/readyz", 200).await;
+    let a = run_probe(&admin, &liveness).await;
+    assert_eq!(a.code, 200, "{}", a.body);
+    serving.store(false, Ordering::SeqCst);
+    let a = run_probe(&admin, &liveness).await;
+    assert_eq!(a.code, 503, "{}", a.body);
+    assert!(a.body.contains("not SERVING"), "{}", a.body);
+    drop(sc);
+}
