@@ -217,6 +217,9 @@ fn refuse_unsafe(spec: &Value, req: &Request) -> Result<(), Refusal> {
 
 /// The group the sidecar runs as: the pod's `fsGroup`, or ours (added).
 fn pod_group(spec: &Value) -> Result<(i64, bool), Refusal> {
+    if spec.get("securityContext").is_some_and(|s| !s.is_object()) {
+        return Err(spec_refusal("spec.securityContext is not an object".into()));
+    }
     match spec.get("securityContext").and_then(|s| s.get("fsGroup")) {
         None | Some(Value::Null) => Ok((sidecar::USER, true)),
         Some(g) => match g.as_i64() {
@@ -402,4 +405,48 @@ pub fn uninject(template: &Value, target: &Target) -> Result<Value, InjectError>
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Templates of the wrong shape anywhere are refused or passed, never
+    /// a panic (the webhook will feed this function whatever it is sent).
+    #[test]
+    fn malformed_templates_never_panic() {
+        let ann = json!({"mtls-sidecar.dev/inject": "enabled", "mtls-sidecar.dev/server": "6877:2100",
+            "mtls-sidecar.dev/allow-san": "a.svc", "mtls-sidecar.dev/identity": "secret:s"});
+        let specs = [
+            json!(null),
+            json!("x"),
+            json!([]),
+            json!({"securityContext": "x"}),
+            json!({"securityContext": {"fsGroup": "x"}}),
+            json!({"securityContext": {"fsGroup": 0}}),
+            json!({"initContainers": {}, "containers": []}),
+            json!({"volumes": "x"}),
+            json!({"containers": "x"}),
+            json!({"containers": [1, "x", null, {"ports": "x"}, {"ports": [1, {"containerPort": "x"}]}]}),
+            json!({"containers": [{"name": "a", "livenessProbe": "x", "readinessProbe": {"httpGet": "x"}}]}),
+            json!({"containers": [{"name": "a", "livenessProbe": {"tcpSocket": {"port": 2100}}}], "hostNetwork": "yes"}),
+        ];
+        let target = Target::default();
+        for spec in specs {
+            let t = json!({"metadata": {"annotations": ann}, "spec": spec});
+            if let Ok(out) = inject(&t, &target, &Options::default()) {
+                let back = uninject(&out, &target).expect("what inject wrote uninjects");
+                assert_eq!(back, t);
+            }
+        }
+        for t in [
+            json!(null),
+            json!([]),
+            json!({"metadata": []}),
+            json!({"metadata": {"annotations": "x"}}),
+        ] {
+            assert_eq!(inject(&t, &target, &Options::default()).unwrap(), t);
+            assert_eq!(uninject(&t, &target).unwrap(), t);
+        }
+    }
 }
