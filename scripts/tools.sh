@@ -55,7 +55,8 @@ install() {
         # shellcheck disable=SC2046
         set -- $(row "$n")
         [ "$1" = root ] && continue
-        if [ -n "${3:-}" ] && ! debian_python; then
+        if [ -n "${3:-}" ] && { [ "$2" = - ] || ! debian_python; }; then
+            # A module Debian does not package goes in with pip.
             pip+=("$4")
         elif [[ " ${apt[*]} " != *" $2 "* ]]; then
             apt+=("$2")
@@ -66,7 +67,10 @@ install() {
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${apt[@]}" >/dev/null
     fi
     if [ ${#pip[@]} -gt 0 ]; then
-        python3 -m pip install --quiet --disable-pip-version-check "${pip[@]}"
+        local brk=()
+        # Debian's own python3 refuses pip without this (PEP 668).
+        debian_python && brk=(--break-system-packages)
+        python3 -m pip install --quiet --disable-pip-version-check "${brk[@]}" "${pip[@]}"
     fi
 }
 

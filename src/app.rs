@@ -102,6 +102,8 @@ pub struct Prepared {
     drain_timeout: Duration,
     /// `--workload-api-keepalive`.
     workload_api_keepalive: Duration,
+    /// `--app-probe`.
+    app_probes: Vec<crate::config::app_probe::AppProbe>,
 }
 
 /// Loads credentials and binds every route and the admin endpoint, without
@@ -155,6 +157,7 @@ pub fn prepare(settings: Settings) -> Result<Prepared, StartError> {
         reload_interval: settings.reload_interval,
         drain_timeout: settings.drain_timeout,
         workload_api_keepalive: settings.workload_api_keepalive,
+        app_probes: settings.app_probes,
     })
 }
 
@@ -226,6 +229,7 @@ impl Prepared {
             reload_interval,
             drain_timeout,
             workload_api_keepalive,
+            app_probes,
         } = self;
         crate::metrics::spawn_process_refresh();
         let mut listening = Vec::with_capacity(bound.len());
@@ -269,6 +273,7 @@ impl Prepared {
             draining: AtomicBool::new(false),
             metrics,
             exposure: exposure.clone(),
+            app_probes: crate::admin::app_probe::AppProbes::new(app_probes),
         });
         let mut tasks = Vec::new();
         let mut wakes = Vec::new();

@@ -38,6 +38,10 @@ pub enum Command {
     Health(HealthArgs),
     /// Write files as a new revision of a directory, kubelet-style (atomic ..data swap).
     Publish(PublishArgs),
+    /// Add the sidecar to every pod template that opted in by annotation (manifests to stdout).
+    Inject(InjectArgs),
+    /// Remove what `inject` added (manifests to stdout).
+    Uninject(UninjectArgs),
     /// Tests only: apply the sandbox a config file gets, then try accesses.
     #[command(hide = true)]
     SandboxProbe(SandboxProbeArgs),
@@ -49,6 +53,9 @@ pub struct CredentialArgs {
     /// Directory holding tls.crt, tls.key and ca.crt (a Secret mount or a plain directory).
     #[arg(long, value_name = "DIR")]
     pub tls_dir: Option<PathBuf>,
+    /// With --tls-dir: the directory holding ca.crt (and optionally ca.crl, intermediates, deny) instead of --tls-dir (a csi-driver identity volume beside a trust ConfigMap volume).
+    #[arg(long, value_name = "DIR", requires = "tls_dir")]
+    pub trust_dir: Option<PathBuf>,
     /// Certificate chain file (leaf first); with --key and --ca instead of --tls-dir.
     #[arg(long, value_name = "FILE")]
     pub cert: Option<PathBuf>,
@@ -79,6 +86,7 @@ impl CredentialArgs {
     pub fn spec(&self) -> CredentialSpec {
         CredentialSpec {
             tls_dir: self.tls_dir.clone(),
+            trust_dir: self.trust_dir.clone(),
             cert: self.cert.clone(),
             key: self.key.clone(),
             ca: self.ca.clone(),
@@ -172,6 +180,11 @@ pub struct CommonArgs {
     /// listener too [default: off; always on for a loopback or Unix-socket one].
     #[arg(long, value_name = "on|off", value_parser = ["on", "off"])]
     pub admin_connections: Option<String>,
+    /// An application probe the admin endpoint performs at /app-probe/NAME against a server
+    /// route's loopback target port: NAME=HANDLER, the pod's probe handler as JSON (written
+    /// by `inject`; repeatable).
+    #[arg(long, value_name = "NAME=HANDLER")]
+    pub app_probe: Vec<String>,
     /// TLS 1.3 session resumption with tickets bound to the credential revision (never TLS 1.2 resumption or 0-RTT).
     #[arg(long)]
     pub resumption: bool,
@@ -261,6 +274,10 @@ pub struct RunArgs {
     /// Landlock mode; overrides the file's `sandbox` key [default: best-effort].
     #[arg(long, value_enum, value_name = "MODE")]
     pub sandbox: Option<SandboxMode>,
+    /// An application probe served at /app-probe/NAME, in addition to the file's `app_probe`
+    /// (see `server --app-probe`; repeatable).
+    #[arg(long, value_name = "NAME=HANDLER")]
+    pub app_probe: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -502,6 +519,7 @@ impl CommonArgs {
             mark: None,
             sandbox: self.sandbox,
             credentials: self.credentials.spec(),
+            app_probe: self.app_probe.clone(),
             routes: vec![route],
         }
     }
@@ -583,4 +601,23 @@ pub struct PublishArgs {
     /// Publish even a credential revision the sidecar would reject.
     #[arg(long)]
     pub no_check: bool,
+}
+
+/// `inject -f FILE|-...`.
+#[derive(Debug, Clone, Args)]
+pub struct InjectArgs {
+    /// A manifest file (YAML or JSON, several documents allowed; `-`: stdin); repeatable.
+    #[arg(short = 'f', long, value_name = "FILE|-", required = true)]
+    pub filename: Vec<String>,
+    /// The sidecar image (pin it by digest: IMAGE@sha256:...) [default: this version's].
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+}
+
+/// `uninject -f FILE|-...`.
+#[derive(Debug, Clone, Args)]
+pub struct UninjectArgs {
+    /// A manifest file (YAML or JSON, several documents allowed; `-`: stdin); repeatable.
+    #[arg(short = 'f', long, value_name = "FILE|-", required = true)]
+    pub filename: Vec<String>,
 }

@@ -33,11 +33,12 @@ fn main() -> ExitCode {
         }
         Command::Run(args) => {
             logging::init(args.log_format);
-            let settings = FileSpec::load(&args.config).map(|mut s| {
+            let settings = FileSpec::load(&args.config).and_then(|mut s| {
                 if let Some(mode) = args.sandbox {
                     s.sandbox = mode;
                 }
-                s
+                s.add_app_probes(&args.app_probe)?;
+                Ok(s)
             });
             serve(settings, Some(&args.config))
         }
@@ -55,6 +56,20 @@ fn main() -> ExitCode {
             rt.block_on(mtls_sidecar::ops::health::run(&args))
         }),
         Command::Publish(args) => mtls_sidecar::ops::publish::run(&args),
+        Command::Inject(args) => mtls_sidecar::ops::inject::run::run(
+            &args,
+            mtls_sidecar::ops::inject::manifest::Action::Inject,
+        ),
+        Command::Uninject(args) => {
+            let args = mtls_sidecar::cli::InjectArgs {
+                filename: args.filename,
+                image: None,
+            };
+            mtls_sidecar::ops::inject::run::run(
+                &args,
+                mtls_sidecar::ops::inject::manifest::Action::Uninject,
+            )
+        }
     };
     ExitCode::from(code)
 }

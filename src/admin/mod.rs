@@ -15,6 +15,7 @@
 //! what the app exposes in [`shared`].
 
 mod admission;
+pub mod app_probe;
 pub mod connections;
 pub mod shared;
 pub mod status;
@@ -327,8 +328,15 @@ async fn connection(
     let seen = track.clone();
     let service = service_fn(move |req: Request<Incoming>| {
         seen.on_request();
-        let response = respond_to(&shared, req.method(), req.uri());
-        async move { Ok::<_, Infallible>(response) }
+        let shared = shared.clone();
+        async move {
+            if req.uri().path().starts_with(app_probe::PREFIX) {
+                let (code, msg) =
+                    app_probe::respond(&shared.app_probes, req.method(), req.uri().path()).await;
+                return Ok::<_, Infallible>(text(code, msg));
+            }
+            Ok(respond_to(&shared, req.method(), req.uri()))
+        }
     });
     let io = Tracked::new(stream, track.clone());
     let conn = http.serve_connection(TokioIo::new(io), service);

@@ -56,6 +56,8 @@ pub struct Shared {
     pub metrics: PrometheusHandle,
     /// Whether the applications behind server routes listen outside loopback.
     pub exposure: Arc<TargetExposure>,
+    /// What `/app-probe/NAME` performs.
+    pub app_probes: crate::admin::app_probe::AppProbes,
 }
 
 impl Shared {

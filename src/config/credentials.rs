@@ -16,6 +16,9 @@ use super::{invalid, ConfigError};
 #[serde(deny_unknown_fields)]
 pub struct CredentialSpec {
     pub tls_dir: Option<PathBuf>,
+    /// With `tls_dir`: the directory of `ca.crt` (and optionally `ca.crl`,
+    /// `intermediates`, `deny`) instead of `tls_dir`'s.
+    pub trust_dir: Option<PathBuf>,
     pub cert: Option<PathBuf>,
     pub key: Option<PathBuf>,
     pub ca: Option<PathBuf>,
@@ -57,6 +60,22 @@ impl CredentialSpec {
                 "goes with --cert/--key/--ca; a directory's deny-list is its deny file",
             ));
         }
+        if let Some(trust) = &self.trust_dir {
+            return match &self.tls_dir {
+                Some(identity)
+                    if self.cert.is_none() && self.key.is_none() && self.ca.is_none() =>
+                {
+                    Ok(Some(CredentialSource::DirPair {
+                        identity: identity.clone(),
+                        trust: trust.clone(),
+                    }))
+                }
+                _ => Err(invalid(
+                    format!("{prefix}trust-dir"),
+                    "goes with --tls-dir (its tls.crt and tls.key), not with --cert/--key/--ca",
+                )),
+            };
+        }
         match (&self.tls_dir, &self.cert, &self.key, &self.ca) {
             (None, None, None, None) => Ok(None),
             (Some(dir), None, None, None) => Ok(Some(CredentialSource::Dir(dir.clone()))),
@@ -97,7 +116,7 @@ impl CredentialSpec {
             .into_iter()
             .chain([&self.intermediates, &self.deny])
             .any(Option::is_some);
-        if self.tls_dir.is_some() || files {
+        if self.tls_dir.is_some() || self.trust_dir.is_some() || files {
             return Err(invalid(
                 format!("{prefix}workload-api"),
                 "give either the Workload API or a directory or --cert/--key/--ca, not both",

@@ -37,6 +37,9 @@ pub struct FileSpec {
     pub mark: Option<u64>,
     /// `--sandbox` / `sandbox` (default `best-effort`).
     pub sandbox: Option<SandboxMode>,
+    /// `--app-probe NAME=HANDLER` (see [`super::app_probe`]).
+    #[serde(default)]
+    pub app_probe: Vec<String>,
     #[serde(flatten)]
     pub credentials: CredentialSpec,
     #[serde(default, rename = "route")]
@@ -106,7 +109,15 @@ impl FileSpec {
             Some("chain") => CrlScope::Chain,
             Some(other) => return Err(invalid("--crl-scope", format!("{other:?}: leaf or chain"))),
         };
+        let app_probes = super::app_probe::validate(&self.app_probe, &routes)?;
+        if !app_probes.is_empty() && admin.is_none() {
+            return Err(invalid(
+                "--app-probe",
+                "is served on the admin endpoint: give --admin",
+            ));
+        }
         Ok(Settings {
+            app_probes,
             routes,
             admin,
             admin_connections: super::values::on_off(

@@ -17,6 +17,7 @@ use crate::proxy::addr::Addr;
 use crate::proxy::settings::RouteConfig;
 use crate::sandbox::SandboxMode;
 
+pub mod app_probe;
 mod credentials;
 mod file;
 mod http;
@@ -92,6 +93,28 @@ pub struct Settings {
     pub runtime: RuntimeModel,
     /// `--sandbox` / `sandbox`: how Landlock restricts the process.
     pub sandbox: SandboxMode,
+    /// `--app-probe` / `app_probe`: what `/app-probe/NAME` performs.
+    pub app_probes: Vec<app_probe::AppProbe>,
+}
+
+impl Settings {
+    /// Adds `--app-probe` values (a `run` command line's to its file's).
+    pub fn add_app_probes(&mut self, args: &[String]) -> Result<(), ConfigError> {
+        let added = app_probe::validate(args, &self.routes)?;
+        if !added.is_empty() && self.admin.is_none() {
+            return Err(invalid(
+                "--app-probe",
+                "is served on the admin endpoint: give --admin",
+            ));
+        }
+        for p in added {
+            if self.app_probes.iter().any(|q| q.name == p.name) {
+                return Err(invalid("--app-probe", format!("{}: given twice", p.name)));
+            }
+            self.app_probes.push(p);
+        }
+        Ok(())
+    }
 }
 
 /// How the process spreads connections over its threads (`--runtime`).

@@ -31,6 +31,11 @@ pub enum CredentialSource {
     /// A directory holding `tls.crt`, `tls.key` and `ca.crt` (and optionally
     /// `ca.crl`); a Kubernetes Secret volume or a plain directory.
     Dir(PathBuf),
+    /// Two directories, each read through its own `..data` link: `identity`
+    /// holds `tls.crt` and `tls.key`, `trust` holds `ca.crt` (and
+    /// optionally `ca.crl`, `intermediates`, `deny`); whatever else either
+    /// holds is ignored (a csi-driver volume's own `ca.crt` among them).
+    DirPair { identity: PathBuf, trust: PathBuf },
     /// Three explicit files, a CRL file when `--crl` is given, an
     /// intermediates file when `--intermediates` is, and a deny-list when
     /// `--deny-file` is.
@@ -56,6 +61,9 @@ impl std::fmt::Display for CredentialSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CredentialSource::Dir(d) => write!(f, "{}", d.display()),
+            CredentialSource::DirPair { identity, trust } => {
+                write!(f, "{} (trust {})", identity.display(), trust.display())
+            }
             CredentialSource::Files { .. } => {
                 let names: Vec<String> = self
                     .files()
@@ -179,7 +187,9 @@ impl CredentialSource {
     /// file given (crl, intermediates, deny); empty for a directory.
     pub fn files(&self) -> Vec<&PathBuf> {
         match self {
-            CredentialSource::Dir(_) | CredentialSource::WorkloadApi { .. } => Vec::new(),
+            CredentialSource::Dir(_)
+            | CredentialSource::DirPair { .. }
+            | CredentialSource::WorkloadApi { .. } => Vec::new(),
             CredentialSource::Files {
                 cert,
                 key,
@@ -226,49 +236,13 @@ impl CredentialSource {
                     .with_intermediates(intermediates)
                     .with_deny(deny))
             }
-            CredentialSource::Dir(dir) => {
-                let link = dir.join(DATA_LINK);
-                let is_link = fs::symlink_metadata(&link)
-                    .map(|m| m.file_type().is_symlink())
-                    .unwrap_or(false);
-                if !is_link {
-                    if !dir.is_dir() {
-                        return Err(CredError::Read {
-                            path: dir.clone(),
-                            detail: "not a directory (or missing)".into(),
-                        });
-                    }
-                    return read_dir_files(dir);
-                }
-                for _ in 0..LINK_RETRIES {
-                    let before = read_link(&link)?;
-                    let rev_dir = dir.join(&before);
-                    let mut rev = read_dir_files(&rev_dir);
-                    if read_link(&link)? != before {
-                        continue;
-                    }
-                    // Name files as the user sees them; the revision they came
-                    // from is in the hash and the logs.
-                    if let Ok(r) = &mut rev {
-                        r.cert.path = dir.join(CERT_FILE);
-                        r.key.path = dir.join(KEY_FILE);
-                        r.ca.path = dir.join(CA_FILE);
-                        if let Some(crl) = &mut r.crl {
-                            crl.path = dir.join(CRL_FILE);
-                        }
-                        if let Some(i) = &mut r.intermediates {
-                            i.path = dir.join(INTERMEDIATES_FILE);
-                        }
-                        if let Some(d) = &mut r.deny {
-                            d.path = dir.join(DENY_FILE);
-                        }
-                    }
-                    return rev.map_err(|e| e.within(&rev_dir));
-                }
-                Err(CredError::Read {
-                    path: link,
-                    detail: format!("the link kept moving during {LINK_RETRIES} reads"),
-                })
+            CredentialSource::Dir(dir) => read_linked(dir, read_dir_files),
+            CredentialSource::DirPair { identity, trust } => {
+                let (cert, key) = read_linked(identity, read_identity_files)?;
+                let trust = read_linked(trust, read_dir_trust)?;
+                Ok(RawRevision::with_crl(cert, key, trust.ca, trust.crl)
+                    .with_intermediates(trust.intermediates)
+                    .with_deny(trust.deny))
             }
         }
     }
@@ -277,6 +251,7 @@ impl CredentialSource {
     pub fn watch_dirs(&self) -> Vec<PathBuf> {
         match self {
             CredentialSource::Dir(d) => vec![d.clone()],
+            CredentialSource::DirPair { identity, trust } => vec![identity.clone(), trust.clone()],
             CredentialSource::WorkloadApi { .. } => Vec::new(),
             CredentialSource::Files {
                 cert,
@@ -345,6 +320,112 @@ fn read_revision(
     let key = read_file(key)?;
     let ca = read_file(ca)?;
     Ok(RawRevision::with_crl(cert, key, ca, crl))
+}
+
+/// The files read from one directory, renamed as the user sees them.
+trait Files {
+    fn files_mut(&mut self) -> Vec<&mut RawFile>;
+}
+
+impl Files for RawRevision {
+    fn files_mut(&mut self) -> Vec<&mut RawFile> {
+        let mut v = vec![&mut self.cert, &mut self.key, &mut self.ca];
+        v.extend(
+            [&mut self.crl, &mut self.intermediates, &mut self.deny]
+                .into_iter()
+                .flatten(),
+        );
+        v
+    }
+}
+
+impl Files for (RawFile, RawFile) {
+    fn files_mut(&mut self) -> Vec<&mut RawFile> {
+        vec![&mut self.0, &mut self.1]
+    }
+}
+
+impl Files for TrustFiles {
+    fn files_mut(&mut self) -> Vec<&mut RawFile> {
+        let mut v = vec![&mut self.ca];
+        v.extend(
+            [&mut self.crl, &mut self.intermediates, &mut self.deny]
+                .into_iter()
+                .flatten(),
+        );
+        v
+    }
+}
+
+/// Reads `dir` with `read`: through its `..data` link when it has one
+/// (the link checked not to have moved while reading, the files named as
+/// the user sees them, `dir/NAME`), else directly.
+fn read_linked<T: Files>(
+    dir: &Path,
+    read: fn(&Path) -> Result<T, CredError>,
+) -> Result<T, CredError> {
+    let link = dir.join(DATA_LINK);
+    let is_link = fs::symlink_metadata(&link)
+        .map(|m| m.file_type().is_symlink())
+        .unwrap_or(false);
+    if !is_link {
+        if !dir.is_dir() {
+            return Err(CredError::Read {
+                path: dir.to_path_buf(),
+                detail: "not a directory (or missing)".into(),
+            });
+        }
+        return read(dir);
+    }
+    for _ in 0..LINK_RETRIES {
+        let before = read_link(&link)?;
+        let rev_dir = dir.join(&before);
+        let mut rev = read(&rev_dir);
+        if read_link(&link)? != before {
+            continue;
+        }
+        // Name files as the user sees them; the revision they came
+        // from is in the hash and the logs.
+        if let Ok(r) = &mut rev {
+            for f in r.files_mut() {
+                if let Some(name) = f.path.file_name() {
+                    f.path = dir.join(name);
+                }
+            }
+        }
+        return rev.map_err(|e| e.within(&rev_dir));
+    }
+    Err(CredError::Read {
+        path: link,
+        detail: format!("the link kept moving during {LINK_RETRIES} reads"),
+    })
+}
+
+/// A trust directory's files: `ca.crt`, and the optional ones.
+struct TrustFiles {
+    ca: RawFile,
+    crl: Option<RawFile>,
+    intermediates: Option<RawFile>,
+    deny: Option<RawFile>,
+}
+
+/// An identity directory's `tls.crt` and `tls.key`.
+fn read_identity_files(dir: &Path) -> Result<(RawFile, RawFile), CredError> {
+    Ok((
+        read_file(&dir.join(CERT_FILE))?,
+        read_file(&dir.join(KEY_FILE))?,
+    ))
+}
+
+/// A trust directory's `ca.crt`, and `ca.crl`, `intermediates` and
+/// `deny` when they exist.
+fn read_dir_trust(dir: &Path) -> Result<TrustFiles, CredError> {
+    Ok(TrustFiles {
+        crl: read_optional(&dir.join(CRL_FILE))?,
+        intermediates: read_optional(&dir.join(INTERMEDIATES_FILE))?,
+        deny: read_if_present(&dir.join(DENY_FILE), read_deny)?,
+        ca: read_file(&dir.join(CA_FILE))?,
+    })
 }
 
 /// Reads a directory's files: the three required ones, and `ca.crl`,
@@ -484,6 +565,59 @@ mod tests {
         let crl = got.crl.expect("the CRL read");
         assert_eq!(crl.bytes, b"crl");
         assert_eq!(crl.path, tmp.path().join(CRL_FILE));
+    }
+
+    /// Two kubelet-style directories: the identity's own `ca.crt` (a
+    /// csi-driver volume's issuing CA) is ignored, the trust directory's
+    /// `ca.crt` and optional files are read, each through its own `..data`
+    /// link, and a swap of either changes the revision's hash.
+    #[test]
+    fn a_dir_pair_takes_the_identity_from_one_and_the_trust_from_the_other() {
+        let tmp = tempfile::tempdir().unwrap();
+        let publish = |dir: &Path, rev: &str, files: &[(&str, &str)]| {
+            let r = dir.join(rev);
+            fs::create_dir_all(&r).unwrap();
+            for (name, text) in files {
+                fs::write(r.join(name), text).unwrap();
+            }
+            let tmp_link = dir.join("..data_tmp");
+            std::os::unix::fs::symlink(rev, &tmp_link).unwrap();
+            fs::rename(&tmp_link, dir.join(DATA_LINK)).unwrap();
+        };
+        let (id, trust) = (tmp.path().join("id"), tmp.path().join("trust"));
+        publish(
+            &id,
+            "..1",
+            &[
+                (CERT_FILE, "cert"),
+                (KEY_FILE, "key"),
+                (CA_FILE, "issuer only"),
+            ],
+        );
+        publish(&trust, "..1", &[(CA_FILE, "bundle"), (DENY_FILE, "")]);
+        let source = CredentialSource::DirPair {
+            identity: id.clone(),
+            trust: trust.clone(),
+        };
+        let first = source.read().unwrap();
+        assert_eq!(first.cert.bytes, b"cert");
+        assert_eq!(first.key.path, id.join(KEY_FILE));
+        assert_eq!(first.ca.bytes, b"bundle");
+        assert_eq!(first.ca.path, trust.join(CA_FILE));
+        assert!(first.crl.is_none());
+        assert_eq!(
+            first.deny.as_ref().map(|d| d.path.clone()),
+            Some(trust.join(DENY_FILE))
+        );
+        publish(&trust, "..2", &[(CA_FILE, "bundle"), (CRL_FILE, "crl")]);
+        let second = source.read().unwrap();
+        assert_eq!(second.crl.map(|c| c.bytes), Some(b"crl".to_vec()));
+        assert_ne!(first.hash, second.hash);
+        publish(&id, "..2", &[(CERT_FILE, "cert2"), (KEY_FILE, "key2")]);
+        let third = source.read().unwrap();
+        assert_eq!(third.cert.bytes, b"cert2");
+        assert_ne!(second.hash, third.hash);
+        assert_eq!(source.watch_dirs(), vec![id, trust]);
     }
 
     /// An optional file that cannot even be looked up is an error naming

@@ -11,6 +11,7 @@ pub mod certs;
 pub mod check;
 pub mod demo;
 pub mod health;
+pub mod inject;
 pub mod pki;
 pub mod publish;
 pub mod sandbox_probe;

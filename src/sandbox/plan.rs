@@ -109,26 +109,10 @@ impl Plan {
 
     fn allow_credentials(&mut self, source: &CredentialSource, scope: &Scope) {
         match source {
-            CredentialSource::Dir(dir) => {
-                // The directory itself is granted whole, however broad:
-                // the operator named it as the credential directory.
-                let dir = scope.absolute(dir);
-                self.read_dirs.insert(dir.clone());
-                // A directory that is itself a symlink may be swapped to a
-                // sibling of its target: the target's parent stays readable.
-                if is_symlink(&dir) {
-                    if let Ok(target) = std::fs::canonicalize(&dir) {
-                        self.allow_beside(&target, scope);
-                    }
-                }
-                let root = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
-                for name in CREDENTIAL_NAMES {
-                    if let Ok(target) = std::fs::canonicalize(dir.join(name)) {
-                        if !target.starts_with(&root) {
-                            self.allow_beside(&target, scope);
-                        }
-                    }
-                }
+            CredentialSource::Dir(dir) => self.allow_credential_dir(dir, scope),
+            CredentialSource::DirPair { identity, trust } => {
+                self.allow_credential_dir(identity, scope);
+                self.allow_credential_dir(trust, scope);
             }
             // Connecting to a Unix socket needs no Landlock file right.
             CredentialSource::WorkloadApi { .. } => {}
@@ -141,6 +125,28 @@ impl Plan {
                     if let Ok(target) = std::fs::canonicalize(&f) {
                         self.allow_beside(&target, scope);
                     }
+                }
+            }
+        }
+    }
+
+    /// A credential directory, granted whole however broad: the operator
+    /// named it as one.
+    fn allow_credential_dir(&mut self, dir: &Path, scope: &Scope) {
+        let dir = scope.absolute(dir);
+        self.read_dirs.insert(dir.clone());
+        // A directory that is itself a symlink may be swapped to a
+        // sibling of its target: the target's parent stays readable.
+        if is_symlink(&dir) {
+            if let Ok(target) = std::fs::canonicalize(&dir) {
+                self.allow_beside(&target, scope);
+            }
+        }
+        let root = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
+        for name in CREDENTIAL_NAMES {
+            if let Ok(target) = std::fs::canonicalize(dir.join(name)) {
+                if !target.starts_with(&root) {
+                    self.allow_beside(&target, scope);
                 }
             }
         }

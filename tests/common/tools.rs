@@ -42,6 +42,20 @@ pub fn known() -> Vec<Tool> {
         .collect()
 }
 
+/// A Python that imports kubernetes_validate (and yaml): the venv
+/// scripts/validate-deploy.sh installs it in, or python3.
+pub fn kubernetes_validate_python() -> Option<PathBuf> {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/deploy-tools/venv/bin/python");
+    [venv, PathBuf::from("python3")].into_iter().find(|py| {
+        std::process::Command::new(py)
+            .args(["-c", "import kubernetes_validate, yaml"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
 /// The program's path when it is installed (`PATH`, then the sbin
 /// directories a non-root `PATH` may lack).
 pub fn installed(program: &str) -> Option<PathBuf> {
@@ -84,6 +98,10 @@ fn available(need: &str) -> bool {
     if need == "root" {
         // SAFETY: geteuid(2) takes nothing and cannot fail.
         return (unsafe { libc::geteuid() }) == 0;
+    }
+    if need == "kubernetes-validate" {
+        // scripts/validate-deploy.sh installs it in its own venv.
+        return kubernetes_validate_python().is_some();
     }
     match known()
         .iter()

@@ -196,6 +196,7 @@ impl CredentialStore {
     fn cert_path(&self) -> std::path::PathBuf {
         match &self.source {
             CredentialSource::Dir(d) => d.join(super::CERT_FILE),
+            CredentialSource::DirPair { identity, .. } => identity.join(super::CERT_FILE),
             CredentialSource::Files { cert, .. } => cert.clone(),
             CredentialSource::WorkloadApi { endpoint, .. } => endpoint.into(),
         }
@@ -241,6 +242,10 @@ impl CredentialStore {
     fn settles(&self) -> bool {
         match &self.source {
             CredentialSource::Dir(d) => !d.join(super::DATA_LINK).is_symlink(),
+            CredentialSource::DirPair { identity, trust } => {
+                !identity.join(super::DATA_LINK).is_symlink()
+                    || !trust.join(super::DATA_LINK).is_symlink()
+            }
             CredentialSource::Files { .. } => true,
             // Each context arrives whole.
             CredentialSource::WorkloadApi { .. } => false,

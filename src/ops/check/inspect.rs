@@ -27,6 +27,11 @@ use crate::identity::{time_to_epoch, CertInfo};
 fn paths(source: &CredentialSource) -> [PathBuf; 3] {
     match source {
         CredentialSource::Dir(d) => [d.join(CERT_FILE), d.join(KEY_FILE), d.join(CA_FILE)],
+        CredentialSource::DirPair { identity, trust } => [
+            identity.join(CERT_FILE),
+            identity.join(KEY_FILE),
+            trust.join(CA_FILE),
+        ],
         CredentialSource::Files { cert, key, ca, .. } => [cert.clone(), key.clone(), ca.clone()],
         CredentialSource::WorkloadApi { endpoint, .. } => {
             [endpoint.into(), endpoint.into(), endpoint.into()]

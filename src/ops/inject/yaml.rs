@@ -1,0 +1,299 @@
+//! Kubernetes manifests as YAML streams, read into and written from
+//! `serde_json::Value` with yaml-rust2's event parser and emitter.
+//!
+//! Why not a serde YAML crate: serde_yaml is archived, and the crates
+//! that carry it on (and yaml-rust2's own tree loader) implement YAML
+//! 1.2's core schema, while the API server and kubectl read manifests
+//! with go-yaml v2's YAML 1.1 rules (sigs.k8s.io/yaml). The difference
+//! is not academic here: `defaultMode: 0440` is the octal 288 (0440) to
+//! Kubernetes and the decimal 440 (0670, group-writable) to a YAML 1.2
+//! reader, and an unquoted `on` is a boolean to Kubernetes. So the
+//! scalars are resolved here, by the rules Kubernetes uses, from the
+//! parser's events (which say whether a scalar was quoted), and what is
+//! written is read back by the same rules before it is trusted: a
+//! document whose YAML would read back differently is written as JSON
+//! (valid YAML) instead. Comments are not kept.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Number, Value};
+use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser, Tag};
+use yaml_rust2::scanner::{Marker, TScalarStyle};
+use yaml_rust2::{Yaml, YamlEmitter};
+
+/// The documents of a YAML stream (empty documents dropped).
+pub fn load(text: &str) -> Result<Vec<Value>, String> {
+    let mut builder = Builder::default();
+    let mut parser = Parser::new_from_str(text);
+    parser
+        .load(&mut builder, true)
+        .map_err(|e| format!("YAML: {e}"))?;
+    if let Some(e) = builder.error {
+        return Err(e);
+    }
+    Ok(builder.docs.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+#[derive(Default)]
+struct Builder {
+    docs: Vec<Value>,
+    /// Open collections: a sequence, or a mapping with its pending key.
+    stack: Vec<(Value, Option<String>, usize)>,
+    anchors: HashMap<usize, Value>,
+    error: Option<String>,
+}
+
+impl Builder {
+    fn fail(&mut self, at: Marker, what: String) {
+        if self.error.is_none() {
+            self.error = Some(format!(
+                "YAML line {} column {}: {what}",
+                at.line(),
+                at.col() + 1
+            ));
+        }
+    }
+
+    /// A finished node: into its parent, or a document of its own.
+    fn add(&mut self, value: Value, anchor: usize, at: Marker) {
+        if anchor > 0 {
+            self.anchors.insert(anchor, value.clone());
+        }
+        let Some((parent, key, _)) = self.stack.last_mut() else {
+            self.docs.push(value);
+            return;
+        };
+        match parent {
+            Value::Array(a) => a.push(value),
+            Value::Object(m) => match key.take() {
+                None => match value {
+                    Value::String(s) => *key = Some(s),
+                    Value::Null => *key = Some("null".into()),
+                    Value::Bool(b) => *key = Some(b.to_string()),
+                    Value::Number(n) => *key = Some(n.to_string()),
+                    _ => self.fail(at, "a mapping key must be a scalar".into()),
+                },
+                Some(k) if k == "<<" => merge(m, value),
+                Some(k) => {
+                    m.insert(k, value);
+                }
+            },
+            _ => {}
+        }
+    }
+}
+
+/// A `<<` merge key: the mapping's (or each mapping's) entries not
+/// already present.
+fn merge(into: &mut Map<String, Value>, from: Value) {
+    let maps = match from {
+        Value::Array(a) => a,
+        other => vec![other],
+    };
+    for m in maps {
+        if let Value::Object(m) = m {
+            for (k, v) in m {
+                into.entry(k).or_insert(v);
+            }
+        }
+    }
+}
+
+impl MarkedEventReceiver for Builder {
+    fn on_event(&mut self, ev: Event, at: Marker) {
+        match ev {
+            Event::SequenceStart(anchor, _) => {
+                self.stack.push((Value::Array(Vec::new()), None, anchor))
+            }
+            Event::MappingStart(anchor, _) => {
+                self.stack.push((Value::Object(Map::new()), None, anchor))
+            }
+            Event::SequenceEnd | Event::MappingEnd => {
+                if let Some((v, _, anchor)) = self.stack.pop() {
+                    self.add(v, anchor, at);
+                }
+            }
+            Event::Scalar(text, style, anchor, tag) => match scalar(&text, style, tag.as_ref()) {
+                Ok(v) => self.add(v, anchor, at),
+                Err(e) => self.fail(at, e),
+            },
+            Event::Alias(id) => match self.anchors.get(&id).cloned() {
+                Some(v) => self.add(v, 0, at),
+                None => self.fail(at, "an alias to an unknown anchor".into()),
+            },
+            _ => {}
+        }
+    }
+}
+
+/// One scalar, resolved as go-yaml v2 resolves it for Kubernetes.
+fn scalar(text: &str, style: TScalarStyle, tag: Option<&Tag>) -> Result<Value, String> {
+    if let Some(t) = tag {
+        if t.handle == "!!" || t.handle == "tag:yaml.org,2002:" {
+            return match t.suffix.as_str() {
+                "str" | "binary" => Ok(Value::String(text.into())),
+                "null" => Ok(Value::Null),
+                "bool" | "int" | "float" => plain(text)
+                    .filter(|v| !v.is_string())
+                    .ok_or_else(|| format!("{text:?} is not a !!{}", t.suffix)),
+                other => Err(format!("unsupported tag !!{other}")),
+            };
+        }
+    }
+    if style != TScalarStyle::Plain {
+        return Ok(Value::String(text.into()));
+    }
+    plain(text).ok_or_else(|| format!("{text:?}: a number JSON cannot hold"))
+}
+
+/// A plain scalar: null, a YAML 1.1 boolean, an integer (decimal, 0x hex,
+/// 0b binary, 0o or leading-0 octal, `_` separators), a float, or a
+/// string. `None` for what JSON cannot hold (.inf, .nan).
+fn plain(text: &str) -> Option<Value> {
+    match text {
+        "" | "~" | "null" | "Null" | "NULL" => return Some(Value::Null),
+        "y" | "Y" | "yes" | "Yes" | "YES" | "on" | "On" | "ON" | "true" | "True" | "TRUE" => {
+            return Some(Value::Bool(true))
+        }
+        "n" | "N" | "no" | "No" | "NO" | "off" | "Off" | "OFF" | "false" | "False" | "FALSE" => {
+            return Some(Value::Bool(false))
+        }
+        _ => {}
+    }
+    if let Some(n) = integer(text) {
+        return Some(Value::Number(n));
+    }
+    let lower = text.to_ascii_lowercase();
+    if matches!(lower.trim_start_matches(['+', '-']), ".inf" | ".nan") {
+        return None;
+    }
+    let looks_numeric = text
+        .chars()
+        .all(|c| c.is_ascii_digit() || "+-.eE_".contains(c))
+        && text.chars().any(|c| c.is_ascii_digit());
+    if looks_numeric {
+        if let Some(n) = text
+            .replace('_', "")
+            .parse::<f64>()
+            .ok()
+            .and_then(Number::from_f64)
+        {
+            return Some(Value::Number(n));
+        }
+    }
+    Some(Value::String(text.into()))
+}
+
+fn integer(text: &str) -> Option<Number> {
+    let (negative, body) = match text.as_bytes().first()? {
+        b'-' => (true, &text[1..]),
+        b'+' => (false, &text[1..]),
+        _ => (false, text),
+    };
+    if body.is_empty() || body.starts_with('_') || body.ends_with('_') {
+        return None;
+    }
+    let digits = body.replace('_', "");
+    let (radix, digits) = if let Some(h) = digits.strip_prefix("0x") {
+        (16, h.to_string())
+    } else if let Some(b) = digits.strip_prefix("0b") {
+        (2, b.to_string())
+    } else if let Some(o) = digits.strip_prefix("0o") {
+        (8, o.to_string())
+    } else if digits.len() > 1 && digits.starts_with('0') {
+        (8, digits[1..].to_string())
+    } else {
+        (10, digits)
+    };
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return None;
+    }
+    let magnitude = u64::from_str_radix(&digits, radix).ok()?;
+    if negative {
+        let n = 0i64.checked_sub_unsigned(magnitude)?;
+        Some(Number::from(n))
+    } else {
+        Some(Number::from(magnitude))
+    }
+}
+
+fn to_yaml(v: &Value) -> Yaml {
+    match v {
+        Value::Null => Yaml::Null,
+        Value::Bool(b) => Yaml::Boolean(*b),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => Yaml::Integer(i),
+            None => Yaml::Real(n.to_string()),
+        },
+        Value::String(s) => Yaml::String(s.clone()),
+        Value::Array(a) => Yaml::Array(a.iter().map(to_yaml).collect()),
+        Value::Object(m) => Yaml::Hash(
+            m.iter()
+                .map(|(k, v)| (Yaml::String(k.clone()), to_yaml(v)))
+                .collect(),
+        ),
+    }
+}
+
+/// One document as YAML (starting `---`), or as JSON when its YAML would
+/// not read back as the same value.
+pub fn emit_document(doc: &Value) -> String {
+    let mut out = String::new();
+    let mut emitter = YamlEmitter::new(&mut out);
+    emitter.multiline_strings(true);
+    let dumped = emitter.dump(&to_yaml(doc)).is_ok();
+    if dumped && load(&out).ok().as_deref() == Some(std::slice::from_ref(doc)) {
+        out.push('\n');
+        return out;
+    }
+    let json = serde_json::to_string_pretty(doc).expect("a Value serializes");
+    format!("---\n{json}\n")
+}
+
+/// Documents as one YAML stream.
+pub fn emit(docs: &[Value]) -> String {
+    docs.iter().map(emit_document).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn scalars_resolve_as_kubernetes_reads_them() {
+        let docs = load(
+            "a: 0440\nb: '0440'\nc: on\nd: \"on\"\ne: 0x1F\nf: 1_000\ng: 1.5\nh: ~\ni: -7\nj: 09\nk: !!str 12\nl: |\n  x\n  y\n",
+        )
+        .unwrap();
+        assert_eq!(
+            docs,
+            vec![
+                json!({"a": 288, "b": "0440", "c": true, "d": "on", "e": 31, "f": 1000,
+                "g": 1.5, "h": null, "i": -7, "j": 9.0, "k": "12", "l": "x\ny\n"})
+            ]
+        );
+    }
+
+    #[test]
+    fn a_stream_round_trips_with_its_order_and_odd_strings() {
+        let text = "---\nz: 1\na: [x, 'yes', '0o17', '1_000', \"0b1\"]\n---\n# only a comment\n---\nkind: List\nitems: []\nanchor: &x {k: v}\nref: *x\nm:\n  <<: *x\n  own: 1\n";
+        let docs = load(text).unwrap();
+        assert_eq!(docs.len(), 2);
+        assert_eq!(
+            docs[0].as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["z", "a"]
+        );
+        assert_eq!(docs[1]["ref"], json!({"k": "v"}));
+        assert_eq!(docs[1]["m"], json!({"k": "v", "own": 1}));
+        let again = load(&emit(&docs)).unwrap();
+        assert_eq!(again, docs);
+    }
+
+    #[test]
+    fn what_json_cannot_hold_is_an_error() {
+        assert!(load("a: .inf\n").is_err());
+        assert!(load("a: [1\n").is_err());
+        assert!(load("a: *nowhere\n").is_err());
+    }
+}
