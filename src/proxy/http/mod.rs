@@ -12,7 +12,7 @@
 //! `http/1.1` or none → HTTP/1.1.
 //!
 //! The parts: [`xfcc`] (the header's value and name predicate), [`dn`]
-//! (the subject as RFC 4514), [`headers`] (what is removed before ours is
+//! (the subject as OpenSSL's RFC 2253 line, with [`dn_names`] its names), [`headers`] (what is removed before ours is
 //! added), [`smuggle`] (framing checks on the raw HTTP/1.1 bytes), [`tap`] (what
 //! sees those bytes: the framing reader and the byte counters),
 //! [`service`] (one request's way to the target) and [`serve`](mod@serve) (the
@@ -21,6 +21,7 @@
 use hyper::header::HeaderValue;
 
 pub mod dn;
+pub mod dn_names;
 pub mod headers;
 pub mod serve;
 pub mod service;

@@ -9,11 +9,14 @@
 //!
 //! Why our own quoting: every value the header carries comes from the
 //! peer's certificate, which the peer chose. The builder ([`xfcc_value`])
-//! keeps the result one parseable element whatever the certificate holds:
-//! a value holding `,`, `;`, `=` or `"` is quoted with `"` escaped as `\"`,
-//! and bytes a header value cannot carry (controls, non-ASCII, and `"` or
-//! `\` inside a SAN) are percent-encoded in SANs and `\XX`-escaped in the
-//! subject (RFC 4514 §2.4 allows that form for any character).
+//! keeps the result one element under RFC 9110's quoted-string rules
+//! (the reading Envoy's own parser has) whatever the certificate holds:
+//! `Subject` is OpenSSL's RFC 2253 string in double quotes with no second
+//! escape (that string already writes every `"` and `\` as a backslash
+//! pair and every control or non-ASCII byte as `\XX`, see [`super::dn`]);
+//! a SAN's bytes outside visible ASCII, and `"`, `\` and `%`, are
+//! percent-encoded, and a SAN holding `,` `;` or `=` is put in double
+//! quotes.
 
 use x509_parser::prelude::{FromDer, X509Certificate};
 
@@ -45,7 +48,8 @@ pub struct XfccParts {
     pub by: Option<String>,
     /// SHA-256 of the peer's DER leaf (`Hash=`, lowercase hex).
     pub hash: [u8; 32],
-    /// The peer's subject, RFC 4514 (`Subject=`, always quoted).
+    /// The peer's subject, OpenSSL's RFC 2253 form (`Subject=`, always
+    /// quoted).
     pub subject: String,
     /// The peer's URI SANs, in certificate order (`URI=` each).
     pub uris: Vec<String>,
@@ -66,7 +70,7 @@ impl XfccParts {
         Some(XfccParts {
             by,
             hash: digest.as_ref().try_into().ok()?,
-            subject: super::dn::rfc4514(cert.subject()),
+            subject: super::dn::rfc2253(cert.subject()),
             uris,
             dns,
         })
@@ -115,8 +119,8 @@ pub fn xfcc_value(p: &XfccParts) -> String {
     out
 }
 
-/// A value as one element: quoted when it holds a character that would
-/// end or split the element (`,` `;` `=`) or a quote.
+/// A header-safe SAN as one element: quoted when it holds a character
+/// that would end or split the element (`,` `;` `=`).
 fn element(v: &str) -> String {
     if needs_quotes(v) {
         quoted(v)
@@ -127,18 +131,27 @@ fn element(v: &str) -> String {
 
 /// True when a bare value would be read as more than one value.
 fn needs_quotes(v: &str) -> bool {
-    v.contains([',', ';', '=', '"'])
+    v.contains([',', ';', '='])
 }
 
-/// `v` in double quotes, each `"` inside escaped as `\"`.
+/// `v` as an RFC 9110 quoted-string with no second escape: a backslash
+/// pair in `v` is kept as it is (the RFC 2253 subject writes every `"`
+/// and `\` as one), and only what would end the string early is escaped
+/// (a bare `"`, a `\` with nothing after it), which no caller's value
+/// holds: a header-safe SAN has neither, the subject none bare.
 fn quoted(v: &str) -> String {
     let mut out = String::with_capacity(v.len() + 2);
     out.push('"');
-    for c in v.chars() {
-        if c == '"' {
-            out.push('\\');
+    let mut chars = v.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                out.push('\\');
+                out.push(chars.next().unwrap_or('\\'));
+            }
+            '"' => out.push_str("\\\""),
+            other => out.push(other),
         }
-        out.push(c);
     }
     out.push('"');
     out
@@ -200,17 +213,24 @@ mod tests {
                 "ab".repeat(32)
             )
         );
-        // Found by the http_identity fuzz target: a CN ending in `\`
-        // ended the quoted subject in `\"`, read as an escaped quote.
-        let trailing = XfccParts {
-            subject: format!("CN={}", crate::proxy::http::dn::escape_value("q\\")),
-            ..Default::default()
-        };
-        assert!(
-            xfcc_value(&trailing).ends_with(r#";Subject="CN=q\5C""#),
-            "{}",
-            xfcc_value(&trailing)
-        );
+        // The subject's backslash pairs are kept, never escaped again
+        // (`\"` would become `\\"`, which closes the quoted-string); a
+        // `\` written `\\` stays so, and a bare `"` or a dangling `\` in
+        // a hand-made subject is escaped.
+        for (subject, want) in [
+            (
+                r#"CN=evil\";URI=x,O=q\""#,
+                r#"Subject="CN=evil\";URI=x,O=q\"""#,
+            ),
+            (r"CN=q\\", r#"Subject="CN=q\\""#),
+            (r#"CN=a"b\"#, r#"Subject="CN=a\"b\\""#),
+        ] {
+            let p = XfccParts {
+                subject: subject.into(),
+                ..Default::default()
+            };
+            assert!(xfcc_value(&p).ends_with(want), "{}", xfcc_value(&p));
+        }
         let bare = XfccParts {
             subject: String::new(),
             ..Default::default()
