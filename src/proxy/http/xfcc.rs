@@ -20,6 +20,8 @@
 
 use x509_parser::prelude::{FromDer, X509Certificate};
 
+use crate::identity::{normal_dns, normal_uri};
+
 /// The header's name, lowercase as HTTP/2 sends it.
 pub const XFCC: &str = "x-forwarded-client-cert";
 
@@ -51,9 +53,9 @@ pub struct XfccParts {
     /// The peer's subject, OpenSSL's RFC 2253 form (`Subject=`, always
     /// quoted).
     pub subject: String,
-    /// The peer's URI SANs, in certificate order (`URI=` each).
+    /// The peer's URI SANs, in certificate order, normal form (`URI=` each).
     pub uris: Vec<String>,
-    /// The peer's DNS SANs, in certificate order (`DNS=` each).
+    /// The peer's DNS SANs, in certificate order, lowercase (`DNS=` each).
     pub dns: Vec<String>,
 }
 
@@ -77,15 +79,17 @@ impl XfccParts {
     }
 }
 
-/// A certificate's URI and DNS SANs, each in certificate order.
+/// A certificate's URI and DNS SANs, each in certificate order and in the
+/// normal form allow and deny compared ([`normal_uri`], [`normal_dns`]):
+/// the application reads the identity the sidecar judged.
 fn sans(cert: &X509Certificate<'_>) -> (Vec<String>, Vec<String>) {
     use x509_parser::extensions::GeneralName;
     let (mut uris, mut dns) = (Vec::new(), Vec::new());
     if let Ok(Some(san)) = cert.subject_alternative_name() {
         for name in &san.value.general_names {
             match name {
-                GeneralName::URI(u) => uris.push(u.to_string()),
-                GeneralName::DNSName(d) => dns.push(d.to_string()),
+                GeneralName::URI(u) => uris.push(normal_uri(u)),
+                GeneralName::DNSName(d) => dns.push(normal_dns(d)),
                 _ => {}
             }
         }
