@@ -307,3 +307,61 @@ async fn h2_connections_without_a_request_are_closed_at_the_header_timeout() {
     assert!(idle_closed.is_ok(), "the idle connection stayed open");
     sc.wait_closed("server", "http_timeout", 3.0).await;
 }
+
+/// A request body the test feeds as it goes.
+struct Fed(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl Body for Fed {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.0.poll_recv(cx).map(|d| d.map(|d| Ok(Frame::data(d))))
+    }
+}
+
+/// The h2 header timeout never cuts a request in flight: a request whose
+/// body is still coming after several timeouts is answered, on the same
+/// connection. Kills a timer that ran while requests are open.
+#[tokio::test]
+async fn an_h2_request_in_flight_outlives_the_header_timeout() {
+    let ids = Ids::new();
+    let target = h2c_target().await;
+    let sc = start_server(
+        &ids.server_dir,
+        &target,
+        &["--http-identity", "xfcc", "--http-header-timeout", "200ms"],
+    )
+    .await;
+    let tls = tls_connect(&sc.addr("server"), REPLICA, ids.tls(&["h2"]))
+        .await
+        .unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .unwrap();
+    let conn = tokio::spawn(conn);
+    let (feed, body) = tokio::sync::mpsc::channel(4);
+    let req = Request::post(format!("https://{REPLICA}/slow"))
+        .body(Fed(body))
+        .unwrap();
+    let resp = tokio::spawn(send.send_request(req));
+    feed.send(Bytes::from_static(b"part")).await.unwrap();
+    // The body stays open for three timeouts: the time passing is the
+    // case itself, not a wait for an event.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    assert!(!conn.is_finished(), "the connection was closed mid-request");
+    feed.send(Bytes::from_static(b"rest")).await.unwrap();
+    drop(feed);
+    let resp = tokio::time::timeout(DEADLINE, resp)
+        .await
+        .expect("answered")
+        .unwrap()
+        .expect("a response");
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let j: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(j["body"], 8, "{j}");
+}
