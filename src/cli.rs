@@ -220,6 +220,15 @@ pub struct ServerArgs {
     /// With --http-identity: a request with more header fields gets 431 [default: 100].
     #[arg(long, value_name = "N", requires = "http_identity")]
     pub http_max_headers: Option<u64>,
+    /// With --http-identity: close a connection with no complete request head this long after
+    /// it opened or after its last response (an unfinished head, an idle keep-alive or h2
+    /// connection) [default: 30s].
+    #[arg(long, value_name = "DURATION", requires = "http_identity")]
+    pub http_header_timeout: Option<String>,
+    /// With --http-identity: close a connection whose unfinished HTTP/1.1 request head would take
+    /// the route's unfinished heads, all connections together, past this [default: 4194304].
+    #[arg(long, value_name = "BYTES", requires = "http_identity")]
+    pub http_max_pending_head_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -537,6 +546,8 @@ impl ServerArgs {
             http_identity: self.http_identity.clone(),
             http_max_header_bytes: self.http_max_header_bytes,
             http_max_headers: self.http_max_headers,
+            http_header_timeout: self.http_header_timeout.clone(),
+            http_max_pending_head_bytes: self.http_max_pending_head_bytes,
             ..self.common.route_spec(Mode::Server)
         };
         self.common.file_spec(route)

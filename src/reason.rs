@@ -255,6 +255,9 @@ pub enum CloseReason {
     NoDestination,
     /// A deny-list entry now matches the peer.
     Denied,
+    /// HTTP routes: no complete request head within
+    /// `--http-header-timeout` (none yet, or none after the last answer).
+    HttpTimeout,
 }
 
 impl CloseReason {
@@ -269,7 +272,7 @@ impl CloseReason {
     }
 
     /// Every value, for pre-registering metric series at zero.
-    pub const ALL: [CloseReason; 12] = [
+    pub const ALL: [CloseReason; 13] = [
         CloseReason::Completed,
         CloseReason::PeerError,
         CloseReason::TargetError,
@@ -282,6 +285,7 @@ impl CloseReason {
         CloseReason::NoDestination,
         CloseReason::Overload,
         CloseReason::Denied,
+        CloseReason::HttpTimeout,
     ];
 
     /// The label value.
@@ -299,6 +303,7 @@ impl CloseReason {
             CloseReason::NoDestination => "no_destination",
             CloseReason::Overload => "overload",
             CloseReason::Denied => "denied",
+            CloseReason::HttpTimeout => "http_timeout",
         }
     }
 }

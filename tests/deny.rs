@@ -2,10 +2,12 @@
 //! refuses new handshakes (`denied`) and closes the live connections it
 //! matches within a reload interval (close reason `denied`, one WARN line
 //! naming the entry) on server and client routes; an intermediate's or
-//! the anchor's key denies every leaf below it; a serial under a
-//! same-name issuer of another key, a URI differing in case or by a
-//! character deny nothing; a malformed file is rejected naming its line
-//! and the last good list stays in force.
+//! the anchor's key denies every leaf below it; a URI SAN is denied in
+//! every spelling `--allow-san` admits (scheme and authority in any case)
+//! and by the same wildcards; a serial under a same-name issuer of
+//! another key, a URI differing in its path's case or by a segment deny
+//! nothing; a malformed file is rejected naming its line and the last
+//! good list stays in force.
 
 mod common;
 
@@ -239,6 +241,46 @@ async fn each_format_refuses_new_handshakes_and_closes_live_connections() {
     w.admitted(&victim).await;
 }
 
+/// One normalisation for allow and deny: a peer whose URI SAN spells
+/// the SPIFFE ID's scheme or trust domain in upper case is admitted by
+/// `--allow-san` (which compares them case-insensitively), so `san:` with
+/// the lower-case ID refuses it, as do the wildcard entries `--allow-san`
+/// has; a bystander stays admitted. Seen failing before the fix (every
+/// variant admitted: the entry compared byte for byte, the wildcards as
+/// literal text).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_uri_is_refused_in_every_spelling_the_allow_list_admits() {
+    let w = World::start().await;
+    let spellings = [
+        "SPIFFE://TD/ns/prod/sa/controller",
+        "spiffe://TD/ns/prod/sa/controller",
+        "Spiffe://td/ns/prod/sa/controller",
+    ];
+    let peers: Vec<Issued> = spellings
+        .iter()
+        .map(|u| {
+            let mut spec = LeafSpec::dns("variant.env-1.svc", Role::Client, 30);
+            spec.uris = vec![u.to_string()];
+            w.pki.issue(&spec)
+        })
+        .collect();
+    for p in &peers {
+        w.admitted(p).await;
+    }
+    let bystander = w.pki.leaf(BYSTANDER, Role::Client);
+    for entry in [
+        format!("san:{URI}"),
+        "san:spiffe://td/ns/prod/sa/*".to_string(),
+        "san:spiffe://td/ns/**".to_string(),
+    ] {
+        w.deny(Some(&format!("{entry}\n"))).await;
+        for (u, p) in spellings.iter().zip(&peers) {
+            assert!(w.refused(p).await, "{entry}: {u} admitted");
+        }
+        w.admitted(&bystander).await;
+    }
+}
+
 /// A route keeps one copy of a peer's chain for all its connections that
 /// presented it (src/proxy/conn.rs): a deny closes every one of them, and
 /// a connection under the same names but another key (a re-issued
@@ -286,7 +328,7 @@ async fn near_misses_deny_nothing() {
     let mut live = w.admitted(&victim).await;
     // The twin's own key too: no chain of ours goes through it.
     let text = format!(
-        "serial:{twin_key}:{}\nsan:{}\nsan:{URI}/\nsan:x{CONTROLLER}\nspki-sha256:{twin_key}\n",
+        "serial:{twin_key}:{}\nsan:{}\nsan:{URI}/x\nsan:x{CONTROLLER}\nspki-sha256:{twin_key}\n",
         serial_text(&victim),
         URI.replace("controller", "Controller"),
     );

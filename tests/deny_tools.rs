@@ -121,7 +121,7 @@ fn rustls_pemfile_der(pem: &str) -> Vec<u8> {
 /// its CA's key), names an anchor it denies (by key) on the PASS line but
 /// not one whose certificate merely carries a SAN the list names (a
 /// `san:` entry matches a leaf), and FAILs a malformed file naming the
-/// line. Seen failing with the deny step's
+/// line and why (an entry that could never match included). Seen failing with the deny step's
 /// own-identity judgement removed (the denied identity passed).
 #[test]
 fn check_reports_what_the_deny_file_denies() {
@@ -183,4 +183,12 @@ fn check_reports_what_the_deny_file_denies() {
     let (code, text) = check("san:fine.svc\nserial:abc\n");
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("deny: line 2: serial:"), "{text}");
+    // An entry that could never match (a wildcard --allow-san refuses)
+    // is a bad line too, shown with its reason.
+    let (code, text) = check("san:fine.svc\n# x\nsan:*.svc\n");
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("deny: line 3: san: invalid SAN pattern \"*.svc\": a wildcard needs"),
+        "{text}"
+    );
 }

@@ -3,7 +3,9 @@
 //! connection reaches the target with exactly one x-forwarded-client-cert,
 //! ours, whatever the client forged (any case, `_` for `-`, named in
 //! `Connection`, or as a chunked trailer); smuggling shapes get 400 and
-//! never reach the target; the header limits give 431.
+//! never reach the target; the header limits give 431; the header
+//! timeout closes unfinished heads and idle keep-alives, and a route's
+//! unfinished heads share a byte budget.
 
 mod common;
 #[path = "http_identity/support.rs"]
@@ -685,4 +687,83 @@ async fn a_websocket_upgrade_becomes_a_tunnel_opened_with_our_identity() {
         [format!("x-forwarded-client-cert: {}", ids.expected())],
         "{head}"
     );
+}
+
+/// `--http-header-timeout` bounds the wait for a complete request head:
+/// a connection that sends nothing, one whose head never ends (bytes
+/// trickling in), and a keep-alive connection idle after its response are
+/// each closed once it passes (`closed{reason="http_timeout"}`), while a
+/// request that completes in time is answered. Without a timer in hyper's
+/// builder all three stayed open (the 30 s default did nothing).
+#[tokio::test]
+async fn the_header_timeout_closes_unfinished_heads_and_idle_keep_alives() {
+    if tools::skip_unless(&["python3"]) {
+        return;
+    }
+    let (ids, _target, sc) =
+        route(&["--admin", "127.0.0.1:0", "--http-header-timeout", "400ms"]).await;
+    let addr = sc.addr("server");
+    let mut silent = Raw::connect(&addr, ids.tls(&["http/1.1"])).await;
+    let mut slow = Raw::connect(&addr, ids.tls(&["http/1.1"])).await;
+    slow.send(b"GET / HTTP/1.1\r\nHost: t\r\nX-Slow: ").await;
+    let mut idle = Raw::connect(&addr, ids.tls(&["http/1.1"])).await;
+    idle.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    assert_eq!(idle.response().await.status, 200);
+    // Trickling bytes does not restart the clock.
+    let started = std::time::Instant::now();
+    while started.elapsed() < std::time::Duration::from_millis(300) {
+        slow.send(b"a").await;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    for (what, c) in [
+        ("silent", &mut silent),
+        ("slow", &mut slow),
+        ("idle", &mut idle),
+    ] {
+        assert!(c.closed().await, "{what} stayed open");
+    }
+    sc.wait_closed("server", "http_timeout", 3.0).await;
+}
+
+/// The unfinished HTTP/1.1 heads of a route's connections share
+/// `--http-max-pending-head-bytes`: a connection whose head would take
+/// them past it is closed (`closed{reason="overload"}`), and the one
+/// already holding its part completes its request. Without the budget
+/// both heads were held (300 such connections took 63 MB).
+#[tokio::test]
+async fn unfinished_heads_share_the_routes_budget() {
+    if tools::skip_unless(&["python3"]) {
+        return;
+    }
+    let (ids, _target, sc) = route(&[
+        "--admin",
+        "127.0.0.1:0",
+        "--http-max-pending-head-bytes",
+        "65536",
+    ])
+    .await;
+    let addr = sc.addr("server");
+    let admin = sc.admin();
+    let to_target = |m: &expo::Exposition| {
+        m.value(
+            "mtls_sidecar_bytes_total",
+            &[("route", "server"), ("direction", "to_target")],
+        )
+        .unwrap_or(0.0)
+    };
+    let part = |name: &str| {
+        let mut head = format!("GET / HTTP/1.1\r\nHost: t\r\nX-{name}: ").into_bytes();
+        head.resize(40_000, b'a');
+        head
+    };
+    let mut first = Raw::connect(&addr, ids.tls(&["http/1.1"])).await;
+    let head = part("first");
+    first.send(&head).await;
+    scrape_until(&admin, "the first head read", |m| to_target(m) >= 40_000.0).await;
+    let mut second = Raw::connect(&addr, ids.tls(&["http/1.1"])).await;
+    second.send(&part("second")).await;
+    assert!(second.closed().await, "the second head was held too");
+    sc.wait_closed("server", "overload", 1.0).await;
+    first.send(b"\r\n\r\n").await;
+    assert_eq!(first.response().await.status, 200);
 }

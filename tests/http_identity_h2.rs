@@ -3,7 +3,8 @@
 //! identity whatever the client forged in headers or trailers; and the
 //! connection stays under the route's live-connection machinery: a
 //! displacement (`--exclusive`) and `--max-connection-lifetime` close it
-//! mid-keep-alive.
+//! mid-keep-alive; `--http-header-timeout` closes one with no request
+//! (an unfinished header block, none at all, or idle after its answers).
 
 mod common;
 #[path = "http_identity/support.rs"]
@@ -233,4 +234,134 @@ async fn a_live_close_ends_an_http_connection_mid_keep_alive() {
     );
     sc.wait_field("connection closed", "reason", "lifetime")
         .await;
+}
+
+/// Reads until the sidecar closes the connection; false if it is still
+/// open after `DEADLINE`.
+async fn read_to_close(tls: &mut ClientTls) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        match tokio::time::timeout_at(deadline, tls.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// `--http-header-timeout` on h2: a connection whose client never
+/// completes a header block (a HEADERS frame without END_HEADERS, the
+/// CONTINUATION never sent), one that sends no request at all, and one
+/// idle after its answered request are each closed once it passes
+/// (`closed{reason="http_timeout"}`); a request in flight is not cut.
+/// Without the idle bound all three stayed open.
+#[tokio::test]
+async fn h2_connections_without_a_request_are_closed_at_the_header_timeout() {
+    use tokio::io::AsyncWriteExt;
+    let ids = Ids::new();
+    let target = h2c_target().await;
+    let sc = start_server(
+        &ids.server_dir,
+        &target,
+        &[
+            "--http-identity",
+            "xfcc",
+            "--http-header-timeout",
+            "400ms",
+            "--admin",
+            "127.0.0.1:0",
+        ],
+    )
+    .await;
+    let addr = sc.addr("server");
+    let mut unfinished = tls_connect(&addr, REPLICA, ids.tls(&["h2"])).await.unwrap();
+    let mut frames = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    frames.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]); // SETTINGS
+                                                            // HEADERS on stream 1, END_STREAM but no END_HEADERS: `:method GET`.
+    frames.extend_from_slice(&[0, 0, 1, 1, 0x1, 0, 0, 0, 1, 0x82]);
+    unfinished.write_all(&frames).await.unwrap();
+    unfinished.flush().await.unwrap();
+    let mut silent = tls_connect(&addr, REPLICA, ids.tls(&["h2"])).await.unwrap();
+    let tls = tls_connect(&addr, REPLICA, ids.tls(&["h2"])).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .unwrap();
+    let conn = tokio::spawn(conn);
+    let req = Request::get(format!("https://{REPLICA}/"))
+        .body(WithTrailers {
+            data: None,
+            trailers: None,
+        })
+        .unwrap();
+    let (status, _) = json(&mut send, req).await;
+    assert_eq!(status, 200);
+    assert!(
+        read_to_close(&mut unfinished).await,
+        "unfinished stayed open"
+    );
+    assert!(read_to_close(&mut silent).await, "silent stayed open");
+    let idle_closed = tokio::time::timeout(DEADLINE, conn).await;
+    assert!(idle_closed.is_ok(), "the idle connection stayed open");
+    sc.wait_closed("server", "http_timeout", 3.0).await;
+}
+
+/// A request body the test feeds as it goes.
+struct Fed(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl Body for Fed {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.0.poll_recv(cx).map(|d| d.map(|d| Ok(Frame::data(d))))
+    }
+}
+
+/// The h2 header timeout never cuts a request in flight: a request whose
+/// body is still coming after several timeouts is answered, on the same
+/// connection. Kills a timer that ran while requests are open.
+#[tokio::test]
+async fn an_h2_request_in_flight_outlives_the_header_timeout() {
+    let ids = Ids::new();
+    let target = h2c_target().await;
+    let sc = start_server(
+        &ids.server_dir,
+        &target,
+        &["--http-identity", "xfcc", "--http-header-timeout", "200ms"],
+    )
+    .await;
+    let tls = tls_connect(&sc.addr("server"), REPLICA, ids.tls(&["h2"]))
+        .await
+        .unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .unwrap();
+    let conn = tokio::spawn(conn);
+    let (feed, body) = tokio::sync::mpsc::channel(4);
+    let req = Request::post(format!("https://{REPLICA}/slow"))
+        .body(Fed(body))
+        .unwrap();
+    let resp = tokio::spawn(send.send_request(req));
+    feed.send(Bytes::from_static(b"part")).await.unwrap();
+    // The body stays open for three timeouts: the time passing is the
+    // case itself, not a wait for an event.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    assert!(!conn.is_finished(), "the connection was closed mid-request");
+    feed.send(Bytes::from_static(b"rest")).await.unwrap();
+    drop(feed);
+    let resp = tokio::time::timeout(DEADLINE, resp)
+        .await
+        .expect("answered")
+        .unwrap()
+        .expect("a response");
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let j: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(j["body"], 8, "{j}");
 }

@@ -17,9 +17,7 @@ use std::time::{Duration, SystemTime};
 
 use common::*;
 use mtls_sidecar::ops::pki::{Issued, LeafSpec, Role};
-use rcgen::{
-    CertificateParams, DistinguishedName, DnType, Issuer, KeyPair, KeyUsagePurpose, SanType,
-};
+use rcgen::{CertificateParams, DistinguishedName, DnType, KeyUsagePurpose, SanType};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::{CertifiedKey, SingleCertAndKey};
@@ -219,8 +217,6 @@ async fn a_cn_naming_the_expected_server_is_no_identity() {
 /// A leaf of `pki` named `name` (CN and DNS SAN) without an extended key
 /// usage extension.
 fn without_eku(pki: &Pki, name: &str) -> Issued {
-    let ca_key = KeyPair::from_pem(&pki.ca.key_pem).expect("CA key");
-    let issuer = Issuer::from_ca_cert_pem(&pki.ca.cert_pem, ca_key).expect("CA");
     let mut params = CertificateParams::default();
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, name);
@@ -232,13 +228,7 @@ fn without_eku(pki: &Pki, name: &str) -> Issued {
     let now = SystemTime::now();
     params.not_before = (now - Duration::from_secs(60)).into();
     params.not_after = (now + Duration::from_secs(86_400)).into();
-    let key = KeyPair::generate().expect("key");
-    let cert = params.signed_by(&key, &issuer).expect("sign");
-    Issued {
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-        cert_der: cert.der().clone(),
-    }
+    sign_by(&pki.ca, params)
 }
 
 #[tokio::test(flavor = "multi_thread")]

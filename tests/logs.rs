@@ -13,9 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use mtls_sidecar::ops::pki::{DevCa, Issued, Role};
-use rcgen::{
-    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair, SanType,
-};
+use rcgen::{CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, SanType};
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -55,8 +53,6 @@ fn forged_sans() -> Vec<String> {
 /// (in that order) with the given DNS SANs: odd on purpose, so minted with
 /// rcgen directly rather than through `pki::LeafSpec`.
 fn odd_leaf(ca: &DevCa, org: &str, cn: &str, sans: &[String]) -> Issued {
-    let ca_key = KeyPair::from_pem(&ca.key_pem).expect("CA key");
-    let issuer = Issuer::from_ca_cert_pem(&ca.cert_pem, ca_key).expect("CA issuer");
     let mut params = CertificateParams::default();
     let mut dn = DistinguishedName::new();
     dn.push(DnType::OrganizationName, org);
@@ -67,13 +63,7 @@ fn odd_leaf(ca: &DevCa, org: &str, cn: &str, sans: &[String]) -> Issued {
         .map(|s| SanType::DnsName(s.as_str().try_into().expect("IA5 SAN")))
         .collect();
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    let key = KeyPair::generate().expect("key");
-    let cert = params.signed_by(&key, &issuer).expect("sign");
-    Issued {
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-        cert_der: cert.der().clone(),
-    }
+    sign_by(ca, params)
 }
 
 fn forged_leaf(pki: &Pki) -> Issued {

@@ -474,3 +474,47 @@ async fn a_candidate_config_is_judged_whole_by_route_name_and_its_credentials() 
         "{out}"
     );
 }
+
+/// The preview compares as the sidecar does, after the one normalisation
+/// `--allow-san` uses: a live peer whose URI SAN spells the scheme and
+/// trust domain in upper case is cut by `san:` with the lower-case ID and
+/// by the wildcard entries `--allow-san` has; a wildcard that cannot
+/// match is refused naming its line and why (exit 2). Seen failing before
+/// the fix (exit 0: the entries compared byte for byte, the wildcards as
+/// literal text).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deny_preview_compares_identities_as_the_allow_list_does() {
+    let upper = "SPIFFE://TD/ns/prod/sa/controller-7";
+    let mut r = Running::with("127.0.0.1:0", |c| {
+        let mut spec = LeafSpec::dns(CONTROLLER, Role::Client, 30);
+        spec.uris = vec![upper.to_string()];
+        Some(c.pki.issue(&spec))
+    })
+    .await;
+    let file = r.dir("deny");
+    for entry in [
+        "san:spiffe://td/ns/prod/sa/controller-7",
+        "san:spiffe://TD/ns/prod/sa/controller-7",
+        "san:spiffe://td/ns/prod/sa/*",
+        "san:spiffe://td/ns/prod/**",
+    ] {
+        write(&file, &format!("{entry}\n"));
+        let (code, out) = r.check(&["--deny-file", file.to_str().unwrap()]).await;
+        assert_eq!(code, 1, "{entry}: {out}");
+        let cut = closes(&out);
+        assert_eq!(cut.len(), 1, "{entry}: {out}");
+        assert!(cut[0].starts_with("  CLOSE denied now: conn "), "{out}");
+    }
+    write(&file, "san:spiffe://td/ns/prod/sa/controller-8\n");
+    let (code, out) = r.check(&["--deny-file", file.to_str().unwrap()]).await;
+    assert_eq!(code, 0, "{out}");
+    write(&file, "# incident\nsan:fine.env-1.svc\nsan:*.svc\n");
+    let (code, out) = r.check(&["--deny-file", file.to_str().unwrap()]).await;
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("line 3: san: invalid SAN pattern \"*.svc\""),
+        "{out}"
+    );
+    assert!(out.contains("at least two labels after '*.'"), "{out}");
+    r.still_forwards().await;
+}

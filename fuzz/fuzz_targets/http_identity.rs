@@ -4,11 +4,14 @@
 //!   reference rule (lowercase, `_` as `-`);
 //! - `1`: the rest is lines, `b` + our URI SAN (`By=`), `s` + a subject
 //!   CN, `u` + a URI SAN, `d` + a DNS SAN; the value `xfcc_value` builds
-//!   is visible ASCII, parses with the reference parser into exactly the
-//!   elements given (no `,` `;` `=` escapes its value), and the subject's
-//!   `dn::escape_value`s unescape to the CNs;
+//!   is visible ASCII and reads, under the tests' plain RFC 9110
+//!   quoted-string parser (`tests/http_identity/rfc9110.rs`), as exactly
+//!   one element with exactly the SANs given and the subject between
+//!   `Subject`'s quotes unchanged, and the subject's `dn::escape_bytes`
+//!   unescape to the CNs;
 //! - `2`: the rest is a peer certificate's DER; `XfccParts::from_certs`
-//!   never panics and its value parses;
+//!   never panics and its value reads the same way (one element, exactly
+//!   the leaf's SANs, the subject unchanged);
 //! - else: the second byte seeds the chunk splits and the third the
 //!   limits; the rest is a client's HTTP/1.1 bytes, fed to the smuggling
 //!   `Scanner` whole, in pseudo-random chunks and one byte at a time:

@@ -4,6 +4,7 @@
 
 use crate::frames::base64;
 use mtls_sidecar::credentials::deny::{parse_deny, DenyEntry, MAX_DENY_ENTRIES};
+use mtls_sidecar::identity::SanPattern;
 
 /// The entry lines of a file as the doc describes them: each line
 /// trimmed, blank and `#` lines skipped, the entry the first
@@ -30,17 +31,15 @@ pub fn normal_serial(hex: &str) -> String {
     }
 }
 
-/// What the doc says of the entry read from `word`: for `san:` its
-/// canonical line (a DNS name lowercased, a URI, with a `:`, exact), for
-/// `serial:` the normalised serial its line ends with; `None` for
-/// `spki-sha256:` (checked by encoding instead).
+/// What the doc says of the entry read from `word`: for `san:` the
+/// pattern as `--allow-san` reads it, in its normal form (`None` when
+/// `--allow-san` refuses it: deny must refuse it too), for `serial:` the
+/// normalised serial its line ends with; `None` for `spki-sha256:`
+/// (checked by encoding instead).
 pub fn expected_line(word: &str) -> Option<String> {
     if let Some(name) = word.strip_prefix("san:") {
-        return Some(if name.contains(':') {
-            word.to_string()
-        } else {
-            format!("san:{}", name.to_ascii_lowercase())
-        });
+        let pattern: SanPattern = name.parse().ok()?;
+        return Some(format!("san:{pattern}"));
     }
     let rest = word.strip_prefix("serial:")?;
     let (_issuer, hex) = rest.split_once(':')?;
@@ -69,7 +68,7 @@ pub fn check(text: &str) {
                 assert!(line.ends_with(&format!(":{serial}")), "{word} -> {line}");
                 assert!(serial.len() <= 40, "{word}: over 20 octets");
             }
-            (DenyEntry::Dns(_) | DenyEntry::Uri(_), Some(want)) => {
+            (DenyEntry::Dns(_) | DenyEntry::Uri(_) | DenyEntry::Pattern(_), Some(want)) => {
                 assert_eq!(line, want, "{word}");
                 assert!(want[4..].bytes().all(|b| b.is_ascii_graphic()));
             }

@@ -2,11 +2,11 @@
 //! predicate, value builder, subject escaping and smuggling scanner
 //! against the references in [`crate::xfcc`].
 
-use mtls_sidecar::proxy::http::dn::escape_value;
+use mtls_sidecar::proxy::http::dn::escape_bytes;
 use mtls_sidecar::proxy::http::smuggle::{Scanner, Verdict, Verdicts};
 use mtls_sidecar::proxy::http::{is_xfcc_name, xfcc_value, XfccParts};
 
-use crate::xfcc;
+use crate::{rfc9110, xfcc};
 
 /// The predicate agrees with the reference rule.
 pub fn check_name(name: &[u8]) {
@@ -33,7 +33,7 @@ pub fn check_value(text: &str) {
     parts.hash = [0x5a; 32];
     parts.subject = cns
         .iter()
-        .map(|cn| format!("CN={}", escape_value(cn)))
+        .map(|cn| format!("CN={}", escape_bytes(cn.as_bytes())))
         .collect::<Vec<_>>()
         .join(",");
     let rdns = xfcc::split_rdns(&parts.subject);
@@ -43,47 +43,49 @@ pub fn check_value(text: &str) {
             let v = rdn.strip_prefix("CN=").expect("CN=");
             let back = xfcc::unescape_value(v).unwrap_or_else(|| panic!("{v:?} unescapes"));
             assert_eq!(back, cn.as_bytes(), "{cn:?} escaped as {v:?}");
-            assert!(!v.starts_with(' ') && !v.ends_with(' ') && !v.starts_with('#'));
+            assert!(!v.starts_with(' ') && (v == "#" || !v.starts_with('#')), "{v:?}");
         }
     }
-    let value = xfcc_value(&parts);
-    let mut want = Vec::new();
-    if let Some(by) = &parts.by {
-        want.push(("By".to_string(), xfcc::percent(by)));
-    }
-    want.push(("Hash".to_string(), "5a".repeat(32)));
-    want.push(("Subject".to_string(), parts.subject.clone()));
-    want.extend(
-        parts
-            .uris
-            .iter()
-            .map(|u| ("URI".to_string(), xfcc::percent(u))),
-    );
-    want.extend(
-        parts
-            .dns
-            .iter()
-            .map(|d| ("DNS".to_string(), xfcc::percent(d))),
-    );
-    assert_eq!(parse_value(&value), want, "{value:?}");
+    let element = one_element(&xfcc_value(&parts), &parts);
+    let hash: Vec<String> = rfc9110::values(&element, "Hash");
+    assert_eq!(hash, ["5a".repeat(32)]);
 }
 
-/// The value is visible ASCII and one parseable element.
-fn parse_value(value: &str) -> Vec<(String, String)> {
+/// The value is visible ASCII and, read under RFC 9110's quoted-string
+/// rules, exactly one element: `By` (if any), `Hash`, `Subject` (quoted,
+/// its bytes between the quotes `parts.subject`), then exactly the URI
+/// and DNS SANs, percent-encoded. Returns the element.
+fn one_element(value: &str, parts: &XfccParts) -> Vec<rfc9110::Pair> {
     assert!(
         value.bytes().all(|b| b.is_ascii_graphic() || b == b' '),
         "{value:?} is not a header value"
     );
-    xfcc::parse_element(value).unwrap_or_else(|| panic!("{value:?} does not parse"))
+    let elements = rfc9110::parse(value).unwrap_or_else(|e| panic!("{value:?}: {e}"));
+    let [element] = <[_; 1]>::try_from(elements)
+        .unwrap_or_else(|e| panic!("{value:?}: {} elements", e.len()));
+    let keys: Vec<&str> = element.iter().map(|p| p.key.as_str()).collect();
+    let mut want = Vec::new();
+    want.extend(parts.by.iter().map(|_| "By"));
+    want.extend(["Hash", "Subject"]);
+    want.extend(parts.uris.iter().map(|_| "URI"));
+    want.extend(parts.dns.iter().map(|_| "DNS"));
+    assert_eq!(keys, want, "{value:?}");
+    let percent = |v: &[String]| v.iter().map(|s| xfcc::percent(s)).collect::<Vec<_>>();
+    let by: Vec<String> = parts.by.iter().cloned().collect();
+    assert_eq!(rfc9110::values(&element, "By"), percent(&by), "{value:?}");
+    assert_eq!(rfc9110::values(&element, "URI"), percent(&parts.uris), "{value:?}");
+    assert_eq!(rfc9110::values(&element, "DNS"), percent(&parts.dns), "{value:?}");
+    let subject = element.iter().find(|p| p.key == "Subject").expect("Subject");
+    assert!(subject.quoted, "{value:?}");
+    assert_eq!(subject.raw, parts.subject, "{value:?}");
+    element
 }
 
-/// A peer leaf's parts, when its DER parses, make a parseable value.
+/// A peer leaf's parts, when its DER parses, make a value that reads as
+/// exactly one element with exactly its SANs and its subject unchanged.
 pub fn check_cert(der: &[u8]) {
     if let Some(parts) = XfccParts::from_certs(der, Some(der)) {
-        let got = parse_value(&xfcc_value(&parts));
-        assert!(got
-            .iter()
-            .any(|(k, v)| k == "Subject" && *v == parts.subject));
+        one_element(&xfcc_value(&parts), &parts);
     }
 }
 

@@ -5,16 +5,29 @@
 use crate::proxy::http::{self as http, HttpSettings};
 use crate::proxy::settings::Mode;
 
-use super::values::bounded_count;
+use super::values::{bounded_count, opt_duration};
 use super::{invalid, ConfigError};
 
 /// A route's HTTP options as written: `http_identity`,
-/// `http_max_header_bytes`, `http_max_headers`.
+/// `http_max_header_bytes`, `http_max_headers`, `http_header_timeout`,
+/// `http_max_pending_head_bytes`.
 #[derive(Debug, Clone, Default)]
 pub struct HttpSpec<'a> {
     pub identity: Option<&'a str>,
     pub max_header_bytes: Option<u64>,
     pub max_headers: Option<u64>,
+    pub header_timeout: Option<String>,
+    pub max_pending_head_bytes: Option<u64>,
+}
+
+impl HttpSpec<'_> {
+    /// True when a limit is given (valid only with an identity format).
+    fn has_limits(&self) -> bool {
+        self.max_header_bytes.is_some()
+            || self.max_headers.is_some()
+            || self.header_timeout.is_some()
+            || self.max_pending_head_bytes.is_some()
+    }
 }
 
 /// Validates a route's HTTP options; with `--http-identity` an empty
@@ -26,9 +39,12 @@ pub(super) fn validate(
     p: &dyn Fn(&str) -> String,
 ) -> Result<Option<HttpSettings>, ConfigError> {
     let Some(kind) = spec.identity else {
-        if spec.max_header_bytes.is_some() || spec.max_headers.is_some() {
+        if spec.has_limits() {
             return Err(invalid(
-                p("--http-max-header-bytes/--http-max-headers"),
+                p(
+                    "--http-max-header-bytes/--http-max-headers/--http-header-timeout/\
+                   --http-max-pending-head-bytes",
+                ),
                 "only valid with --http-identity",
             ));
         }
@@ -64,6 +80,28 @@ pub(super) fn validate(
         http::DEFAULT_MAX_HEADERS,
         http::MAX_HEADERS,
     )?;
+    let header_timeout = opt_duration(
+        &p("--http-header-timeout"),
+        &spec.header_timeout,
+        http::DEFAULT_HEADER_TIMEOUT,
+        http::MIN_HEADER_TIMEOUT,
+        http::MAX_HEADER_TIMEOUT,
+    )?;
+    let max_pending_head_bytes = bounded_count(
+        &p("--http-max-pending-head-bytes"),
+        spec.max_pending_head_bytes,
+        http::DEFAULT_PENDING_HEAD_BYTES.max(max_header_bytes),
+        http::MAX_PENDING_HEAD_BYTES,
+    )?;
+    if max_pending_head_bytes < max_header_bytes {
+        return Err(invalid(
+            p("--http-max-pending-head-bytes"),
+            format!(
+                "{max_pending_head_bytes}: at least --http-max-header-bytes \
+                 ({max_header_bytes}), so one whole head always fits"
+            ),
+        ));
+    }
     if alpn.is_empty() {
         *alpn = http::default_alpn();
     } else if let Some(other) = alpn.iter().find(|a| !http::carries_alpn(a)) {
@@ -78,6 +116,8 @@ pub(super) fn validate(
     Ok(Some(HttpSettings {
         max_header_bytes,
         max_headers,
+        header_timeout,
+        max_pending_head_bytes,
     }))
 }
 
@@ -105,6 +145,16 @@ mod tests {
         let mut custom = vec![b"foo".to_vec()];
         let e = validate(&spec(Some("xfcc")), Mode::Server, &mut custom, &p).unwrap_err();
         assert!(e.to_string().contains("only h2 and http/1.1"), "{e}");
+        let timed = HttpSpec {
+            header_timeout: Some("250ms".into()),
+            max_pending_head_bytes: Some(65536),
+            ..spec(Some("xfcc"))
+        };
+        let s = validate(&timed, Mode::Server, &mut Vec::new(), &p)
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.header_timeout, std::time::Duration::from_millis(250));
+        assert_eq!(s.max_pending_head_bytes, 65536);
         let mut h11 = vec![b"http/1.1".to_vec()];
         validate(&spec(Some("xfcc")), Mode::Server, &mut h11, &p).unwrap();
         assert_eq!(h11, [b"http/1.1".to_vec()]);
@@ -143,6 +193,38 @@ mod tests {
                 },
                 Mode::Server,
                 "at least 1",
+            ),
+            (
+                HttpSpec {
+                    header_timeout: Some("10s".into()),
+                    ..spec(None)
+                },
+                Mode::Server,
+                "only valid with --http-identity",
+            ),
+            (
+                HttpSpec {
+                    header_timeout: Some("10ms".into()),
+                    ..spec(Some("xfcc"))
+                },
+                Mode::Server,
+                "at least 100ms",
+            ),
+            (
+                HttpSpec {
+                    header_timeout: Some("2h".into()),
+                    ..spec(Some("xfcc"))
+                },
+                Mode::Server,
+                "at most 1h",
+            ),
+            (
+                HttpSpec {
+                    max_pending_head_bytes: Some(10_000),
+                    ..spec(Some("xfcc"))
+                },
+                Mode::Server,
+                "at least --http-max-header-bytes (65536)",
             ),
         ] {
             let e = validate(&s, mode, &mut alpn, &p).unwrap_err().to_string();

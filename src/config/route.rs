@@ -73,6 +73,12 @@ pub struct RouteSpec {
     pub http_identity: Option<String>,
     pub http_max_header_bytes: Option<u64>,
     pub http_max_headers: Option<u64>,
+    /// With `http_identity`: the wait for a complete request head, idle
+    /// time between requests included (`--http-header-timeout`).
+    pub http_header_timeout: Option<String>,
+    /// With `http_identity`: the bytes all unfinished HTTP/1.1 request
+    /// heads of the route may hold (`--http-max-pending-head-bytes`).
+    pub http_max_pending_head_bytes: Option<u64>,
     /// `on`/`off`: one INFO line per authenticated connection at close
     /// (default: on for server routes, off for client routes).
     pub access_log: Option<String>,
@@ -330,6 +336,8 @@ impl RouteSpec {
             identity: self.http_identity.as_deref(),
             max_header_bytes: self.http_max_header_bytes,
             max_headers: self.http_max_headers,
+            header_timeout: self.http_header_timeout.clone(),
+            max_pending_head_bytes: self.http_max_pending_head_bytes,
         }
     }
 

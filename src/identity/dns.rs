@@ -12,7 +12,7 @@ pub const MAX_LABEL: usize = 63;
 /// Checks one label: 1 to 63 letters, digits and hyphens (A-labels only),
 /// neither starting nor ending with a hyphen.
 pub fn check_label(label: &[u8]) -> Result<(), String> {
-    let shown = || String::from_utf8_lossy(label).into_owned();
+    let shown = || super::shorten(&String::from_utf8_lossy(label));
     if label.is_empty() {
         return Err("empty label (\"..\" or a leading '.')".into());
     }

@@ -61,7 +61,7 @@ impl CertInfo {
         if let Ok(Some(san)) = cert.subject_alternative_name() {
             for name in &san.value.general_names {
                 match name {
-                    GeneralName::DNSName(d) => dns_sans.push(d.to_ascii_lowercase()),
+                    GeneralName::DNSName(d) => dns_sans.push(normal_dns(d)),
                     GeneralName::URI(u) => uri_sans.push(u.to_string()),
                     _ => {}
                 }
@@ -84,12 +84,11 @@ impl CertInfo {
         })
     }
 
-    /// All SANs, DNS then URI, for logs.
+    /// All SANs, DNS then URI, for logs: each in its normal form
+    /// ([`normal_dns`], [`normal_uri`]), the form allow and deny compared.
     pub fn sans(&self) -> Vec<String> {
-        self.dns_sans
-            .iter()
-            .chain(&self.uri_sans)
-            .cloned()
+        let dns = self.dns_sans.iter().map(|d| normal_dns(d));
+        dns.chain(self.uri_sans.iter().map(|u| normal_uri(u)))
             .collect()
     }
 
@@ -117,11 +116,26 @@ pub fn time_to_epoch(t: SystemTime) -> i64 {
         .unwrap_or(0)
 }
 
+/// THE normal form of a DNS SAN, the one every comparison and report of
+/// an identity uses (allow, deny, XFCC, logs): ASCII lowercase.
+pub fn normal_dns(name: &str) -> String {
+    name.to_ascii_lowercase()
+}
+
+/// THE normal form of a URI SAN, the one every comparison and report of
+/// an identity uses (allow, deny, XFCC, logs): as the strict parser reads
+/// it, scheme and authority lowercase and the path exactly as written
+/// (`SPIFFE://TD/ns/a` is `spiffe://td/ns/a`). A URI the parser refuses
+/// is kept as it is: no pattern or entry, all of which parse, equals it.
+pub fn normal_uri(uri: &str) -> String {
+    Uri::parse(uri).map_or_else(|_| uri.to_string(), |u| u.to_string())
+}
+
 /// One allowed identity: an exact DNS name, `*.suffix` (exactly one leftmost
 /// label), or a URI such as a SPIFFE ID, exact or with `*` (one path
 /// segment) and a final `/**` (one or more). Every form is validated when
 /// parsed, so a pattern that could never match is refused at start-up.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum SanPattern {
     /// Lowercase.
     Dns(String),
@@ -130,9 +144,19 @@ pub enum SanPattern {
     Uri(UriPattern),
 }
 
+/// At most 64 characters of operator- or peer-written text, for a
+/// message (a runaway line must not flood a log).
+pub fn shorten(s: &str) -> String {
+    const MAX: usize = 64;
+    match s.char_indices().nth(MAX) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
 /// Why a SAN pattern was refused.
 #[derive(Debug, thiserror::Error)]
-#[error("invalid SAN pattern {input:?}: {why}")]
+#[error("invalid SAN pattern {:?}: {why}", shorten(input))]
 pub struct SanPatternError {
     input: String,
     why: String,
@@ -203,21 +227,23 @@ impl Serialize for SanPattern {
 
 /// A certificate's names as the patterns read them: its DNS SANs, and those
 /// of its URI SANs that parse (one that does not never matches).
-struct Names<'a> {
+pub struct SanNames<'a> {
     dns: &'a [String],
     uris: Vec<Uri>,
 }
 
-impl<'a> Names<'a> {
-    fn of(cert: &'a CertInfo) -> Names<'a> {
-        Names {
-            dns: &cert.dns_sans,
-            uris: cert
-                .uri_sans
-                .iter()
-                .filter_map(|u| Uri::parse(u).ok())
-                .collect(),
+impl<'a> SanNames<'a> {
+    /// The names of a certificate's DNS SANs (`dns`, lowercase as
+    /// [`CertInfo`] holds them) and URI SANs.
+    pub fn new(dns: &'a [String], uris: &[String]) -> SanNames<'a> {
+        SanNames {
+            dns,
+            uris: uris.iter().filter_map(|u| Uri::parse(u).ok()).collect(),
         }
+    }
+
+    fn of(cert: &'a CertInfo) -> SanNames<'a> {
+        SanNames::new(&cert.dns_sans, &cert.uri_sans)
     }
 }
 
@@ -225,10 +251,11 @@ impl SanPattern {
     /// True when one of the certificate's SANs matches. Certificate SANs that
     /// themselves hold a wildcard never match: a wildcard is not an identity.
     pub fn matches(&self, cert: &CertInfo) -> bool {
-        self.matches_names(&Names::of(cert))
+        self.matches_names(&SanNames::of(cert))
     }
 
-    fn matches_names(&self, names: &Names<'_>) -> bool {
+    /// True when one of `names` matches.
+    pub fn matches_names(&self, names: &SanNames<'_>) -> bool {
         match self {
             // The pattern is a valid name, so no SAN holding a '*' equals it.
             SanPattern::Dns(want) => names.dns.iter().any(|d| d.eq_ignore_ascii_case(want)),
@@ -236,6 +263,16 @@ impl SanPattern {
                 names.dns.iter().any(|d| dns::wildcard_matches(suffix, d))
             }
             SanPattern::Uri(want) => names.uris.iter().any(|u| want.matches(u)),
+        }
+    }
+
+    /// True when the pattern names one identity (no wildcard): equal to
+    /// its normal form, it can be looked up rather than matched.
+    pub fn is_exact(&self) -> bool {
+        match self {
+            SanPattern::Dns(_) => true,
+            SanPattern::WildcardDns(_) => false,
+            SanPattern::Uri(u) => u.is_exact(),
         }
     }
 }
@@ -255,7 +292,7 @@ impl SanPolicy {
         match self {
             SanPolicy::Any => true,
             SanPolicy::OneOf(p) => {
-                let names = Names::of(cert);
+                let names = SanNames::of(cert);
                 p.iter().any(|p| p.matches_names(&names))
             }
         }
@@ -323,6 +360,21 @@ mod tests {
         assert!(info.uri_sans.is_empty());
         let garbage = CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x01]);
         assert!(CertInfo::parse(&garbage).is_err());
+    }
+
+    /// The one normal form: what logs report is what allow and deny
+    /// compare.
+    #[test]
+    fn sans_are_reported_in_their_normal_form() {
+        let c = cert(&["Ctl.Svc"], &["SPIFFE://TD/ns/A", "urn:Not-Parsed"]);
+        assert_eq!(c.sans(), ["ctl.svc", "spiffe://td/ns/A", "urn:Not-Parsed"]);
+        assert_eq!(
+            normal_uri("HTTPS://Host.Example:8443/P/Q"),
+            "https://host.example:8443/P/Q"
+        );
+        assert_eq!(normal_dns("A.B"), "a.b");
+        assert!(pat("spiffe://td/ns/A").matches(&c));
+        assert!(!pat("spiffe://td/ns/a").matches(&c));
     }
 
     #[test]

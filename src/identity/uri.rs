@@ -18,7 +18,7 @@
 pub const MAX_URI: usize = 2048;
 
 /// A certificate's URI SAN, parsed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Uri {
     scheme: String,
     authority: String,
@@ -26,7 +26,7 @@ pub struct Uri {
 }
 
 /// One path segment of a pattern.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Segment {
     Exact(String),
     /// `*`: any one segment.
@@ -35,7 +35,7 @@ enum Segment {
 
 /// A URI pattern: an exact URI, or one with `*` segments and/or a final
 /// `/**`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct UriPattern {
     scheme: String,
     authority: String,
@@ -277,6 +277,11 @@ impl UriPattern {
         })
     }
 
+    /// True when the pattern names one URI: no `*` segment, no `/**`.
+    pub fn is_exact(&self) -> bool {
+        !self.rest && self.segments.iter().all(|s| matches!(s, Segment::Exact(_)))
+    }
+
     /// True when `uri` is this URI, or fits its wildcards.
     pub fn matches(&self, uri: &Uri) -> bool {
         let n = self.segments.len();
@@ -297,6 +302,17 @@ impl UriPattern {
                     Segment::One => plain(got),
                 })
             && uri.segments[n..].iter().all(|s| plain(s))
+    }
+}
+
+/// The normal form: scheme and authority lowercase, the path as it is.
+impl std::fmt::Display for Uri {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}://{}", self.scheme, self.authority)?;
+        for seg in &self.segments {
+            write!(f, "/{seg}")?;
+        }
+        Ok(())
     }
 }
 

@@ -41,6 +41,20 @@ pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     mtls_sidecar::crypto_provider()
 }
 
+/// `params` signed by `ca` with a fresh key, for leaves the development
+/// PKI's `LeafSpec` cannot describe (odd subjects, no EKU...).
+pub fn sign_by(ca: &DevCa, params: rcgen::CertificateParams) -> Issued {
+    let ca_key = rcgen::KeyPair::from_pem(&ca.key_pem).expect("CA key");
+    let issuer = rcgen::Issuer::from_ca_cert_pem(&ca.cert_pem, ca_key).expect("CA issuer");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let cert = params.signed_by(&key, &issuer).expect("sign");
+    Issued {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+        cert_der: cert.der().clone(),
+    }
+}
+
 /// A CA plus helpers to issue role identities.
 pub struct Pki {
     pub ca: DevCa,

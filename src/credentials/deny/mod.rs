@@ -10,8 +10,13 @@
 //! - `serial:<issuer spki-sha256 base64>:<hex serial>`: a certificate of
 //!   the path below the anchor, by serial AND its issuer's key (names
 //!   collide, keys do not);
-//! - `san:<DNS name | URI>`: the leaf's DNS SAN (ASCII case-insensitive)
-//!   or URI SAN (exact).
+//! - `san:<pattern>`: the leaf's SANs, read and matched exactly as
+//!   `--allow-san` reads and matches them ([`SanPattern`]): a DNS name
+//!   (ASCII case-insensitive), `*.suffix`, a URI (scheme and authority
+//!   case-insensitive, the path exact) with `*` segments and a final
+//!   `/**`. One normalisation ([`crate::identity::normal_dns`],
+//!   [`crate::identity::normal_uri`]) serves both lists, so no spelling
+//!   of an identity is admitted by one and missed by the other.
 //!
 //! The list belongs to the trust ([`crate::credentials::Trust`]): the one
 //! peer judgement ([`Trust::verify_peer`](crate::credentials::Trust::verify_peer))
@@ -28,24 +33,28 @@ use std::fmt;
 
 use serde::Serialize;
 
+use crate::identity::{normal_dns, normal_uri, SanNames, SanPattern};
+
 pub use parse::{
     parse_deny, parse_entry, DenyError, MAX_DENY_BYTES, MAX_DENY_ENTRIES, MAX_DENY_LINE,
     MAX_SERIAL_OCTETS,
 };
 pub(crate) use path::path_facts;
 
-/// One deny-list entry, normalised (a DNS name lowercased, a serial
-/// without leading zero octets).
+/// One deny-list entry, normalised (a DNS name lowercased, a URI's scheme
+/// and authority lowercased, a serial without leading zero octets).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum DenyEntry {
     /// The SHA-256 of a certificate's DER SubjectPublicKeyInfo.
     Spki([u8; 32]),
     /// A serial number under the issuer key with this SPKI SHA-256.
     Serial { issuer: [u8; 32], serial: Vec<u8> },
-    /// A DNS SAN, lowercase.
+    /// A DNS SAN, in its normal form (lowercase).
     Dns(String),
-    /// A URI SAN, exact.
+    /// A URI SAN, in its normal form ([`normal_uri`]).
     Uri(String),
+    /// A SAN pattern with a wildcard (`*.suffix`, a URI's `*` or `/**`).
+    Pattern(SanPattern),
 }
 
 impl fmt::Display for DenyEntry {
@@ -58,6 +67,7 @@ impl fmt::Display for DenyEntry {
                 write!(f, "serial:{}:{}", encode(issuer), hex_serial(serial))
             }
             DenyEntry::Dns(n) | DenyEntry::Uri(n) => write!(f, "san:{n}"),
+            DenyEntry::Pattern(p) => write!(f, "san:{p}"),
         }
     }
 }
@@ -105,9 +115,9 @@ pub struct CertFacts {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PeerFacts {
     pub certs: Vec<CertFacts>,
-    /// DNS SANs of the leaf (any case: compared lowercased).
+    /// DNS SANs of the leaf (any case: compared in their normal form).
     pub dns: Vec<String>,
-    /// URI SANs of the leaf.
+    /// URI SANs of the leaf (compared in their normal form).
     pub uris: Vec<String>,
 }
 
@@ -137,6 +147,9 @@ pub struct DenyList {
     entries: Vec<DenyEntry>,
     /// Each distinct entry's first line in `entries`.
     index: HashMap<DenyEntry, usize>,
+    /// The wildcard entries with their line in `entries`, matched one by
+    /// one (an exact entry is a hash probe).
+    patterns: Vec<(usize, SanPattern)>,
 }
 
 impl PartialEq for DenyList {
@@ -149,10 +162,18 @@ impl DenyList {
     /// A list of these entries.
     pub fn new(entries: Vec<DenyEntry>) -> DenyList {
         let mut index = HashMap::with_capacity(entries.len());
+        let mut patterns = Vec::new();
         for (i, e) in entries.iter().enumerate() {
+            if let DenyEntry::Pattern(p) = e {
+                patterns.push((i, p.clone()));
+            }
             index.entry(e.clone()).or_insert(i);
         }
-        DenyList { entries, index }
+        DenyList {
+            entries,
+            index,
+            patterns,
+        }
     }
 
     /// No entry: nothing is denied.
@@ -177,7 +198,7 @@ impl DenyList {
             match e {
                 DenyEntry::Spki(_) => c.spki += 1,
                 DenyEntry::Serial { .. } => c.serial += 1,
-                DenyEntry::Dns(_) | DenyEntry::Uri(_) => c.san += 1,
+                DenyEntry::Dns(_) | DenyEntry::Uri(_) | DenyEntry::Pattern(_) => c.san += 1,
             }
         }
         c
@@ -186,9 +207,12 @@ impl DenyList {
     /// True when an entry names a SAN (only then are the leaf's SANs
     /// read at a handshake).
     pub(crate) fn has_sans(&self) -> bool {
-        self.entries
-            .iter()
-            .any(|e| matches!(e, DenyEntry::Dns(_) | DenyEntry::Uri(_)))
+        self.entries.iter().any(|e| {
+            matches!(
+                e,
+                DenyEntry::Dns(_) | DenyEntry::Uri(_) | DenyEntry::Pattern(_)
+            )
+        })
     }
 
     /// THE deny decision: the first entry (in file order) that denies a
@@ -214,12 +238,29 @@ impl DenyList {
             }
         }
         for name in &peer.dns {
-            probe(DenyEntry::Dns(name.to_ascii_lowercase()));
+            probe(DenyEntry::Dns(normal_dns(name)));
         }
         for uri in &peer.uris {
-            probe(DenyEntry::Uri(uri.clone()));
+            probe(DenyEntry::Uri(normal_uri(uri)));
+        }
+        if let Some(i) = self.first_pattern(peer) {
+            best = Some(best.map_or(i, |b| b.min(i)));
         }
         best.and_then(|i| self.entries.get(i))
+    }
+
+    /// The line of the first wildcard entry one of the peer's SANs
+    /// matches, as `--allow-san` matches it.
+    fn first_pattern(&self, peer: &PeerFacts) -> Option<usize> {
+        if self.patterns.is_empty() {
+            return None;
+        }
+        let dns: Vec<String> = peer.dns.iter().map(|d| normal_dns(d)).collect();
+        let names = SanNames::new(&dns, &peer.uris);
+        self.patterns
+            .iter()
+            .find(|(_, p)| p.matches_names(&names))
+            .map(|(i, _)| *i)
     }
 }
 
@@ -282,29 +323,70 @@ mod tests {
         assert_eq!(list(&[other_issuer]).first_match(&peer), None);
     }
 
+    /// One normalisation with `--allow-san`: DNS names ignore case, a
+    /// URI's scheme and authority ignore case, its path does not.
     #[test]
-    fn dns_ignores_case_and_uris_do_not() {
+    fn names_compare_as_allow_san_compares_them() {
         let peer = PeerFacts {
             dns: vec!["Controller.Svc".into()],
-            uris: vec!["spiffe://td/ns/a".into()],
+            uris: vec!["SPIFFE://TD/ns/a".into()],
             ..Default::default()
         };
-        let dns = parse_deny("san:CONTROLLER.svc").unwrap();
-        assert!(dns.first_match(&peer).is_some());
-        assert!(parse_deny("san:spiffe://td/ns/a")
-            .unwrap()
-            .first_match(&peer)
-            .is_some());
-        for miss in [
+        for hit in [
+            "san:CONTROLLER.svc",
+            "san:spiffe://td/ns/a",
             "san:spiffe://TD/ns/a",
-            "san:spiffe://td/ns/A",
-            "san:spiffe://td/ns/a/",
+            "san:Spiffe://td/ns/a",
+        ] {
+            assert!(
+                parse_deny(hit).unwrap().first_match(&peer).is_some(),
+                "{hit}"
+            );
+        }
+        for miss in ["san:spiffe://td/ns/A", "san:spiffe://td/ns/a/b"] {
+            assert!(
+                parse_deny(miss).unwrap().first_match(&peer).is_none(),
+                "{miss}"
+            );
+        }
+    }
+
+    /// The wildcards `--allow-san` has deny too, in file order with the
+    /// exact entries.
+    #[test]
+    fn wildcards_match_as_allow_san_does() {
+        let peer = PeerFacts {
+            dns: vec!["Controller-7.ENV-1.svc".into()],
+            uris: vec!["spiffe://td/ns/prod/sa/controller-7".into()],
+            ..Default::default()
+        };
+        for hit in [
+            "san:*.env-1.svc",
+            "san:spiffe://td/ns/prod/sa/*",
+            "san:spiffe://td/ns/prod/**",
+            "san:spiffe://TD/ns/*/sa/controller-7",
+        ] {
+            let l = parse_deny(&format!("san:other.svc\n{hit}")).unwrap();
+            assert_eq!(l.first_match(&peer), l.entries().get(1), "{hit}");
+        }
+        for miss in [
+            "san:*.env-1.svc.cluster",
+            "san:*.env-2.svc",
+            "san:spiffe://td/ns/prod/*",
+            "san:spiffe://td/ns/prod/sa/controller-7/**",
+            "san:spiffe://td/ns/dev/**",
         ] {
             assert!(
                 parse_deny(miss).unwrap().first_match(&peer).is_none(),
                 "{miss}"
             );
         }
+        let l = parse_deny("san:*.env-1.svc\nsan:controller-7.env-1.svc").unwrap();
+        assert_eq!(l.first_match(&peer), l.entries().first());
+        let l = parse_deny("san:controller-7.env-1.svc\nsan:*.env-1.svc").unwrap();
+        assert_eq!(l.first_match(&peer), l.entries().first());
+        assert_eq!(l.counts().san, 2);
+        assert!(parse_deny("san:*.env-1.svc").unwrap().has_sans());
     }
 
     #[test]

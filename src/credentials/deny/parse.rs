@@ -4,6 +4,7 @@
 //! runaway file costs a bounded amount of work.
 
 use super::{DenyEntry, DenyList};
+use crate::identity::{shorten, SanPattern};
 
 /// The longest line a deny file may hold, in bytes (an entry is at most
 /// a few hundred bytes; a URI SAN is the longest).
@@ -165,8 +166,10 @@ fn nibble(d: u8) -> u8 {
     char::from(d).to_digit(16).unwrap_or(0) as u8
 }
 
-/// `san:`: a URI (it has a scheme, so a `:`) matched exactly, else a DNS
-/// name matched ASCII case-insensitively.
+/// `san:`: a pattern as `--allow-san` reads it ([`SanPattern`]), in its
+/// normal form: an exact name or URI is looked up, a wildcard matched.
+/// What `--allow-san` refuses is refused here with its reason, so no
+/// entry is accepted that could never match.
 fn parse_san(san: &str) -> Result<DenyEntry, String> {
     if san.is_empty() {
         return Err("san: the name is empty".into());
@@ -177,26 +180,12 @@ fn parse_san(san: &str) -> Result<DenyEntry, String> {
             shorten(san)
         ));
     }
-    if san.contains(':') {
-        return Ok(DenyEntry::Uri(san.to_string()));
-    }
-    let dns_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | '*');
-    if let Some(c) = san.chars().find(|c| !dns_char(*c)) {
-        return Err(format!(
-            "san: {:?} is neither a DNS name ({c:?} is not allowed in one) nor a URI (no scheme)",
-            shorten(san)
-        ));
-    }
-    Ok(DenyEntry::Dns(san.to_ascii_lowercase()))
-}
-
-/// At most 64 characters of peer- or user-written text in a message.
-fn shorten(s: &str) -> String {
-    const MAX: usize = 64;
-    match s.char_indices().nth(MAX) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_string(),
-    }
+    let pattern: SanPattern = san.parse().map_err(|e| format!("san: {e}"))?;
+    Ok(match pattern {
+        SanPattern::Dns(name) => DenyEntry::Dns(name),
+        SanPattern::Uri(uri) if uri.is_exact() => DenyEntry::Uri(uri.to_string()),
+        wildcard => DenyEntry::Pattern(wildcard),
+    })
 }
 
 #[cfg(test)]
@@ -212,7 +201,9 @@ mod tests {
              spki-sha256:{PIN}\n\
              \n  serial:{PIN}:00:0A:bc  # the leaked one\n\
              san:Controller.ENV-1.svc\n\
-             san:spiffe://td/ns/Prod/sa/x\r\n"
+             san:SPIFFE://TD/ns/Prod/sa/x\r\n\
+             san:*.Env-1.svc\n\
+             san:spiffe://td/ns/*/sa/**\n"
         );
         let list = parse_deny(&text).unwrap();
         let shown: Vec<String> = list.entries().iter().map(|e| e.to_string()).collect();
@@ -223,10 +214,12 @@ mod tests {
                 format!("serial:{PIN}:abc"),
                 "san:controller.env-1.svc".to_string(),
                 "san:spiffe://td/ns/Prod/sa/x".to_string(),
+                "san:*.env-1.svc".to_string(),
+                "san:spiffe://td/ns/*/sa/**".to_string(),
             ]
         );
         let c = list.counts();
-        assert_eq!((c.spki, c.serial, c.san, c.total()), (1, 1, 2, 4));
+        assert_eq!((c.spki, c.serial, c.san, c.total()), (1, 1, 4, 6));
     }
 
     #[test]
@@ -252,6 +245,12 @@ mod tests {
             ("san:", 1, "empty"),
             ("san:a b", 1, "unexpected"),
             ("san:bad/name", 1, "neither a DNS name"),
+            ("san:*.svc", 1, "at least two labels"),
+            ("san:a.*.svc", 1, "whole leftmost label"),
+            ("san:spiffe://td/ns/**/x", 1, "last path segment"),
+            ("san:spiffe://td/ns/a/", 1, "san: invalid SAN pattern"),
+            ("san:spiffe://td/a?b", 1, "query"),
+            ("san:urn:x", 1, "neither a DNS name nor a URI"),
             ("san:caf\u{e9}.svc", 1, "printable ASCII"),
             ("SAN:x.svc", 1, "is not an entry"),
             ("x.svc", 1, "is not an entry"),

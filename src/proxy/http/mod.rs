@@ -12,15 +12,20 @@
 //! `http/1.1` or none → HTTP/1.1.
 //!
 //! The parts: [`xfcc`] (the header's value and name predicate), [`dn`]
-//! (the subject as RFC 4514), [`headers`] (what is removed before ours is
+//! (the subject as OpenSSL's RFC 2253 line, with [`dn_names`] its names), [`headers`] (what is removed before ours is
 //! added), [`smuggle`] (framing checks on the raw HTTP/1.1 bytes), [`tap`] (what
 //! sees those bytes: the framing reader and the byte counters),
 //! [`service`] (one request's way to the target) and [`serve`](mod@serve) (the
 //! connection's drivers).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
 use hyper::header::HeaderValue;
 
 pub mod dn;
+pub mod dn_names;
 pub mod headers;
 pub mod serve;
 pub mod service;
@@ -43,6 +48,21 @@ pub const MIN_HEADER_BYTES: usize = 8 * 1024;
 pub const MAX_HEADER_BYTES: usize = 1024 * 1024;
 /// The largest `--http-max-headers`.
 pub const MAX_HEADERS: usize = 10_000;
+/// The default `--http-header-timeout`: how long a connection may wait for
+/// a complete request head (the first, and the next one on an idle
+/// keep-alive or h2 connection). nginx's `client_header_timeout` is 60 s;
+/// hyper's own default 30 s.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// The shortest `--http-header-timeout`.
+pub const MIN_HEADER_TIMEOUT: Duration = Duration::from_millis(100);
+/// The longest `--http-header-timeout`.
+pub const MAX_HEADER_TIMEOUT: Duration = Duration::from_secs(3600);
+/// The default `--http-max-pending-head-bytes`: what the unfinished
+/// HTTP/1.1 request heads of all a route's connections may hold together
+/// (64 maximal heads).
+pub const DEFAULT_PENDING_HEAD_BYTES: usize = 64 * DEFAULT_MAX_HEADER_BYTES;
+/// The largest `--http-max-pending-head-bytes`.
+pub const MAX_PENDING_HEAD_BYTES: usize = 1024 * 1024 * 1024;
 
 /// A route's HTTP settings (`--http-identity` and its limits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +71,12 @@ pub struct HttpSettings {
     pub max_header_bytes: usize,
     /// Bound on one request's header fields.
     pub max_headers: usize,
+    /// Bound on the wait for a complete request head, idle time between
+    /// requests included.
+    pub header_timeout: Duration,
+    /// Bound on the bytes of the route's unfinished HTTP/1.1 request heads,
+    /// all connections together.
+    pub max_pending_head_bytes: usize,
 }
 
 impl Default for HttpSettings {
@@ -58,7 +84,49 @@ impl Default for HttpSettings {
         HttpSettings {
             max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
             max_headers: DEFAULT_MAX_HEADERS,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            max_pending_head_bytes: DEFAULT_PENDING_HEAD_BYTES,
         }
+    }
+}
+
+/// The bytes a route's unfinished request heads hold, against its
+/// `--http-max-pending-head-bytes`: one per route, shared by its
+/// connections' framing readers, which take what a head's bytes grow by
+/// and give it back when the head completes or the connection ends.
+#[derive(Debug)]
+pub struct HeadBudget {
+    limit: usize,
+    used: AtomicUsize,
+}
+
+impl HeadBudget {
+    /// A budget of `limit` bytes, none in use.
+    pub fn new(limit: usize) -> HeadBudget {
+        HeadBudget {
+            limit,
+            used: AtomicUsize::new(0),
+        }
+    }
+
+    /// Takes `n` bytes; false (and nothing taken) when that would pass
+    /// the limit.
+    pub fn take(&self, n: usize) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(n).filter(|&after| after <= self.limit)
+            })
+            .is_ok()
+    }
+
+    /// Gives back `n` bytes taken before.
+    pub fn give(&self, n: usize) {
+        self.used.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// The bytes in use now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
     }
 }
 
@@ -74,12 +142,13 @@ pub fn carries_alpn(proto: &[u8]) -> bool {
 }
 
 /// What one connection's requests are forwarded with: the header value
-/// built once at the handshake (the identity is fixed there) and the
-/// route's limits.
+/// built once at the handshake (the identity is fixed there), the
+/// route's limits and its pending-head budget.
 #[derive(Debug, Clone)]
 pub struct Identity {
     pub xfcc: HeaderValue,
     pub settings: HttpSettings,
+    pub heads: Arc<HeadBudget>,
 }
 
 impl Identity {
@@ -87,9 +156,36 @@ impl Identity {
     /// sidecar whose own leaf is `ours`; `None` if either the leaf does
     /// not parse or the value is not a header value (neither happens to a
     /// certificate that passed verification).
-    pub fn new(peer: &[u8], ours: Option<&[u8]>, settings: HttpSettings) -> Option<Identity> {
+    pub fn new(
+        peer: &[u8],
+        ours: Option<&[u8]>,
+        settings: HttpSettings,
+        heads: Arc<HeadBudget>,
+    ) -> Option<Identity> {
         let parts = XfccParts::from_certs(peer, ours)?;
         let xfcc = HeaderValue::from_str(&xfcc_value(&parts)).ok()?;
-        Some(Identity { xfcc, settings })
+        Some(Identity {
+            xfcc,
+            settings,
+            heads,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_head_budget_takes_up_to_its_limit_and_gets_back_what_it_gave() {
+        let b = HeadBudget::new(10);
+        assert!(b.take(6));
+        assert!(!b.take(5), "over the limit");
+        assert_eq!(b.used(), 6);
+        assert!(b.take(4), "exactly the limit");
+        assert!(!b.take(1));
+        b.give(10);
+        assert_eq!(b.used(), 0);
+        assert!(!b.take(usize::MAX), "no overflow");
     }
 }

@@ -12,18 +12,20 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use http_body_util::BodyExt;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use metrics::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use super::service::{self, H1, H2};
-use super::smuggle::{Scanner, Verdicts};
+use super::smuggle::{Charge, Scanner, Verdicts};
 use super::tap::{Observe, Tap};
 use super::{Identity, MIN_HEADER_BYTES};
 use crate::proxy::conn::LiveConn;
@@ -94,10 +96,14 @@ where
     }
 }
 
-/// How a server-side result ends the connection.
-fn ended(r: Result<(), hyper::Error>) -> CloseReason {
+/// How a server-side result ends the connection: `over_budget` when the
+/// route's pending-head budget refused its head (`overload`), hyper's
+/// header-read timeout as `http_timeout`.
+fn ended(r: Result<(), hyper::Error>, over_budget: bool) -> CloseReason {
     match r {
+        _ if over_budget => CloseReason::Overload,
         Ok(()) => CloseReason::Completed,
+        Err(e) if e.is_timeout() => CloseReason::HttpTimeout,
         Err(_) => CloseReason::PeerError,
     }
 }
@@ -109,11 +115,13 @@ where
 {
     let limits = identity.settings;
     let verdicts = Verdicts::default();
+    let over_budget = Arc::new(AtomicBool::new(false));
     let scanner = Scanner::new(
         limits.max_header_bytes,
         limits.max_headers,
         verdicts.clone(),
-    );
+    )
+    .charged(Charge::new(identity.heads.clone(), over_budget.clone()));
     let peer = Tap {
         io: peer,
         observer: scanner,
@@ -133,7 +141,12 @@ where
         let shared = shared.clone();
         service_fn(move |req| service::h1(req, shared.clone()))
     };
+    // The header-read timeout runs from the connection's start, and from
+    // the end of each response, to the end of the next request head: it
+    // bounds an unfinished head and an idle keep-alive connection alike.
     let server = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
         .max_buf_size(limits.max_header_bytes.max(MIN_HEADER_BYTES))
         .max_headers(limits.max_headers)
         .serve_connection(TokioIo::new(peer), svc)
@@ -167,7 +180,7 @@ where
             };
             websocket(client_side, target_side).await
         }
-        (r, _) => ended(r),
+        (r, _) => ended(r, over_budget.load(Ordering::Acquire)),
     }
 }
 
@@ -212,18 +225,49 @@ where
         return CloseReason::TargetError;
     };
     let shared = Arc::new(H2 { identity, sender });
+    let activity = Arc::new(Activity::default());
     let svc = {
-        let shared = shared.clone();
-        service_fn(move |req| service::h2(req, shared.clone()))
+        let (shared, activity) = (shared.clone(), activity.clone());
+        service_fn(move |req| {
+            let open = activity.open();
+            let forwarded = service::h2(req, shared.clone());
+            async move {
+                let resp = forwarded.await?;
+                // The request stays open until its response body is sent
+                // (or its stream reset): the body carries the guard.
+                Ok::<_, std::convert::Infallible>(resp.map(|body| {
+                    body.map_frame(move |frame| {
+                        let _open = &open;
+                        frame
+                    })
+                    .boxed()
+                }))
+            }
+        })
     };
     let server = hyper::server::conn::http2::Builder::new(exec)
+        .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
         .serve_connection(TokioIo::new(peer), svc);
     tokio::pin!(server, client);
     let mut client_done = false;
-    let served = loop {
+    // Idle since: no request open (none yet, or all answered). A request
+    // opens when its header block is complete, so this bounds both a
+    // header block that never ends and an idle connection.
+    let mut idle_since = Some(Instant::now());
+    loop {
+        let deadline = idle_since.map(|t| t + limits.header_timeout);
         tokio::select! {
-            r = &mut server => break r,
+            r = &mut server => break ended(r, false),
+            _ = activity.changed.notified() => {
+                idle_since = activity.idle().then(Instant::now);
+            }
+            _ = sleep_until_some(deadline), if deadline.is_some() => {
+                if activity.idle() {
+                    break CloseReason::HttpTimeout;
+                }
+                idle_since = None;
+            }
             _ = &mut client, if !client_done => {
                 client_done = true;
                 server.as_mut().graceful_shutdown();
@@ -233,6 +277,45 @@ where
             }
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
         }
-    };
-    ended(served)
+    }
+}
+
+/// Sleeps until `deadline` (forever without one).
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The requests an h2 connection has open: from a complete header block
+/// to the end of its response body.
+#[derive(Debug, Default)]
+struct Activity {
+    open: AtomicUsize,
+    /// Woken at every open and close.
+    changed: Notify,
+}
+
+/// One open request; closes it when dropped.
+struct Open(Arc<Activity>);
+
+impl Activity {
+    fn open(self: &Arc<Self>) -> Open {
+        self.open.fetch_add(1, Ordering::AcqRel);
+        self.changed.notify_one();
+        Open(self.clone())
+    }
+
+    /// True when no request is open.
+    fn idle(&self) -> bool {
+        self.open.load(Ordering::Acquire) == 0
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+        self.0.changed.notify_one();
+    }
 }

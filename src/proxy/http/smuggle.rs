@@ -16,9 +16,12 @@
 //! later request then finds no verdict and is refused — fail closed.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 
 use hyper::StatusCode;
+
+use super::HeadBudget;
 
 /// The judgement of one request head: forward it, or refuse it with this
 /// status and reason.
@@ -157,6 +160,38 @@ pub struct Scanner {
     max_head: usize,
     max_headers: usize,
     verdicts: Verdicts,
+    /// The route's pending-head budget, and what `line` holds of it.
+    charge: Option<Charge>,
+}
+
+/// What a reader holds of its route's [`HeadBudget`]: the bytes of the
+/// head (or line) it is gathering, which hyper's read buffer holds too.
+#[derive(Debug)]
+pub struct Charge {
+    pub budget: Arc<HeadBudget>,
+    held: usize,
+    /// Set once the budget refused this reader's head: the connection is
+    /// closed (`refused`).
+    pub over: Arc<AtomicBool>,
+}
+
+impl Charge {
+    /// Nothing held yet of `budget`; `over` is set if it refuses.
+    pub fn new(budget: Arc<HeadBudget>, over: Arc<AtomicBool>) -> Charge {
+        Charge {
+            budget,
+            held: 0,
+            over,
+        }
+    }
+}
+
+impl Drop for Scanner {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.charge {
+            c.budget.give(std::mem::take(&mut c.held));
+        }
+    }
 }
 
 impl Scanner {
@@ -167,7 +202,42 @@ impl Scanner {
             max_head,
             max_headers,
             verdicts,
+            charge: None,
         }
+    }
+
+    /// The same reader charging what it gathers to a route's budget.
+    pub fn charged(mut self, charge: Charge) -> Scanner {
+        self.charge = Some(charge);
+        self
+    }
+
+    /// Brings what this reader holds of the budget to `line`'s length;
+    /// when the budget refuses the growth, drops the line and stops
+    /// reading (the connection is then closed, see [`Self::refused`]).
+    fn track(&mut self) {
+        let Some(c) = &mut self.charge else {
+            return;
+        };
+        let now = self.line.len();
+        if now <= c.held {
+            c.budget.give(c.held - now);
+            c.held = now;
+        } else if c.budget.take(now - c.held) {
+            c.held = now;
+        } else {
+            c.budget.give(std::mem::take(&mut c.held));
+            c.over.store(true, AtomicOrdering::Release);
+            self.line = Vec::new();
+            self.phase = Phase::Opaque;
+        }
+    }
+
+    /// True once the route's budget refused this connection's head.
+    pub fn refused(&self) -> bool {
+        self.charge
+            .as_ref()
+            .is_some_and(|c| c.over.load(AtomicOrdering::Acquire))
     }
 
     fn queue(&mut self, v: Verdict) {
@@ -205,7 +275,11 @@ impl Scanner {
                     };
                     1
                 }
-                Phase::Head | Phase::ChunkSize | Phase::Trailers => self.gather(data),
+                Phase::Head | Phase::ChunkSize | Phase::Trailers => {
+                    let used = self.gather(data);
+                    self.track();
+                    used
+                }
             };
             data = &data[used..];
         }
@@ -303,11 +377,47 @@ impl super::tap::Observe for Scanner {
     fn read(&mut self, bytes: &[u8]) {
         self.feed(bytes);
     }
+    fn refused(&self) -> bool {
+        Scanner::refused(self)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two readers share a budget: each holds what its unfinished head
+    /// holds, gives it back when the head completes or the reader goes,
+    /// and the one whose head would pass the budget is refused (and
+    /// gives back what it held).
+    #[test]
+    fn unfinished_heads_hold_the_routes_budget() {
+        let budget = Arc::new(HeadBudget::new(100));
+        let reader = || {
+            let over = Arc::new(AtomicBool::new(false));
+            let s = Scanner::new(1024, 16, Verdicts::default())
+                .charged(Charge::new(budget.clone(), over.clone()));
+            (s, over)
+        };
+        let (mut a, a_over) = reader();
+        let (mut b, b_over) = reader();
+        a.feed(b"GET / HTTP/1.1\r\nX: ");
+        assert_eq!(budget.used(), 19);
+        a.feed(&[b'a'; 50]);
+        assert_eq!(budget.used(), 69);
+        b.feed(b"GET / HTTP/1.1\r\n");
+        assert_eq!(budget.used(), 85);
+        b.feed(&[b'b'; 20]);
+        assert!(b.refused() && b_over.load(AtomicOrdering::Acquire));
+        assert_eq!(budget.used(), 69, "the refused reader gave back its part");
+        assert!(!a.refused() && !a_over.load(AtomicOrdering::Acquire));
+        a.feed(b"\r\n\r\n");
+        assert_eq!(budget.used(), 0, "a complete head holds nothing");
+        a.feed(b"GET /");
+        assert_eq!(budget.used(), 5);
+        drop(a);
+        assert_eq!(budget.used(), 0, "a closed connection holds nothing");
+    }
 
     fn verdicts_of(chunks: &[&[u8]]) -> Vec<Verdict> {
         let v = Verdicts::default();

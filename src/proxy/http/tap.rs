@@ -15,6 +15,10 @@ pub trait Observe {
     fn read(&mut self, bytes: &[u8]);
     /// `n` bytes were just written to the stream.
     fn wrote(&mut self, _n: usize) {}
+    /// True when the stream must fail its reads from now on.
+    fn refused(&self) -> bool {
+        false
+    }
 }
 
 /// A stream whose traffic an [`Observe`] sees as it passes.
@@ -35,6 +39,9 @@ impl<IO: AsyncRead + Unpin, O: Observe + Unpin> AsyncRead for Tap<IO, O> {
         let r = Pin::new(&mut this.io).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = r {
             this.observer.read(&buf.filled()[before..]);
+            if this.observer.refused() {
+                return Poll::Ready(Err(io::Error::other("refused by its observer")));
+            }
         }
         r
     }

@@ -9,13 +9,18 @@
 //!
 //! Why our own quoting: every value the header carries comes from the
 //! peer's certificate, which the peer chose. The builder ([`xfcc_value`])
-//! keeps the result one parseable element whatever the certificate holds:
-//! a value holding `,`, `;`, `=` or `"` is quoted with `"` escaped as `\"`,
-//! and bytes a header value cannot carry (controls, non-ASCII, and `"` or
-//! `\` inside a SAN) are percent-encoded in SANs and `\XX`-escaped in the
-//! subject (RFC 4514 §2.4 allows that form for any character).
+//! keeps the result one element under RFC 9110's quoted-string rules
+//! (the reading Envoy's own parser has) whatever the certificate holds:
+//! `Subject` is OpenSSL's RFC 2253 string in double quotes with no second
+//! escape (that string already writes every `"` and `\` as a backslash
+//! pair and every control or non-ASCII byte as `\XX`, see [`super::dn`]);
+//! a SAN's bytes outside visible ASCII, and `"`, `\` and `%`, are
+//! percent-encoded, and a SAN holding `,` `;` or `=` is put in double
+//! quotes.
 
 use x509_parser::prelude::{FromDer, X509Certificate};
+
+use crate::identity::{normal_dns, normal_uri};
 
 /// The header's name, lowercase as HTTP/2 sends it.
 pub const XFCC: &str = "x-forwarded-client-cert";
@@ -45,11 +50,12 @@ pub struct XfccParts {
     pub by: Option<String>,
     /// SHA-256 of the peer's DER leaf (`Hash=`, lowercase hex).
     pub hash: [u8; 32],
-    /// The peer's subject, RFC 4514 (`Subject=`, always quoted).
+    /// The peer's subject, OpenSSL's RFC 2253 form (`Subject=`, always
+    /// quoted).
     pub subject: String,
-    /// The peer's URI SANs, in certificate order (`URI=` each).
+    /// The peer's URI SANs, in certificate order, normal form (`URI=` each).
     pub uris: Vec<String>,
-    /// The peer's DNS SANs, in certificate order (`DNS=` each).
+    /// The peer's DNS SANs, in certificate order, lowercase (`DNS=` each).
     pub dns: Vec<String>,
 }
 
@@ -66,22 +72,24 @@ impl XfccParts {
         Some(XfccParts {
             by,
             hash: digest.as_ref().try_into().ok()?,
-            subject: super::dn::rfc4514(cert.subject()),
+            subject: super::dn::rfc2253(cert.subject()),
             uris,
             dns,
         })
     }
 }
 
-/// A certificate's URI and DNS SANs, each in certificate order.
+/// A certificate's URI and DNS SANs, each in certificate order and in the
+/// normal form allow and deny compared ([`normal_uri`], [`normal_dns`]):
+/// the application reads the identity the sidecar judged.
 fn sans(cert: &X509Certificate<'_>) -> (Vec<String>, Vec<String>) {
     use x509_parser::extensions::GeneralName;
     let (mut uris, mut dns) = (Vec::new(), Vec::new());
     if let Ok(Some(san)) = cert.subject_alternative_name() {
         for name in &san.value.general_names {
             match name {
-                GeneralName::URI(u) => uris.push(u.to_string()),
-                GeneralName::DNSName(d) => dns.push(d.to_string()),
+                GeneralName::URI(u) => uris.push(normal_uri(u)),
+                GeneralName::DNSName(d) => dns.push(normal_dns(d)),
                 _ => {}
             }
         }
@@ -115,8 +123,8 @@ pub fn xfcc_value(p: &XfccParts) -> String {
     out
 }
 
-/// A value as one element: quoted when it holds a character that would
-/// end or split the element (`,` `;` `=`) or a quote.
+/// A header-safe SAN as one element: quoted when it holds a character
+/// that would end or split the element (`,` `;` `=`).
 fn element(v: &str) -> String {
     if needs_quotes(v) {
         quoted(v)
@@ -127,18 +135,27 @@ fn element(v: &str) -> String {
 
 /// True when a bare value would be read as more than one value.
 fn needs_quotes(v: &str) -> bool {
-    v.contains([',', ';', '=', '"'])
+    v.contains([',', ';', '='])
 }
 
-/// `v` in double quotes, each `"` inside escaped as `\"`.
+/// `v` as an RFC 9110 quoted-string with no second escape: a backslash
+/// pair in `v` is kept as it is (the RFC 2253 subject writes every `"`
+/// and `\` as one), and only what would end the string early is escaped
+/// (a bare `"`, a `\` with nothing after it), which no caller's value
+/// holds: a header-safe SAN has neither, the subject none bare.
 fn quoted(v: &str) -> String {
     let mut out = String::with_capacity(v.len() + 2);
     out.push('"');
-    for c in v.chars() {
-        if c == '"' {
-            out.push('\\');
+    let mut chars = v.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                out.push('\\');
+                out.push(chars.next().unwrap_or('\\'));
+            }
+            '"' => out.push_str("\\\""),
+            other => out.push(other),
         }
-        out.push(c);
     }
     out.push('"');
     out
@@ -200,17 +217,24 @@ mod tests {
                 "ab".repeat(32)
             )
         );
-        // Found by the http_identity fuzz target: a CN ending in `\`
-        // ended the quoted subject in `\"`, read as an escaped quote.
-        let trailing = XfccParts {
-            subject: format!("CN={}", crate::proxy::http::dn::escape_value("q\\")),
-            ..Default::default()
-        };
-        assert!(
-            xfcc_value(&trailing).ends_with(r#";Subject="CN=q\5C""#),
-            "{}",
-            xfcc_value(&trailing)
-        );
+        // The subject's backslash pairs are kept, never escaped again
+        // (`\"` would become `\\"`, which closes the quoted-string); a
+        // `\` written `\\` stays so, and a bare `"` or a dangling `\` in
+        // a hand-made subject is escaped.
+        for (subject, want) in [
+            (
+                r#"CN=evil\";URI=x,O=q\""#,
+                r#"Subject="CN=evil\";URI=x,O=q\"""#,
+            ),
+            (r"CN=q\\", r#"Subject="CN=q\\""#),
+            (r#"CN=a"b\"#, r#"Subject="CN=a\"b\\""#),
+        ] {
+            let p = XfccParts {
+                subject: subject.into(),
+                ..Default::default()
+            };
+            assert!(xfcc_value(&p).ends_with(want), "{}", xfcc_value(&p));
+        }
         let bare = XfccParts {
             subject: String::new(),
             ..Default::default()

@@ -97,6 +97,9 @@ pub struct Route {
     tls: RouteTls,
     /// Rate-limits this route's refusal lines per reason.
     refusal_log: Arc<crate::logsafe::RefusalLog>,
+    /// HTTP routes: what the unfinished request heads of all its
+    /// connections hold (`--http-max-pending-head-bytes`).
+    http_heads: Arc<crate::proxy::http::HeadBudget>,
 }
 
 impl std::fmt::Debug for Route {
@@ -201,7 +204,9 @@ impl Route {
                 source,
             })?);
         }
+        let heads = cfg.http.map_or(0, |h| h.max_pending_head_bytes);
         let route = Route {
+            http_heads: Arc::new(crate::proxy::http::HeadBudget::new(heads)),
             metrics: RouteMetrics::new(&cfg.name),
             refusal_log: crate::logsafe::RefusalLog::new(&cfg.name),
             registry: Arc::new(Registry::default()),
