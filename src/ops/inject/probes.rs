@@ -146,7 +146,14 @@ fn app_probe_arg(
 }
 
 /// Puts `original` back where it was rewritten (the container by name).
+/// Only a probe field, and only where the probe is still the one `rewrite`
+/// wrote: the undo record is an annotation anyone editing the manifest can
+/// change, so it must not be able to rewrite a container's `command`,
+/// `image` or `securityContext` on `uninject`.
 pub fn restore(spec: &mut Value, container: &str, kind: &str, original: Value) {
+    if !KINDS.contains(&kind) {
+        return;
+    }
     let found = spec
         .get_mut("containers")
         .and_then(Value::as_array_mut)
@@ -155,8 +162,19 @@ pub fn restore(spec: &mut Value, container: &str, kind: &str, original: Value) {
                 .find(|c| c.get("name").and_then(Value::as_str) == Some(container))
         });
     if let Some(c) = found {
-        c[kind] = original;
+        if is_rewritten(&c[kind], container, kind) {
+            c[kind] = original;
+        }
     }
+}
+
+/// Whether `probe` is the admin-endpoint probe `rewrite` puts in place of
+/// `container`'s `kind`.
+fn is_rewritten(probe: &Value, container: &str, kind: &str) -> bool {
+    probe
+        .pointer("/httpGet/path")
+        .and_then(Value::as_str)
+        .is_some_and(|p| p == format!("/app-probe/{container}/{kind}"))
 }
 
 #[cfg(test)]
@@ -203,5 +221,37 @@ mod tests {
         let r = rewrite(&mut spec, 2100, 9901).unwrap_err();
         assert_eq!(r.annotation, Some(SERVER));
         assert!(r.detail.contains("HTTPS"), "{r:?}");
+    }
+
+    #[test]
+    fn restore_touches_only_a_probe_it_rewrote() {
+        let mut spec = json!({"containers": [{
+            "name": "app",
+            "command": ["app"],
+            "livenessProbe": {"httpGet": {"path": "/app-probe/app/livenessProbe", "port": 9901}},
+            "readinessProbe": {"exec": {"command": ["true"]}}
+        }]});
+        restore(&mut spec, "app", "command", json!(["sh", "-c", "evil"]));
+        assert_eq!(spec["containers"][0]["command"], json!(["app"]));
+        restore(
+            &mut spec,
+            "app",
+            "readinessProbe",
+            json!({"tcpSocket": {"port": 1}}),
+        );
+        assert_eq!(
+            spec["containers"][0]["readinessProbe"]["exec"]["command"],
+            json!(["true"])
+        );
+        restore(
+            &mut spec,
+            "app",
+            "livenessProbe",
+            json!({"tcpSocket": {"port": 2100}}),
+        );
+        assert_eq!(
+            spec["containers"][0]["livenessProbe"],
+            json!({"tcpSocket": {"port": 2100}})
+        );
     }
 }

@@ -25,21 +25,44 @@ use yaml_rust2::{Yaml, YamlEmitter};
 pub fn load(text: &str) -> Result<Vec<Value>, String> {
     let mut builder = Builder::default();
     let mut parser = Parser::new_from_str(text);
-    parser
-        .load(&mut builder, true)
-        .map_err(|e| format!("YAML: {e}"))?;
-    if let Some(e) = builder.error {
-        return Err(e);
+    // Event by event, not through `Parser::load`, which recurses once per
+    // nesting level: a hostile stream would overflow the stack before the
+    // builder's depth bound could refuse it.
+    loop {
+        let (ev, at) = parser.next_token().map_err(|e| format!("YAML: {e}"))?;
+        if ev == Event::StreamEnd {
+            break;
+        }
+        if ev == Event::DocumentStart {
+            // Anchors are per document.
+            builder.anchors.clear();
+        }
+        builder.on_event(ev, at);
+        if let Some(e) = builder.error.take() {
+            return Err(e);
+        }
     }
     Ok(builder.docs.into_iter().filter(|d| !d.is_null()).collect())
 }
 
+/// Deeper than this, a stream is refused: no manifest nests so deep, and a
+/// hostile one (`- - - …`) must not exhaust the stack of what walks it.
+const MAX_DEPTH: usize = 100;
+/// More nodes than this in a stream, aliases expanded, is refused: an alias
+/// copies its anchor's value, so nested aliases (a "billion laughs") would
+/// otherwise grow exponentially.
+const MAX_NODES: usize = 1_000_000;
+
 #[derive(Default)]
 struct Builder {
     docs: Vec<Value>,
-    /// Open collections: a sequence, or a mapping with its pending key.
-    stack: Vec<(Value, Option<String>, usize)>,
-    anchors: HashMap<usize, Value>,
+    /// Open collections: a sequence, or a mapping with its pending key,
+    /// its anchor, and the nodes it holds so far.
+    stack: Vec<(Value, Option<String>, usize, usize)>,
+    /// Anchored values with the nodes each holds (itself included).
+    anchors: HashMap<usize, (Value, usize)>,
+    /// Nodes built so far, aliases expanded.
+    nodes: usize,
     error: Option<String>,
 }
 
@@ -54,15 +77,40 @@ impl Builder {
         }
     }
 
-    /// A finished node: into its parent, or a document of its own.
-    fn add(&mut self, value: Value, anchor: usize, at: Marker) {
-        if anchor > 0 {
-            self.anchors.insert(anchor, value.clone());
+    /// Counts `size` more nodes; false (and the stream refused) past
+    /// [`MAX_NODES`].
+    fn count(&mut self, size: usize, at: Marker) -> bool {
+        self.nodes = self.nodes.saturating_add(size);
+        if self.nodes > MAX_NODES {
+            self.fail(
+                at,
+                format!("more than {MAX_NODES} nodes (aliases expanded)"),
+            );
+            return false;
         }
-        let Some((parent, key, _)) = self.stack.last_mut() else {
+        true
+    }
+
+    /// Opens a collection; false (and the stream refused) past [`MAX_DEPTH`].
+    fn open(&mut self, empty: Value, anchor: usize, at: Marker) {
+        if self.stack.len() >= MAX_DEPTH {
+            self.fail(at, format!("nested deeper than {MAX_DEPTH} levels"));
+            return;
+        }
+        self.stack.push((empty, None, anchor, 0));
+    }
+
+    /// A finished node holding `size` nodes (itself included): into its
+    /// parent, or a document of its own.
+    fn add(&mut self, value: Value, size: usize, anchor: usize, at: Marker) {
+        if anchor > 0 {
+            self.anchors.insert(anchor, (value.clone(), size));
+        }
+        let Some((parent, key, _, held)) = self.stack.last_mut() else {
             self.docs.push(value);
             return;
         };
+        *held = held.saturating_add(size);
         match parent {
             Value::Array(a) => a.push(value),
             Value::Object(m) => match key.take() {
@@ -101,24 +149,32 @@ fn merge(into: &mut Map<String, Value>, from: Value) {
 
 impl MarkedEventReceiver for Builder {
     fn on_event(&mut self, ev: Event, at: Marker) {
+        // A refused stream builds nothing more.
+        if self.error.is_some() {
+            return;
+        }
         match ev {
-            Event::SequenceStart(anchor, _) => {
-                self.stack.push((Value::Array(Vec::new()), None, anchor))
-            }
-            Event::MappingStart(anchor, _) => {
-                self.stack.push((Value::Object(Map::new()), None, anchor))
-            }
+            Event::SequenceStart(anchor, _) => self.open(Value::Array(Vec::new()), anchor, at),
+            Event::MappingStart(anchor, _) => self.open(Value::Object(Map::new()), anchor, at),
             Event::SequenceEnd | Event::MappingEnd => {
-                if let Some((v, _, anchor)) = self.stack.pop() {
-                    self.add(v, anchor, at);
+                if let Some((v, _, anchor, held)) = self.stack.pop() {
+                    if self.count(1, at) {
+                        self.add(v, held.saturating_add(1), anchor, at);
+                    }
                 }
             }
             Event::Scalar(text, style, anchor, tag) => match scalar(&text, style, tag.as_ref()) {
-                Ok(v) => self.add(v, anchor, at),
+                Ok(v) if self.count(1, at) => self.add(v, 1, anchor, at),
+                Ok(_) => {}
                 Err(e) => self.fail(at, e),
             },
-            Event::Alias(id) => match self.anchors.get(&id).cloned() {
-                Some(v) => self.add(v, 0, at),
+            Event::Alias(id) => match self.anchors.get(&id).map(|(_, size)| *size) {
+                Some(size) if self.count(size, at) => {
+                    if let Some((v, _)) = self.anchors.get(&id).cloned() {
+                        self.add(v, size, 0, at);
+                    }
+                }
+                Some(_) => {}
                 None => self.fail(at, "an alias to an unknown anchor".into()),
             },
             _ => {}
@@ -295,5 +351,30 @@ mod tests {
         assert!(load("a: .inf\n").is_err());
         assert!(load("a: [1\n").is_err());
         assert!(load("a: *nowhere\n").is_err());
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_not_a_crash() {
+        let deep = format!("{}x", "- ".repeat(100_000));
+        let err = load(&deep).unwrap_err();
+        assert!(err.contains("nested deeper than 100"), "{err}");
+        let flow = format!("{}{}", "[".repeat(5_000), "]".repeat(5_000));
+        assert!(load(&flow).is_err());
+        let ok = format!("{}x", "- ".repeat(50));
+        assert!(load(&ok).is_ok());
+    }
+
+    #[test]
+    fn an_alias_bomb_is_refused_by_its_expanded_size() {
+        let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..10 {
+            let prev = format!("*a{}", i - 1);
+            bomb.push_str(&format!("a{i}: &a{i} [{}]\n", vec![prev; 9].join(", ")));
+        }
+        let err = load(&bomb).unwrap_err();
+        assert!(err.contains("more than 1000000 nodes"), "{err}");
+        // Aliases below the bound still resolve.
+        let fine = load("a: &a {k: v}\nb: *a\n").unwrap();
+        assert_eq!(fine[0]["b"]["k"], "v");
     }
 }
