@@ -127,6 +127,24 @@ fn every_spawner_is_a_helper_of_common() {
 }
 
 #[test]
+fn only_common_reads_the_path_of_the_binary_cargo_built() {
+    // Spelled in two pieces so that this file does not match itself, nor
+    // the same search in .ci/run.
+    let var = concat!("CARGO_BIN", "_EXE");
+    for p in programs() {
+        for f in files_of(&p) {
+            let text = std::fs::read_to_string(&f).unwrap();
+            assert!(
+                !text.contains(var),
+                "{}: starts the binary cargo built without common::bin(), so it would \
+                 never run the shipped build (MTLS_SIDECAR_BIN)",
+                f.display()
+            );
+        }
+    }
+}
+
+#[test]
 fn the_search_finds_a_spawner_and_passes_lookalikes() {
     assert!(spawns("let sc = Sidecar::start(&args, 1).await;"));
     assert!(spawns("Command::new(common::bin())"));
