@@ -21,10 +21,15 @@
 
 ARG RUST_VERSION=1.95.0
 ARG CARGO_CHEF_VERSION=0.1.76
+ARG CARGO_AUDITABLE_VERSION=0.7.7
 
 FROM docker.io/library/rust:${RUST_VERSION}-slim-trixie AS chef
 ARG CARGO_CHEF_VERSION
-RUN cargo install --locked cargo-chef --version "${CARGO_CHEF_VERSION}"
+ARG CARGO_AUDITABLE_VERSION
+# cargo-auditable embeds the dependency list in the binary (.dep-v0), which
+# image scanners read from the static binary.
+RUN cargo install --locked cargo-chef --version "${CARGO_CHEF_VERSION}" \
+ && cargo install --locked cargo-auditable --version "${CARGO_AUDITABLE_VERSION}"
 WORKDIR /src
 
 FROM chef AS planner
@@ -32,12 +37,12 @@ COPY . .
 RUN cargo chef prepare --recipe-path recipe.json
 
 FROM chef AS builder
-# scripts/build-release.sh derives the link order from callgrind runs of the
-# binary it builds (scripts/link-order/derive.py: valgrind, python3; nm and
-# c++filt come with gcc's binutils). Without them it falls back to the
-# committed list, and the image's binary maps more code (benches/README.md).
+# scripts/build-release.sh carries the committed link order over to the
+# binary's symbol names (scripts/link-order/refresh.py: python3; nm and
+# c++filt come with gcc's binutils), so the image's binary is the one two
+# clean builds of the commit give.
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends valgrind python3 \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=planner /src/recipe.json recipe.json
 # Same profile, lockfile policy, target and RUSTFLAGS as

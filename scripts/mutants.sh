@@ -39,9 +39,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Entry -> cargo test arguments. A DIR entry ends in "/" and covers every .rs
-# file below it. Keep the targets few: each mutant runs all of them. The
-# owner of an entry keeps its line here right (docs/mutants.md: the method).
+# Entry -> the tests that judge it: `--lib` (the unit tests) and `--test
+# AREA` for a test area, the file tests/PROGRAM/AREA.rs (tests/README.md):
+# test_args turns the areas into their programs. A DIR entry ends in "/"
+# and covers every .rs file below it. Keep the areas few: each mutant runs
+# all of them. The owner of an entry keeps its line here right
+# (docs/mutants.md: the method).
 declare -A TARGETS=(
     [src/tls/verify.rs]="--lib --test client_reverify --test ca_hints --test rotation --test refusals --test eku --test crl --test identity_proof --test chain_memo --test workload_api_federation --test handoff"
     [src/tls/last_verified.rs]="--test chain_memo --test client_reverify --test rotation"
@@ -332,6 +335,54 @@ count() {
     if [ -f "$1" ]; then grep -c . "$1" || true; else echo 0; fi
 }
 
+# An entry's "--lib --test AREA ..." as cargo-mutants arguments: cargo_args
+# gets "-C --lib" and "-C --test=PROGRAM" once for each program holding one
+# of the areas (as cargo arguments, -C reaches the build of each mutant too,
+# which otherwise builds every test program of the crate to run a few).
+# filters gets "::AREA::" for each area, which every test binary takes as
+# name filters (a test runs when its name holds one), so that only the
+# entry's areas of those programs run. With --lib the unit tests must pass
+# them too: their names start with the crate's top-level module, so filters
+# also gets "MODULE::" for each module src/lib.rs declares (such a filter
+# may also match an area's name, e2e::process:: say: a test more, never
+# one fewer).
+test_args() {
+    cargo_args=() filters=()
+    local lib=0 programs=() words area found m
+    read -r -a words <<<"$1"
+    local i=0
+    while [ $i -lt ${#words[@]} ]; do
+        case ${words[$i]} in
+        --lib) lib=1 ;;
+        --test)
+            i=$((i + 1))
+            area=${words[$i]}
+            found=$(find tests -mindepth 2 -maxdepth 2 -name "$area.rs" -not -path 'tests/common/*')
+            if [ "$(wc -w <<<"$found")" != 1 ]; then
+                echo "mutants.sh: no single test area $area (tests/PROGRAM/$area.rs): ${found:-none}" >&2
+                exit 2
+            fi
+            found=${found#tests/}
+            found=${found%%/*}
+            [[ " ${programs[*]} " == *" $found "* ]] || programs+=("$found")
+            filters+=("::$area::")
+            ;;
+        *)
+            echo "mutants.sh: unknown word ${words[$i]} in \"$1\"" >&2
+            exit 2
+            ;;
+        esac
+        i=$((i + 1))
+    done
+    [ $lib = 1 ] && cargo_args+=(-C --lib)
+    if [ $lib = 1 ] && [ ${#programs[@]} -gt 0 ]; then
+        for m in $(sed -nE 's/^\s*(pub(\([a-z]+\))? )?mod ([a-z_0-9]+);.*/\3/p' src/lib.rs); do
+            filters+=("$m::")
+        done
+    fi
+    for p in "${programs[@]}"; do cargo_args+=(-C "--test=$p"); done
+}
+
 restore=()
 restore_files() {
     if [ ${#restore[@]} -gt 0 ] && ! git diff --quiet -- "${restore[@]}"; then
@@ -352,8 +403,7 @@ for e in "${entries[@]}"; do
         echo "== $e: not in this tree, skipped"
         continue
     fi
-    # "--test a --lib" -> "--test=a" "--lib": one word each, for -C.
-    read -r -a tests <<<"$(sed -E 's/--test +/--test=/g' <<<"${TARGETS[$e]}")"
+    test_args "${TARGETS[$e]}"
     mode=()
     if [ "$in_place" = 1 ]; then
         if ! git diff --quiet HEAD -- "${files[@]}"; then
@@ -368,18 +418,17 @@ for e in "${entries[@]}"; do
     # As cargo arguments (-C), not test arguments (after --): -C reaches the
     # build of each mutant as well, which otherwise builds every test target
     # of the crate (minutes a mutant) to run a few.
-    cargo_args=()
-    for t in "${tests[@]}"; do cargo_args+=(-C "$t"); done
     [ -n "$shard" ] && cargo_args+=(--shard "$shard")
     out="$out_root/$(tr '/.' '__' <<<"${e%/}")"
     rm -rf "$out/mutants.out" "$out/mutants.out.old"
     mkdir -p "$out"
-    echo "== $e: cargo mutants ${file_args[*]} ${cargo_args[*]}"
+    echo "== $e: cargo mutants ${file_args[*]} ${cargo_args[*]}${filters[*]+ -- -- ${filters[*]}}"
     started=$(date +%s)
     rc=0
     # shellcheck disable=SC2086 # MUTANTS_ARGS is a word list
     cargo mutants "${mode[@]+"${mode[@]}"}" --no-shuffle --colors never -o "$out" \
-        "${file_args[@]}" "${cargo_args[@]}" ${MUTANTS_ARGS:-} || rc=$?
+        "${file_args[@]}" "${cargo_args[@]}" ${MUTANTS_ARGS:-} \
+        ${filters[@]+-- -- "${filters[@]}"} || rc=$?
     restore=()
     mo="$out/mutants.out"
     # 0: all caught; 2: some missed; 3: some timed out. Anything else (1

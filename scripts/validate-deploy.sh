@@ -16,7 +16,7 @@
 #     kubernetes-validate has no schemas for custom resources: for them it
 #     only prints a WARN and exits 0. So custom resources (cert-manager,
 #     trust-manager, approver-policy, Prometheus operator) are listed and
-#     skipped here and checked field by field by tests/deploy.rs instead; and
+#     skipped here and checked field by field by tests/repo/deploy.rs instead; and
 #     any WARN about a core kind (say a mistyped apiVersion) is an error
 #     here, not the silent pass it would otherwise be.
 #  2. Offline admission checks on the same rendered output
@@ -122,7 +122,7 @@ for k in "${KUSTOMIZATIONS[@]}"; do
 done
 cp deploy/kubernetes/secret-example.yaml "$built/"
 # Sort files into core-API ones (validated) and custom-resource ones
-# (skipped here, tested in tests/deploy.rs). A file must not mix the two, so
+# (skipped here, tested in tests/repo/deploy.rs). A file must not mix the two, so
 # nothing core can hide in a skipped file.
 # (Captured first, then split: `mapfile < <(...)` would drop the script's
 # exit status, and with it every error it reports.)
@@ -152,7 +152,7 @@ for path in sys.argv[1:]:
         if kind == "core":
             core.append(d)
         else:
-            what = "custom resource, checked by tests/deploy.rs and admission.py" if kind == "crd" else "not an API object"
+            what = "custom resource, checked by tests/repo/deploy.rs and admission.py" if kind == "crd" else "not an API object"
             print(f"skip  {os.path.basename(path)}: {d['kind']} {name} ({d['apiVersion']}: {what})", file=sys.stderr)
     if core:
         out = path[: -len(".yaml")] + ".core.yml"

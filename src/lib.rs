@@ -6,7 +6,7 @@
 //! [`proxy`] (accept, handshake in its own task, copy, flush, half-close),
 //! with [`metrics`] observing all of it.
 //!
-//! Imports point down this order (`tests/layers.rs` checks it):
+//! Imports point down this order (`tests/repo/layers.rs` checks it):
 //! [`ops`] (the operator's tools) → [`app`] (one process) → [`admin`]
 //! (what observers see) → [`cli`] → [`config`] (what the user asked) →
 //! [`sandbox`] → [`proxy`] (the data path) → [`tls`] → [`credentials`] →

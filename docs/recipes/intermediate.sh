@@ -14,7 +14,7 @@
 # Steps: pki, revoke-leaf, revoke-intermediate. The sidecar's --tls-dir is
 # WORKDIR/tls; run it with --crl-scope chain to have the root's CRL judge
 # the intermediate too. Needs mtls-sidecar ($MTLS_SIDECAR) and openssl.
-# tests/recipes.rs runs every step against running sidecars.
+# tests/repo/recipes.rs runs every step against running sidecars.
 set -euo pipefail
 W=$(realpath "${1:?usage: intermediate.sh WORKDIR [STEP]}")
 STEP=${2:-all}

@@ -12,7 +12,7 @@
 # Usage: rotation.sh WORKDIR [STEP]   (no STEP: every step, in order)
 # Steps: start, overlap, reissue, drop-a, cleanup. The sidecar's --tls-dir
 # is WORKDIR/tls (run it with e.g. --trust-grace 10m). Needs mtls-sidecar
-# ($MTLS_SIDECAR). tests/recipes.rs runs every step against a sidecar.
+# ($MTLS_SIDECAR). tests/repo/recipes.rs runs every step against a sidecar.
 set -euo pipefail
 W=$(realpath "${1:?usage: rotation.sh WORKDIR [STEP]}")
 STEP=${2:-all}

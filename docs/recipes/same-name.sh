@@ -11,7 +11,7 @@
 #
 # Usage: same-name.sh WORKDIR [STEP]   (no STEP: every step, in order)
 # Steps: pki, revoke-old, revoke-new. The sidecar's --tls-dir is
-# WORKDIR/tls. Needs mtls-sidecar ($MTLS_SIDECAR). tests/recipes.rs runs
+# WORKDIR/tls. Needs mtls-sidecar ($MTLS_SIDECAR). tests/repo/recipes.rs runs
 # every step against a running sidecar.
 set -euo pipefail
 W=$(realpath "${1:?usage: same-name.sh WORKDIR [STEP]}")

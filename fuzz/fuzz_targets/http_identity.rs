@@ -5,7 +5,7 @@
 //! - `1`: the rest is lines, `b` + our URI SAN (`By=`), `s` + a subject
 //!   CN, `u` + a URI SAN, `d` + a DNS SAN; the value `xfcc_value` builds
 //!   is visible ASCII and reads, under the tests' plain RFC 9110
-//!   quoted-string parser (`tests/http_identity/rfc9110.rs`), as exactly
+//!   quoted-string parser (`tests/common/rfc9110.rs`), as exactly
 //!   one element with exactly the SANs given and the subject between
 //!   `Subject`'s quotes unchanged, and the subject's `dn::escape_bytes`
 //!   unescape to the CNs;

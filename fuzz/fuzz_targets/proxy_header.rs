@@ -1,7 +1,7 @@
 //! The PROXY v2 header the sidecar writes to its target: a hand-off built
 //! from the input, encoded by the sidecar (`ppp`), decoded by the strict
 //! reference decoder in `src/proxy_v2.rs` (a mirror of
-//! `tests/handoff/parse_proxy_v2.py`) and compared field by field.
+//! `tests/common/parse_proxy_v2.py`) and compared field by field.
 
 #![no_main]
 

@@ -11,7 +11,7 @@ pub mod frames;
 pub mod proxy_check;
 pub mod proxy_v2;
 pub mod publish;
-#[path = "../../tests/http_identity/rfc9110.rs"]
+#[path = "../../tests/common/rfc9110.rs"]
 pub mod rfc9110;
 pub mod san;
 pub mod xfcc;

@@ -1,5 +1,5 @@
 //! A strict PROXY protocol v2 decoder, a Rust mirror of
-//! `tests/handoff/parse_proxy_v2.py` (written from the spec, not from the
+//! `tests/common/parse_proxy_v2.py` (written from the spec, not from the
 //! `ppp` crate that encodes the header): a length that does not add up, a
 //! TLV or sub-TLV overrunning its container, or a repeated TLV type is an
 //! error.

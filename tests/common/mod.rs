@@ -19,14 +19,21 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 pub mod broken_crl;
-/// A parser for the `/metrics` page (also used by `tests/admin.rs`).
-#[path = "../admin/expo.rs"]
+/// A parser for the `/metrics` page (also used by the admin tests).
 pub mod expo;
 pub mod foreign;
+/// The recording target the hand-off tests read PROXY headers from.
+pub mod handoff;
 /// An independent HTTP/1.1 client for the admin endpoint.
-#[path = "../admin/http.rs"]
 pub mod http;
+/// The HTTP target and raw client of the identity-header tests.
+pub mod http_identity;
 pub mod openssl_ca;
+/// A plain RFC 9110 quoted-string XFCC parser, independent of the encoder
+/// (the identity-header tests and the http_identity fuzz target judge with it).
+pub mod rfc9110;
+/// The independent Workload API agent and the sidecars on it.
+pub mod spiffe;
 pub mod tap;
 pub mod tools;
 pub mod waits;
@@ -105,6 +112,30 @@ pub fn publish_identity(
         ("ca.crt", ca.as_bytes()),
     ])
     .expect("publish a revision");
+}
+
+/// Raises this test process's soft descriptor limit to its hard one and
+/// returns the hard limit: the load tests hold both ends of every
+/// connection they make, and the sidecars they start inherit it. Done once
+/// per test program (its tests share the process, so a second raise would
+/// only race the first); later calls return the same figure.
+pub fn raise_nofile() -> u64 {
+    static HARD: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *HARD.get_or_init(|| {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit/setrlimit on a local `rlimit` the calls only read and write.
+        unsafe {
+            assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+            if lim.rlim_cur < lim.rlim_max {
+                lim.rlim_cur = lim.rlim_max;
+                libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            }
+        }
+        lim.rlim_max
+    })
 }
 
 /// The real binary, its stderr captured.

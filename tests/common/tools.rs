@@ -108,7 +108,7 @@ fn available(need: &str) -> bool {
         .find(|t| t.name == need)
         .and_then(|t| t.module)
     {
-        // A Python module (tests/spiffe/agent.py's gRPC server, say), not a
+        // A Python module (tests/common/spiffe/agent.py's gRPC server, say), not a
         // program: the python3 on PATH must import it.
         Some(module) => std::process::Command::new("python3")
             .args(["-c", &format!("import {module}")])

@@ -1,5 +1,5 @@
 //! Hostile load at full size (issue 10; docs/sizing.md states the limits):
-//! the figures behind the limits' claims, which `tests/hostile.rs` checks
+//! the figures behind the limits' claims, which `tests/e2e/hostile.rs` checks
 //! at CI size.
 //!
 //! * `scale`: both sidecars started with a soft fd limit of 1024 (hard

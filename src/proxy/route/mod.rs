@@ -407,7 +407,7 @@ fn lost_in_move(e: std::io::Error) {
 /// A hidden test hook, read by the shipped binary on purpose:
 /// `MTLS_SIDECAR_TEST_FAULT=route-panic:NAME:N` makes route NAME's accept
 /// loop panic on its Nth accepted connection, and does nothing else. The
-/// test of what happens when a route's loop dies (tests/limits.rs) also runs
+/// test of what happens when a route's loop dies (tests/e2e/limits.rs) also runs
 /// against the release build (`MTLS_SIDECAR_BIN` in .ci/run), which a cargo
 /// feature or `cfg(test)` gate would strip of the hook. Keeping it grants
 /// nothing: whoever can set this process's environment already controls it

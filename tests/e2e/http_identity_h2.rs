@@ -1,0 +1,366 @@
+//! `--http-identity xfcc` with h2 (ALPN) through the real binary to an h2c
+//! target (hyper's, in this test): each stream carries exactly our
+//! identity whatever the client forged in headers or trailers; and the
+//! connection stays under the route's live-connection machinery: a
+//! displacement (`--exclusive`) and `--max-connection-lifetime` close it
+//! mid-keep-alive; `--http-header-timeout` closes one with no request
+//! (an unfinished header block, none at all, or idle after its answers).
+
+use crate::common;
+use crate::common::http_identity as support;
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use common::*;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Bytes, Frame, Incoming};
+use hyper::{HeaderMap, Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use support::*;
+
+fn is_xfcc(name: &str) -> bool {
+    name.to_ascii_lowercase().replace('_', "-") == "x-forwarded-client-cert"
+}
+
+fn xfcc_of(h: &HeaderMap) -> Vec<String> {
+    h.iter()
+        .filter(|(k, _)| is_xfcc(k.as_str()))
+        .map(|(_, v)| v.to_str().unwrap().to_string())
+        .collect()
+}
+
+/// An h2c target answering each request with what it received.
+async fn h2c_target() -> String {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((s, peer)) = l.accept().await {
+            let svc = hyper::service::service_fn(move |req: Request<Incoming>| async move {
+                let xfcc = xfcc_of(req.headers());
+                let body = req.into_body().collect().await?;
+                let trailers = body.trailers().cloned().unwrap_or_default();
+                let out = serde_json::json!({
+                    "xfcc": xfcc,
+                    "trailer_xfcc": xfcc_of(&trailers),
+                    "trailers": trailers.keys().map(|k| k.as_str()).collect::<Vec<_>>(),
+                    "port": peer.port(),
+                    "body": body.to_bytes().len(),
+                });
+                Ok::<_, hyper::Error>(Response::new(Full::new(Bytes::from(out.to_string()))))
+            });
+            tokio::spawn(
+                hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(s), svc),
+            );
+        }
+    });
+    addr
+}
+
+/// A request body: some data, then trailers.
+struct WithTrailers {
+    data: Option<Bytes>,
+    trailers: Option<HeaderMap>,
+}
+
+impl Body for WithTrailers {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if let Some(d) = self.data.take() {
+            return Poll::Ready(Some(Ok(Frame::data(d))));
+        }
+        Poll::Ready(self.trailers.take().map(|t| Ok(Frame::trailers(t))))
+    }
+}
+
+type H2 = hyper::client::conn::http2::SendRequest<WithTrailers>;
+
+async fn h2_client(addr: &str, ids: &Ids) -> H2 {
+    let tls = tls_connect(addr, REPLICA, ids.tls(&["h2"])).await.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    send
+}
+
+async fn json(send: &mut H2, req: Request<WithTrailers>) -> (u16, serde_json::Value) {
+    let resp = tokio::time::timeout(DEADLINE, send.send_request(req))
+        .await
+        .unwrap()
+        .unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+fn forged_headers(b: hyper::http::request::Builder) -> hyper::http::request::Builder {
+    b.header("x-forwarded-client-cert", "Hash=00")
+        .header("x_forwarded_client_cert", "Hash=01")
+        .header("X_FORWARDED_CLIENT_CERT", "Hash=02")
+}
+
+#[tokio::test]
+async fn h2_streams_carry_only_our_identity_in_headers_and_trailers() {
+    let ids = Ids::new();
+    let target = h2c_target().await;
+    let sc = start_server(&ids.server_dir, &target, &["--http-identity", "xfcc"]).await;
+    let want = serde_json::json!([ids.expected()]);
+    let mut send = h2_client(&sc.addr("server"), &ids).await;
+    let mut wrong = Vec::new();
+    let mut ports = Vec::new();
+    for i in 0..2 {
+        let mut trailers = HeaderMap::new();
+        trailers.insert("x-forwarded-client-cert", "Hash=03".parse().unwrap());
+        trailers.insert("x_forwarded_client_cert", "Hash=04".parse().unwrap());
+        trailers.insert("x-other", "kept".parse().unwrap());
+        let req = forged_headers(Request::post(format!("https://{REPLICA}/t{i}")))
+            .body(WithTrailers {
+                data: Some(Bytes::from_static(b"hello")),
+                trailers: Some(trailers),
+            })
+            .unwrap();
+        let (status, j) = json(&mut send, req).await;
+        assert_eq!(status, 200, "{j}");
+        if j["xfcc"] != want || j["trailer_xfcc"] != serde_json::json!([]) {
+            wrong.push(format!(
+                "stream {i}: headers {} trailers {}",
+                j["xfcc"], j["trailer_xfcc"]
+            ));
+        }
+        assert_eq!(j["trailers"], serde_json::json!(["x-other"]), "{j}");
+        assert_eq!(j["body"], 5);
+        ports.push(j["port"].as_u64().unwrap());
+    }
+    assert!(
+        wrong.is_empty(),
+        "forged identities reached the target: {wrong:#?}"
+    );
+    assert_eq!(
+        ports[0], ports[1],
+        "one target connection per client connection"
+    );
+}
+
+#[tokio::test]
+async fn an_h2_header_list_over_the_limit_never_reaches_the_target() {
+    let ids = Ids::new();
+    let target = h2c_target().await;
+    let args = [
+        "--http-identity",
+        "xfcc",
+        "--http-max-header-bytes",
+        "16384",
+        "--http-max-headers",
+        "10",
+    ];
+    let sc = start_server(&ids.server_dir, &target, &args).await;
+    let mut send = h2_client(&sc.addr("server"), &ids).await;
+    let body = || WithTrailers {
+        data: None,
+        trailers: None,
+    };
+    let req = Request::get(format!("https://{REPLICA}/big"))
+        .header("x-big", "a".repeat(20_000))
+        .body(body())
+        .unwrap();
+    let r = tokio::time::timeout(DEADLINE, send.send_request(req))
+        .await
+        .unwrap();
+    match r {
+        Ok(resp) => assert_eq!(resp.status(), 431),
+        Err(e) => panic!("expected 431, got {e}"),
+    }
+    let mut send = h2_client(&sc.addr("server"), &ids).await;
+    let mut req = Request::get(format!("https://{REPLICA}/many"));
+    for i in 0..11 {
+        req = req.header(format!("x-f{i}"), "v");
+    }
+    let (status, _) = json(&mut send, req.body(body()).unwrap()).await;
+    assert_eq!(status, 431);
+}
+
+#[tokio::test]
+async fn a_live_close_ends_an_http_connection_mid_keep_alive() {
+    if tools::skip_unless(&["python3"]) {
+        return;
+    }
+    let ids = Ids::new();
+    let target = PyTarget::start();
+    let sc = start_server(
+        &ids.server_dir,
+        &target.addr,
+        &["--http-identity", "xfcc", "--exclusive"],
+    )
+    .await;
+    let addr = sc.addr("server");
+    let get = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n";
+    let mut first = Raw::connect(&addr, ids.tls(&[])).await;
+    first.send(get).await;
+    assert_eq!(first.response().await.status, 200);
+    let mut second = Raw::connect(&addr, ids.tls(&[])).await;
+    second.send(get).await;
+    assert_eq!(second.response().await.status, 200);
+    assert!(
+        first.closed().await,
+        "the displaced keep-alive connection is closed"
+    );
+    sc.wait_field("connection closed", "reason", "displaced")
+        .await;
+
+    let sc = start_server(
+        &ids.server_dir,
+        &target.addr,
+        &["--http-identity", "xfcc", "--max-connection-lifetime", "1s"],
+    )
+    .await;
+    let mut c = Raw::connect(&sc.addr("server"), ids.tls(&[])).await;
+    c.send(get).await;
+    assert_eq!(c.response().await.status, 200);
+    assert!(
+        c.closed().await,
+        "closed at its lifetime while idle in keep-alive"
+    );
+    sc.wait_field("connection closed", "reason", "lifetime")
+        .await;
+}
+
+/// Reads until the sidecar closes the connection; false if it is still
+/// open after `DEADLINE`.
+async fn read_to_close(tls: &mut ClientTls) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        match tokio::time::timeout_at(deadline, tls.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// `--http-header-timeout` on h2: a connection whose client never
+/// completes a header block (a HEADERS frame without END_HEADERS, the
+/// CONTINUATION never sent), one that sends no request at all, and one
+/// idle after its answered request are each closed once it passes
+/// (`closed{reason="http_timeout"}`); a request in flight is not cut.
+/// Without the idle bound all three stayed open.
+#[tokio::test]
+async fn h2_connections_without_a_request_are_closed_at_the_header_timeout() {
+    use tokio::io::AsyncWriteExt;
+    let ids = Ids::new();
+    let target = h2c_target().await;
+    let sc = start_server(
+        &ids.server_dir,
+        &target,
+        &[
+            "--http-identity",
+            "xfcc",
+            "--http-header-timeout",
+            "400ms",
+            "--admin",
+            "127.0.0.1:0",
+        ],
+    )
+    .await;
+    let addr = sc.addr("server");
+    let mut unfinished = tls_connect(&addr, REPLICA, ids.tls(&["h2"])).await.unwrap();
+    let mut frames = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    frames.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]); // SETTINGS
+                                                            // HEADERS on stream 1, END_STREAM but no END_HEADERS: `:method GET`.
+    frames.extend_from_slice(&[0, 0, 1, 1, 0x1, 0, 0, 0, 1, 0x82]);
+    unfinished.write_all(&frames).await.unwrap();
+    unfinished.flush().await.unwrap();
+    let mut silent = tls_connect(&addr, REPLICA, ids.tls(&["h2"])).await.unwrap();
+    let tls = tls_connect(&addr, REPLICA, ids.tls(&["h2"])).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .unwrap();
+    let conn = tokio::spawn(conn);
+    let req = Request::get(format!("https://{REPLICA}/"))
+        .body(WithTrailers {
+            data: None,
+            trailers: None,
+        })
+        .unwrap();
+    let (status, _) = json(&mut send, req).await;
+    assert_eq!(status, 200);
+    assert!(
+        read_to_close(&mut unfinished).await,
+        "unfinished stayed open"
+    );
+    assert!(read_to_close(&mut silent).await, "silent stayed open");
+    let idle_closed = tokio::time::timeout(DEADLINE, conn).await;
+    assert!(idle_closed.is_ok(), "the idle connection stayed open");
+    sc.wait_closed("server", "http_timeout", 3.0).await;
+}
+
+/// A request body the test feeds as it goes.
+struct Fed(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl Body for Fed {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.0.poll_recv(cx).map(|d| d.map(|d| Ok(Frame::data(d))))
+    }
+}
+
+/// The h2 header timeout never cuts a request in flight: a request whose
+/// body is still coming after several timeouts is answered, on the same
+/// connection. Kills a timer that ran while requests are open.
+#[tokio::test]
+async fn an_h2_request_in_flight_outlives_the_header_timeout() {
+    let ids = Ids::new();
+    let target = h2c_target().await;
+    let sc = start_server(
+        &ids.server_dir,
+        &target,
+        &["--http-identity", "xfcc", "--http-header-timeout", "200ms"],
+    )
+    .await;
+    let tls = tls_connect(&sc.addr("server"), REPLICA, ids.tls(&["h2"]))
+        .await
+        .unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .unwrap();
+    let conn = tokio::spawn(conn);
+    let (feed, body) = tokio::sync::mpsc::channel(4);
+    let req = Request::post(format!("https://{REPLICA}/slow"))
+        .body(Fed(body))
+        .unwrap();
+    let resp = tokio::spawn(send.send_request(req));
+    feed.send(Bytes::from_static(b"part")).await.unwrap();
+    // The body stays open for three timeouts: the time passing is the
+    // case itself, not a wait for an event.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    assert!(!conn.is_finished(), "the connection was closed mid-request");
+    feed.send(Bytes::from_static(b"rest")).await.unwrap();
+    drop(feed);
+    let resp = tokio::time::timeout(DEADLINE, resp)
+        .await
+        .expect("answered")
+        .unwrap()
+        .expect("a response");
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let j: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(j["body"], 8, "{j}");
+}
