@@ -65,6 +65,14 @@ pub struct RouteView {
     pub trust_anchors_pem: String,
     /// The known intermediate CAs (CRL signers, never anchors), PEM.
     pub intermediates_pem: String,
+    /// The CRLs consulted at handshakes now, PEM (empty: none). Absent
+    /// from an older sidecar's page: read as none.
+    #[serde(default)]
+    pub crls_pem: String,
+    /// The deny-list in force, one entry a line as a deny file spells it
+    /// (empty: none). Absent from an older sidecar's page: read as none.
+    #[serde(default)]
+    pub deny: Vec<String>,
     /// Live authenticated connections now.
     pub live: usize,
 }
@@ -162,6 +170,18 @@ fn usage(mode: Mode) -> &'static str {
     }
 }
 
+/// The CRLs of `set` consulted at handshakes (verified or unverified),
+/// PEM: those a candidate that does not replace them is judged with.
+fn enforced_crls_pem(set: &crate::credentials::CrlSet) -> String {
+    let ders: Vec<&[u8]> = set
+        .entries()
+        .iter()
+        .filter(|e| e.enforced())
+        .map(|e| e.crl.der())
+        .collect();
+    crate::identity::pem::crls(&ders)
+}
+
 fn route_view(route: &Route) -> RouteView {
     let trust = route.store.current().trust.clone();
     let anchors: Vec<_> = trust.anchors.iter().map(|a| a.der.clone()).collect();
@@ -177,6 +197,13 @@ fn route_view(route: &Route) -> RouteView {
         trust_grace_seconds: route.store.trust_grace().as_secs(),
         trust_anchors_pem: crate::identity::pem::certificates(&anchors),
         intermediates_pem: crate::identity::pem::certificates(&trust.intermediates),
+        crls_pem: enforced_crls_pem(&trust.crls),
+        deny: trust
+            .deny
+            .entries()
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
         live: route.registry.live(),
     }
 }

@@ -1,21 +1,31 @@
-//! DER certificates written back as PEM: how `/connections` hands a live
-//! peer's chain and the trust in force to `check --against`, which reads
+//! DER certificates and CRLs written back as PEM: how `/connections` hands a
+//! live peer's chain and the trust in force (CRLs included) to `check --against`, which reads
 //! them with the same PEM loader as every credential file.
 
 use base64::Engine;
 
 /// The certificates as concatenated PEM blocks (64-column base64).
 pub fn certificates<D: AsRef<[u8]>>(ders: &[D]) -> String {
+    blocks("CERTIFICATE", ders)
+}
+
+/// The CRLs as concatenated `X509 CRL` PEM blocks.
+pub fn crls<D: AsRef<[u8]>>(ders: &[D]) -> String {
+    blocks("X509 CRL", ders)
+}
+
+/// DER objects as concatenated PEM blocks of this label.
+fn blocks<D: AsRef<[u8]>>(label: &str, ders: &[D]) -> String {
     let mut out = String::new();
     for der in ders {
-        out.push_str("-----BEGIN CERTIFICATE-----\n");
+        out.push_str(&format!("-----BEGIN {label}-----\n"));
         let b64 = base64::engine::general_purpose::STANDARD.encode(der.as_ref());
         for line in b64.as_bytes().chunks(64) {
             // Base64 output is ASCII: every chunk is valid UTF-8.
             out.push_str(&String::from_utf8_lossy(line));
             out.push('\n');
         }
-        out.push_str("-----END CERTIFICATE-----\n");
+        out.push_str(&format!("-----END {label}-----\n"));
     }
     out
 }

@@ -95,6 +95,9 @@ pub struct LiveConn {
     /// time and the hot path takes no lock.
     pub totals: Totals,
     pub signal: CloseSignal,
+    /// A transparent connection's destination rule (its index), which
+    /// judges its server at re-verification; `None` on other routes.
+    pub rule: Option<usize>,
     /// Turns true once the connection's task has let go of both sockets
     /// (its registration dropped): an `--exclusive` newcomer waits for it
     /// before dialing the target. A flag and a `Notify` held inline rather
@@ -289,6 +292,18 @@ impl Registry {
         peer: Option<CertInfo>,
         chain: Vec<CertificateDer<'static>>,
     ) -> Registration {
+        self.register_for(peer_addr, peer, chain, None)
+    }
+
+    /// [`Registry::register`] for a transparent connection admitted under
+    /// destination rule `rule`.
+    pub fn register_for(
+        self: &Arc<Self>,
+        peer_addr: String,
+        peer: Option<CertInfo>,
+        chain: Vec<CertificateDer<'static>>,
+        rule: Option<usize>,
+    ) -> Registration {
         let key = self.key_of(&chain);
         let mut inner = self.lock();
         let presented = self.presented(&mut inner, key, peer, chain);
@@ -299,6 +314,7 @@ impl Registry {
             opened: Instant::now(),
             totals: Totals::default(),
             signal: CloseSignal::default(),
+            rule,
             finished: AtomicBool::new(false),
             finished_notify: Notify::new(),
         });

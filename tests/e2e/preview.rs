@@ -33,7 +33,17 @@ impl Running {
     /// A running sidecar whose live connection presents the identity
     /// `peer` mints (the controller's when it gives none).
     async fn with(admin: &str, peer: impl FnOnce(&Creds) -> Option<Issued>) -> Running {
+        Running::prepared(admin, peer, |_| {}).await
+    }
+
+    /// [`Running::with`], after `setup` wrote into the server's directory.
+    async fn prepared(
+        admin: &str,
+        peer: impl FnOnce(&Creds) -> Option<Issued>,
+        setup: impl FnOnce(&Creds),
+    ) -> Running {
         let creds = Creds::new();
+        setup(&creds);
         let peer = peer(&creds).unwrap_or_else(|| creds.controller.clone());
         let echo = echo_target().await;
         let sc = start_server(
@@ -167,6 +177,60 @@ async fn a_deny_entry_naming_the_live_peer_closes_it_now() {
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("line 2"), "{out}");
     r.still_forwards().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_deny_file_denies_nothing_as_the_sidecar_reads_it() {
+    let mut r = Running::start().await;
+    let file = r.dir("deny");
+    for text in ["", "\n  \n", "# lifted after incident 42\n"] {
+        write(&file, text);
+        let (code, out) = r.check(&["--deny-file", file.to_str().unwrap()]).await;
+        assert_eq!(code, 0, "{text:?}: {out}");
+        assert!(
+            out.contains("route server: 0 of 1 live connection(s)"),
+            "{text:?}: {out}"
+        );
+    }
+    r.still_forwards().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_carries_the_running_crls_and_deny_list_a_lone_candidate_keeps() {
+    // The running sidecar holds a CRL (revoking a bystander) and a deny
+    // entry (naming another): `/connections` hands both to the preview, so
+    // a CRL alone is judged with this deny-list and a deny file alone with
+    // this CRL (the judgement itself: the unit test in ops::check::preview).
+    let r = Running::prepared(
+        "127.0.0.1:0",
+        |_| None,
+        |c| {
+            let other = c.pki.leaf("other.svc", Role::Client);
+            write(&c.server_dir.join("ca.crl"), &c.pki.crl(1, &[&other]).pem);
+            write(&c.server_dir.join("deny"), "san:Denied.SVC\n");
+        },
+    )
+    .await;
+    let a = get(&r.sc.admin(), "/connections").await;
+    assert_eq!(a.code, 200, "{}", a.body);
+    let page: serde_json::Value = serde_json::from_str(&a.body).expect("json");
+    let route = &page["routes"][0];
+    let crls = route["crls_pem"].as_str().expect("crls_pem");
+    assert_eq!(
+        crls.matches("-----BEGIN X509 CRL-----").count(),
+        1,
+        "{crls}"
+    );
+    assert_eq!(
+        route["deny"],
+        serde_json::json!(["san:denied.svc"]),
+        "{route}"
+    );
+    // Neither names the live peer: no lone candidate cuts it.
+    let file = r.dir("deny-candidate");
+    write(&file, "san:someone-else.svc\n");
+    let (code, out) = r.check(&["--deny-file", file.to_str().unwrap()]).await;
+    assert_eq!(code, 0, "{out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

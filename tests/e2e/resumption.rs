@@ -7,7 +7,9 @@
 //! forgets its sessions when its own credentials change; and a client
 //! route that resumed with a server whose stored certificate has expired
 //! since closes the connection after the handshake (the re-judgement of
-//! the stored chain, the second line, seen with a real peer).
+//! the stored chain, the second line, seen with a real peer); and early
+//! data offered on a resumed session (`s_client -early_data`) is never
+//! taken as 0-RTT: nothing reaches the target before the handshake ends.
 //!
 //! The test clients keep their tickets in rustls's cache and run on a
 //! clock that stands still, so they offer a ticket whatever its lifetime
@@ -337,26 +339,44 @@ async fn an_expired_peer_holding_a_ticket_is_refused() {
     assert_eq!(echo.accepted(), 1);
 }
 
-fn s_client(addr: &str, d: &Path, sess: (&str, &str)) -> Proc {
-    Proc::spawn(
-        "openssl",
-        &[
-            "s_client",
-            "-connect",
-            addr,
-            "-servername",
-            REPLICA,
-            "-verify_return_error",
-            "-CAfile",
-            &path(d, "ca.crt"),
-            "-cert",
-            &path(d, "tls.crt"),
-            "-key",
-            &path(d, "tls.key"),
-            sess.0,
-            sess.1,
-        ],
-    )
+/// `openssl s_client` presenting the identity in `d`, with `extra` flags.
+fn s_client(addr: &str, d: &Path, extra: &[&str]) -> Proc {
+    let (ca, cert, key) = (path(d, "ca.crt"), path(d, "tls.crt"), path(d, "tls.key"));
+    let mut args = vec![
+        "s_client",
+        "-connect",
+        addr,
+        "-servername",
+        REPLICA,
+        "-verify_return_error",
+        "-CAfile",
+        &ca,
+        "-cert",
+        &cert,
+        "-key",
+        &key,
+    ];
+    args.extend_from_slice(extra);
+    Proc::spawn("openssl", &args)
+}
+
+/// A first, full `s_client` session saved to `sess`; what
+/// `openssl sess_id -text` reads in it.
+async fn saved_session(addr: &str, d: &Path, sess: &str) -> String {
+    let mut first = s_client(addr, d, &["-sess_out", sess]);
+    first.send(b"first\n").await;
+    let out = first.wait_stdout("first\n").await;
+    assert!(out.contains("New, TLSv1.3"), "{out}");
+    eventually("s_client to save the session", || {
+        std::fs::metadata(sess).is_ok_and(|m| m.len() > 0)
+    })
+    .await;
+    drop(first);
+    let text = std::process::Command::new("openssl")
+        .args(["sess_id", "-in", sess, "-noout", "-text"])
+        .output()
+        .expect("openssl sess_id");
+    String::from_utf8_lossy(&text.stdout).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -367,23 +387,10 @@ async fn openssl_s_client_resumes_with_a_saved_session() {
     let srv = ServerSide::start(&["--resumption"]).await;
     let sess = srv.tmp.path().join("session.pem");
     let sess = sess.to_str().unwrap();
-    let mut first = s_client(&srv.addr, &srv.controller_dir, ("-sess_out", sess));
-    first.send(b"first\n").await;
-    let out = first.wait_stdout("first\n").await;
-    assert!(out.contains("New, TLSv1.3"), "{out}");
-    eventually("s_client to save the session", || {
-        std::fs::metadata(sess).is_ok_and(|m| m.len() > 0)
-    })
-    .await;
-    drop(first);
     // The ticket advertises the time left until its end: the ticket
     // bound (one hour) here, the certificates lasting longer. Kills
     // `lifetime -> 0` / `1`.
-    let text = std::process::Command::new("openssl")
-        .args(["sess_id", "-in", sess, "-noout", "-text"])
-        .output()
-        .expect("openssl sess_id");
-    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    let text = saved_session(&srv.addr, &srv.controller_dir, sess).await;
     let hint: u64 = text
         .lines()
         .find_map(|l| l.trim().strip_prefix("TLS session ticket lifetime hint: "))
@@ -394,11 +401,109 @@ async fn openssl_s_client_resumes_with_a_saved_session() {
         (3000..=3600).contains(&hint),
         "lifetime hint {hint}:\n{text}"
     );
-    let mut again = s_client(&srv.addr, &srv.controller_dir, ("-sess_in", sess));
+    let mut again = s_client(&srv.addr, &srv.controller_dir, &["-sess_in", sess]);
     again.send(b"again\n").await;
     let out = again.wait_stdout("again\n").await;
     assert!(out.contains("Reused, TLSv1.3"), "{out}");
     assert_eq!(srv.echo.accepted(), 2);
+}
+
+/// A target that echoes and records, per accepted connection, each chunk
+/// it reads and when.
+struct Recorder {
+    addr: String,
+    chunks: Arc<std::sync::Mutex<Vec<Chunk>>>,
+}
+
+/// A chunk a [`Recorder`] read: its connection (in accept order), when,
+/// and the bytes.
+type Chunk = (usize, std::time::Instant, Vec<u8>);
+
+impl Recorder {
+    async fn start() -> Recorder {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let chunks = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = chunks.clone();
+        tokio::spawn(async move {
+            for conn in 0.. {
+                let Ok((mut s, _)) = listener.accept().await else {
+                    return;
+                };
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    while let Ok(n @ 1..) = s.read(&mut buf).await {
+                        let at = std::time::Instant::now();
+                        seen.lock().unwrap().push((conn, at, buf[..n].to_vec()));
+                        if s.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Recorder { addr, chunks }
+    }
+
+    /// Connection `conn`'s chunks, in order, with when each arrived.
+    fn of(&self, conn: usize) -> Vec<(std::time::Instant, Vec<u8>)> {
+        let all = self.chunks.lock().unwrap();
+        all.iter()
+            .filter(|(c, _, _)| *c == conn)
+            .map(|(_, at, b)| (*at, b.clone()))
+            .collect()
+    }
+}
+
+/// Never 0-RTT: `openssl s_client -early_data` on a resumed session
+/// offers early data to a `--resumption` server route. The ticket allows
+/// none (`Max Early Data: 0`), s_client reports it not accepted, the
+/// session is resumed, and the target receives nothing before the
+/// handshake completed and never the early data itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_data_on_a_resumed_session_never_reaches_the_target_as_0rtt() {
+    if tools::skip_unless(&["openssl"]) {
+        return;
+    }
+    let creds = Creds::new();
+    let target = Recorder::start().await;
+    let sc = start_server(&creds.server_dir, &target.addr, &["--resumption"]).await;
+    let addr = sc.addr("server");
+    let d = &creds.client_dir;
+    let sess = creds.tmp.path().join("session.pem");
+    let sess = sess.to_str().unwrap();
+    let text = saved_session(&addr, d, sess).await;
+    assert!(text.contains("Max Early Data: 0"), "{text}");
+    // Offer early data anyway on the resumed session.
+    const EARLY: &[u8] = b"EARLY-0RTT-PAYLOAD\n";
+    let early = creds.tmp.path().join("early.txt");
+    std::fs::write(&early, EARLY).unwrap();
+    let early = early.to_str().unwrap();
+    let mut again = s_client(&addr, d, &["-sess_in", sess, "-early_data", early]);
+    let out = again.wait_stdout("Early data was ").await;
+    assert!(out.contains("Reused, TLSv1.3"), "{out}");
+    assert!(!out.contains("Early data was accepted"), "{out}");
+    assert!(
+        out.contains("Early data was not sent") || out.contains("Early data was rejected"),
+        "{out}"
+    );
+    // s_client has reported the finished handshake: only now is anything
+    // sent on the connection's application data.
+    let handshake_done = std::time::Instant::now();
+    again.send(b"again\n").await;
+    again.wait_stdout("again\n").await;
+    let got = target.of(1);
+    assert!(!got.is_empty(), "the resumed connection reached no target");
+    for (at, bytes) in &got {
+        assert!(
+            *at >= handshake_done,
+            "bytes before the handshake: {bytes:?}"
+        );
+    }
+    let all: Vec<u8> = got.into_iter().flat_map(|(_, b)| b).collect();
+    assert_eq!(all, b"again\n", "{}", String::from_utf8_lossy(&all));
+    assert!(target.of(2).is_empty());
 }
 
 /// A resuming server route and, in front of it, a client route started

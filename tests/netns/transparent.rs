@@ -1301,15 +1301,23 @@ async fn a_live_diverted_connection_is_closed_when_the_server_is_denied() {
     let mut w = LiveDiverted::start().await;
     let (c, client, app, live) = (&w.c, &w.client, &w.app, &mut w.live);
     let admin = "127.0.0.1:9902";
+    // A trust change that names someone else re-verifies the live
+    // connection against its own destination rule, which still admits it.
+    let deny_file = std::path::Path::new(&c.controller).join("deny");
+    let applied = client.log_count("applied credential revision");
+    std::fs::write(&deny_file, "san:someone-else.svc\n").unwrap();
+    client.signal(libc::SIGHUP);
+    client
+        .wait_log_count("applied credential revision", applied + 1)
+        .await;
+    assert_eq!(roundtrip(live, b"still").await, b"still");
     let pin = mtls_sidecar::identity::pin::spki_sha256(c.replica_leaf.cert_der.as_ref()).unwrap();
     let entry = format!("spki-sha256:{}", mtls_sidecar::identity::pin::encode(&pin));
-    std::fs::write(
-        std::path::Path::new(&c.controller).join("deny"),
-        format!("{entry}\n"),
-    )
-    .unwrap();
+    std::fs::write(&deny_file, format!("{entry}\n")).unwrap();
     client.signal(libc::SIGHUP);
-    client.wait_log(&["applied credential revision"]).await;
+    client
+        .wait_log_count("applied credential revision", applied + 2)
+        .await;
     assert!(
         read_until_closed(live).await.is_empty(),
         "the denied server's connection forwarded more"

@@ -13,7 +13,7 @@ use super::restart::{ConfigCandidate, Gone};
 use super::{Input, Request};
 use crate::admin::connections::{ConnView, Page, RouteView, MAX_LIMIT};
 use crate::cli::CheckArgs;
-use crate::credentials::{fmt_time, read_file, CredError, RawRevision};
+use crate::credentials::{fmt_time, read_deny, read_file, CredError, RawRevision};
 use crate::identity::time_to_epoch;
 use crate::proxy::addr::Addr;
 
@@ -108,7 +108,8 @@ fn trust_candidate(args: &CheckArgs, now: SystemTime) -> Result<(Candidate, Stri
         && c.workload_api.is_none()
         && args.secret.is_none();
     if let (Some(path), true, None) = (&c.deny_file, crl_alone, &c.crl) {
-        let raw = read_file(path).map_err(|e| bad(&e))?;
+        // Read as the sidecar reads it: an empty file denies nothing.
+        let raw = read_deny(path).map_err(|e| bad(&e))?;
         let deny = crate::credentials::parse_deny_file(&raw).map_err(|e| bad(&e))?;
         return Ok((
             Candidate::Deny(Arc::new(deny)),

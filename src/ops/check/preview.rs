@@ -30,13 +30,16 @@
 //! (a revision's `deny` file, or a deny file alone) joins the same
 //! judgement: a matching entry refuses the chain as `denied`, "now" (an
 //! entry takes effect within one reload interval; no grace applies to it).
+//! A CRL file alone keeps the running deny-list in force, and a deny file
+//! alone the running CRLs (both read from `/connections`), as the sidecar
+//! would.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::admin::connections::{ConnView, RouteView};
 use crate::credentials::revocation::{judge_chain_denying, TrustInputs, Verdict};
-use crate::credentials::{validate, CredError, CrlScope, DenyList, RawRevision, Usage};
+use crate::credentials::{parse_deny, validate, CredError, CrlScope, DenyList, RawRevision, Usage};
 use crate::proxy::settings::Mode;
 use crate::reason::FailureReason;
 
@@ -46,9 +49,11 @@ pub enum Candidate {
     /// A whole revision (a directory, files or a Secret), validated by the
     /// sidecar's loader.
     Revision(RevisionFiles),
-    /// A CRL file alone: the running trust with these CRLs in force.
+    /// A CRL file alone: the running trust (its deny-list included) with
+    /// these CRLs in force.
     Crl(Vec<u8>),
-    /// A deny file alone: the running anchors with this deny-list in force.
+    /// A deny file alone: the running trust (its CRLs included) with this
+    /// deny-list in force.
     Deny(Arc<DenyList>),
 }
 
@@ -204,15 +209,35 @@ pub(super) fn alone(route: &RouteView, rev: &RevisionFiles) -> TrustFiles {
     }
 }
 
-fn inputs(route: &RouteView, candidate: &Candidate, grace: Duration) -> Inputs {
-    match candidate {
+/// The CRLs the running sidecar consults for `route` (`None`: none).
+fn running_crls(route: &RouteView) -> Option<Vec<u8>> {
+    (!route.crls_pem.is_empty()).then(|| route.crls_pem.clone().into_bytes())
+}
+
+/// The deny-list the running sidecar holds for `route`. `Err`: a line of
+/// the page is not a deny entry (not a page this sidecar wrote).
+fn running_deny(route: &RouteView) -> Result<Arc<DenyList>, CredError> {
+    let text = route.deny.join("\n");
+    parse_deny(&text)
+        .map(Arc::new)
+        .map_err(|error| CredError::Deny {
+            path: format!("/connections route {}: deny", route.name).into(),
+            error,
+        })
+}
+
+/// A CRL or a deny file alone replaces only its own part: the candidate is
+/// judged with everything else the running sidecar holds in force (its
+/// anchors, intermediates, and its deny-list or CRLs), as it would be.
+fn inputs(route: &RouteView, candidate: &Candidate, grace: Duration) -> Result<Inputs, CredError> {
+    Ok(match candidate {
         Candidate::Crl(crl) => Inputs {
             now: TrustFiles {
                 ca: route.trust_anchors_pem.clone().into_bytes(),
                 intermediates: route.intermediates_pem.clone().into_bytes(),
                 crl: Some(crl.clone()),
                 retired: Vec::new(),
-                deny: Arc::default(),
+                deny: running_deny(route)?,
             },
             after: None,
         },
@@ -220,7 +245,7 @@ fn inputs(route: &RouteView, candidate: &Candidate, grace: Duration) -> Inputs {
             now: TrustFiles {
                 ca: route.trust_anchors_pem.clone().into_bytes(),
                 intermediates: route.intermediates_pem.clone().into_bytes(),
-                crl: None,
+                crl: running_crls(route),
                 retired: Vec::new(),
                 deny: deny.clone(),
             },
@@ -230,10 +255,10 @@ fn inputs(route: &RouteView, candidate: &Candidate, grace: Duration) -> Inputs {
             let alone = alone(route, rev);
             let gone = alone.retired.clone();
             if grace.is_zero() || gone.is_empty() {
-                return Inputs {
+                return Ok(Inputs {
                     now: alone,
                     after: None,
-                };
+                });
             }
             let mut graced = rev.ca.clone();
             graced.extend_from_slice(&gone);
@@ -246,7 +271,7 @@ fn inputs(route: &RouteView, candidate: &Candidate, grace: Duration) -> Inputs {
                 after: Some(alone),
             }
         }
-    }
+    })
 }
 
 pub(super) fn judge_with(
@@ -281,7 +306,7 @@ pub fn judge(
     grace: Duration,
     now: SystemTime,
 ) -> Result<Vec<Cut>, CredError> {
-    let files = inputs(route, candidate, grace);
+    let files = inputs(route, candidate, grace)?;
     let grace_end = now.checked_add(grace).unwrap_or(now);
     let how = (scope(route), usage(route.mode));
     let mut cuts = Vec::new();
@@ -343,6 +368,89 @@ mod tests {
         assert_eq!(at(&format!("{soon}{later}")), Some(secs(600)));
         assert_eq!(at(&later), Some(secs(7200)));
         assert_eq!(at("not a chain"), None);
+    }
+
+    /// A server route whose running trust is `ca` with these CRLs and
+    /// deny entries, and one live connection presenting `peer`.
+    fn running(
+        ca: &crate::ops::pki::DevCa,
+        crls_pem: String,
+        deny: &[String],
+        peer: &str,
+    ) -> (RouteView, ConnView) {
+        let route = RouteView {
+            name: "server".into(),
+            mode: Mode::Server,
+            usage: "client_auth".into(),
+            crl_scope: "leaf".into(),
+            trust_grace_seconds: 0,
+            trust_anchors_pem: ca.cert_pem.clone(),
+            intermediates_pem: String::new(),
+            crls_pem,
+            deny: deny.to_vec(),
+            live: 1,
+        };
+        let conn = ConnView {
+            route: "server".into(),
+            id: 1,
+            peer: "127.0.0.1:1".into(),
+            subject: String::new(),
+            sans: Vec::new(),
+            serial: String::new(),
+            spki_sha256: String::new(),
+            not_after: 0,
+            age_seconds: 0.0,
+            bytes_to_target: 0,
+            bytes_from_target: 0,
+            chain_pem: peer.to_string(),
+        };
+        (route, conn)
+    }
+
+    fn reasons(route: &RouteView, conn: &ConnView, candidate: &Candidate) -> Vec<&'static str> {
+        let now = SystemTime::now();
+        judge(
+            route,
+            std::slice::from_ref(conn),
+            candidate,
+            Duration::ZERO,
+            now,
+        )
+        .expect("judged")
+        .iter()
+        .map(|c| c.reason)
+        .collect()
+    }
+
+    #[test]
+    fn a_deny_or_crl_alone_is_judged_with_the_running_other_half() {
+        use crate::ops::pki::{serial_of, CrlSpec, DevCa, LeafSpec, Role};
+        let ca = DevCa::new("preview CA", 30).unwrap();
+        let peer = ca
+            .issue(&LeafSpec::dns("peer.svc", Role::Client, 1))
+            .unwrap();
+        let serial = serial_of(&peer.cert_der).unwrap();
+        let revoking = ca.crl(&CrlSpec::new(1, vec![serial], 7)).unwrap();
+        let unrelated = Candidate::Deny(Arc::new(parse_deny("san:other.svc\n").unwrap()));
+        // The running CRL revokes the peer: a deny file naming someone else
+        // still leaves it refused, as the sidecar holding both would.
+        let (route, conn) = running(&ca, revoking.pem.clone(), &[], &peer.cert_pem);
+        assert_eq!(reasons(&route, &conn, &unrelated), ["revoked"]);
+        // The running deny-list names the peer: a CRL revoking nothing
+        // still leaves it refused.
+        let empty_crl = ca.crl(&CrlSpec::new(2, Vec::new(), 7)).unwrap();
+        let crl_only = Candidate::Crl(empty_crl.pem.into_bytes());
+        let denied = ["san:peer.svc".to_string()];
+        let (route, conn) = running(&ca, String::new(), &denied, &peer.cert_pem);
+        assert_eq!(reasons(&route, &conn, &crl_only), ["denied"]);
+        // Neither in force: neither candidate refuses it.
+        let (route, conn) = running(&ca, String::new(), &[], &peer.cert_pem);
+        assert!(reasons(&route, &conn, &unrelated).is_empty());
+        assert!(reasons(&route, &conn, &crl_only).is_empty());
+        // A page line that is no deny entry is an error, not "deny nothing".
+        let (route, conn) = running(&ca, String::new(), &["bogus".into()], &peer.cert_pem);
+        let now = SystemTime::now();
+        assert!(judge(&route, &[conn], &crl_only, Duration::ZERO, now).is_err());
     }
 
     #[test]

@@ -195,6 +195,8 @@ mod tests {
             trust_grace_seconds: 0,
             trust_anchors_pem: String::new(),
             intermediates_pem: String::new(),
+            crls_pem: String::new(),
+            deny: Vec::new(),
             live: 0,
         }
     }

@@ -155,6 +155,7 @@ impl Route {
         peer: String,
         handshake: impl std::future::Future<Output = std::io::Result<S>>,
         ticket: &Ticket,
+        rule: Option<usize>,
     ) -> Option<(Box<S>, Registration, Option<Arc<LiveConn>>)> {
         let started = Instant::now();
         let bounded = async {
@@ -179,7 +180,7 @@ impl Route {
                     Some(chain) => PeerReport::resumed(chain.clone()),
                     None => report,
                 };
-                let admitted = self.admit(peer, report, resumed.is_some(), took);
+                let admitted = self.admit(peer, report, resumed.is_some(), rule, took);
                 if admitted.is_some() && resumed.is_some() {
                     self.metrics.resumptions.increment(1);
                 }
@@ -207,11 +208,13 @@ impl Route {
     /// A resumed session (`resumed`) is judged here for the first time
     /// since its ticket was issued; its refusal is a refused handshake
     /// (closed without an alert: the handshake is over), not a close.
+    /// `rule`: a transparent connection's destination rule, kept with it.
     fn admit(
         &self,
         peer_addr: String,
         report: PeerReport,
         resumed: bool,
+        rule: Option<usize>,
         took: Duration,
     ) -> Option<(Registration, Option<Arc<LiveConn>>)> {
         if let Some(c) = &report.cert {
@@ -222,7 +225,9 @@ impl Route {
             );
         }
         let verified_with = report.verified_with;
-        let reg = self.registry.register(peer_addr, report.cert, report.chain);
+        let reg = self
+            .registry
+            .register_for(peer_addr, report.cert, report.chain, rule);
         // The verifier checked the chain against the trust of its moment,
         // possibly several round trips ago. A trust shrink since then found
         // no registered connection to re-verify; now that this one is
@@ -234,7 +239,7 @@ impl Route {
         let verdict = if unchanged {
             Ok(())
         } else {
-            self.reverify(reg.conn.chain(), SystemTime::now())
+            self.reverify(&reg.conn, SystemTime::now())
         };
         if let Err(e) = verdict {
             if resumed {
@@ -264,24 +269,15 @@ impl Route {
         Some((reg, displaced))
     }
 
-    /// Checks a peer chain against the trust and SAN policy in force now.
-    pub(super) fn reverify(
-        &self,
-        chain: &[CertificateDer<'static>],
-        now: SystemTime,
-    ) -> Result<(), rustls::Error> {
+    /// Checks a live connection's peer chain against the trust and SAN
+    /// policy in force now: a transparent connection's, against its own
+    /// destination rule.
+    pub(super) fn reverify(&self, conn: &LiveConn, now: SystemTime) -> Result<(), rustls::Error> {
+        let chain = conn.chain();
         match &self.tls {
             RouteTls::Server { policy, .. } => policy.reverify(chain, now),
             RouteTls::Client { policy, .. } => policy.reverify(chain, now),
-            RouteTls::Transparent(t) => {
-                let peer = crate::identity::CertInfo::parse(
-                    chain
-                        .first()
-                        .ok_or(rustls::Error::NoCertificatesPresented)?,
-                )
-                .ok();
-                t.reverify(peer.as_ref(), chain, now)
-            }
+            RouteTls::Transparent(t) => t.reverify(conn.rule, chain, now),
         }
     }
 }

@@ -81,6 +81,7 @@ impl Route {
             addr: peer_addr,
             ticket,
             live,
+            rule: Some(rule),
         };
         let connector = tls.client.config();
         let established = self
@@ -117,6 +118,7 @@ impl Route {
             addr: local_addr,
             ticket,
             live,
+            rule,
         } = local;
         // A client route's slot is taken before dialing, so a full route
         // holds no remote connection open while it waits; the wait is under
@@ -152,7 +154,7 @@ impl Route {
             server_name,
             Capped::new(remote),
         ));
-        if let Some((mut tls, reg, _)) = self.authenticate(target, handshake, &ticket).await {
+        if let Some((mut tls, reg, _)) = self.authenticate(target, handshake, &ticket, rule).await {
             drop(ticket);
             tls.get_mut().0.lift();
             if let Some(p) = tls.get_ref().1.alpn_protocol() {

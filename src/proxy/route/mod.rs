@@ -132,6 +132,9 @@ struct Local {
     addr: String,
     ticket: Ticket,
     live: crate::process::memtrim::Live,
+    /// A transparent connection's destination rule (its index): the rule
+    /// its server is judged by, at the handshake and at re-verification.
+    rule: Option<usize>,
 }
 
 impl Route {
@@ -361,6 +364,7 @@ impl Route {
                     addr: peer_addr,
                     ticket,
                     live,
+                    rule: None,
                 };
                 let established =
                     self.establish_client(connector, server_name, connect, target, local);

@@ -41,7 +41,7 @@ impl Route {
         };
         let handshake = Box::pin(crate::tls::stream::accept(config, Capped::new(stream)));
         let Some((mut tls, reg, displaced)) =
-            self.authenticate(peer_addr, handshake, &ticket).await
+            self.authenticate(peer_addr, handshake, &ticket, None).await
         else {
             return Established::Closed;
         };

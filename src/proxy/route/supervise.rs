@@ -314,8 +314,8 @@ impl Route {
         let mut judged = std::collections::HashMap::new();
         for conn in self.registry.snapshot() {
             let verdict = judged
-                .entry(conn.presented_id())
-                .or_insert_with(|| self.reverify(conn.chain(), now));
+                .entry((conn.presented_id(), conn.rule))
+                .or_insert_with(|| self.reverify(&conn, now));
             if let Err(e) = verdict {
                 let reason = CloseReason::of_lost_trust(e);
                 if conn.signal.close(reason) {

@@ -133,27 +133,104 @@ impl Transparent {
             .unwrap_or_else(|| ServerName::IpAddress(dial.ip().into()))
     }
 
-    /// Re-checks a live connection's chain. SAN patterns and pins never
-    /// change at run time, so the rule whose SANs the peer matches judges
-    /// it exactly as the rule that admitted it did; only trust, revocation
-    /// and expiry can have changed.
+    /// Re-checks a live connection's chain against the rule that admitted
+    /// it (`rule`: its destination's, kept with the connection), never
+    /// another rule whose SANs the peer happens to match: each rule's
+    /// expected SANs decide, with the trust in force now. A connection
+    /// without a rule (none recorded, or out of range) is refused.
     pub fn reverify(
         &self,
-        peer: Option<&crate::identity::CertInfo>,
+        rule: Option<usize>,
         chain: &[rustls_pki_types::CertificateDer<'static>],
         now: std::time::SystemTime,
     ) -> Result<(), rustls::Error> {
-        let rule = peer.and_then(|c| {
-            self.rules
-                .rules
-                .iter()
-                .position(|r| r.expect_san.iter().any(|p| p.matches(c)))
-        });
         match rule.and_then(|i| self.tls.get(i)) {
             Some(t) => t.policy.reverify(chain, now),
             None => Err(rustls::Error::InvalidCertificate(
                 rustls::CertificateError::NotValidForName,
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::pki::{DevCa, LeafSpec, Role};
+    use std::time::{Duration, SystemTime};
+
+    /// A route of two rules over one trust: the first expects any
+    /// `*.env-1.svc` server, the second only `replica-1.env-1.svc`.
+    fn two_rules(ca: &DevCa, dir: &std::path::Path) -> Transparent {
+        let me = ca
+            .issue(&LeafSpec::dns("controller.svc", Role::Client, 1))
+            .expect("leaf");
+        crate::ops::pki::write_secret_dir(dir, &me, &ca.cert_pem).expect("write");
+        let store = Arc::new(
+            CredentialStore::load(
+                crate::credentials::CredentialSource::Dir(dir.to_path_buf()),
+                crate::crypto_provider(),
+                Duration::ZERO,
+            )
+            .expect("load"),
+        );
+        let spec = |matches: &str, san: &str| DestinationSpec {
+            matches: matches.into(),
+            expect_san: vec![san.into()],
+            ..DestinationSpec::default()
+        };
+        let rules = Destinations::validate(
+            "",
+            &[
+                spec("10.77.0.0/24:2100", "*.env-1.svc"),
+                spec("10.78.0.0/24:2100", "replica-1.env-1.svc"),
+            ],
+        )
+        .expect("rules");
+        let peer = crate::tls::PeerOptions::default();
+        Transparent::build(
+            "out",
+            Arc::new(rules),
+            &store,
+            crate::tls::TlsVersion::Tls13,
+            &peer,
+        )
+        .expect("build")
+    }
+
+    /// A live connection is re-judged by its own destination's rule, not
+    /// by the first rule whose SANs its server matches: a server the
+    /// second rule refuses (`other.env-1.svc`) stays refused there although
+    /// the first rule's `*.env-1.svc` would accept it. Seen failing with the rule
+    /// chosen by first SAN match.
+    #[test]
+    fn reverification_judges_by_the_connections_own_rule() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let ca = DevCa::new("transparent CA", 30).expect("CA");
+        let t = two_rules(&ca, tmp.path());
+        let server = ca
+            .issue(&LeafSpec::dns("other.env-1.svc", Role::Server, 1))
+            .expect("server");
+        let chain = vec![server.cert_der.clone()];
+        let now = SystemTime::now();
+        assert!(t.reverify(Some(0), &chain, now).is_ok());
+        let refused = t.reverify(Some(1), &chain, now);
+        assert!(
+            matches!(
+                refused,
+                Err(rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::NotValidForName
+                ))
+            ),
+            "{refused:?}"
+        );
+        // No rule recorded, or one out of range: refused, never a guess.
+        assert!(t.reverify(None, &chain, now).is_err());
+        assert!(t.reverify(Some(2), &chain, now).is_err());
+        // The replica the second rule names passes it.
+        let replica = ca
+            .issue(&LeafSpec::dns("replica-1.env-1.svc", Role::Server, 1))
+            .expect("replica");
+        assert!(t.reverify(Some(1), &[replica.cert_der], now).is_ok());
     }
 }
