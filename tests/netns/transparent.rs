@@ -1610,7 +1610,8 @@ async fn inbound_capture_survives_a_firewall_reload_with_the_drop_in() {
 
 /// The sidecar unit's own drop-in, which loads the capture table at every
 /// start of the sidecar.
-const CAPTURE_DROP_IN: &str = include_str!("../../deploy/systemd/mtls-sidecar.service.d/capture.conf");
+const CAPTURE_DROP_IN: &str =
+    include_str!("../../deploy/systemd/mtls-sidecar.service.d/capture.conf");
 /// The sidecar unit.
 const SIDECAR_UNIT: &str = include_str!("../../deploy/systemd/mtls-sidecar.service");
 

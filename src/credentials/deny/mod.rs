@@ -119,6 +119,10 @@ pub struct PeerFacts {
     pub dns: Vec<String>,
     /// URI SANs of the leaf (compared in their normal form).
     pub uris: Vec<String>,
+    /// The leaf's SANs were asked for but could not be read (a leaf webpki
+    /// accepted that the X.509 parser refuses): a list naming a SAN then
+    /// denies the peer, since it cannot tell whether one matches.
+    pub sans_unreadable: bool,
 }
 
 impl PeerFacts {
@@ -207,12 +211,7 @@ impl DenyList {
     /// True when an entry names a SAN (only then are the leaf's SANs
     /// read at a handshake).
     pub(crate) fn has_sans(&self) -> bool {
-        self.entries.iter().any(|e| {
-            matches!(
-                e,
-                DenyEntry::Dns(_) | DenyEntry::Uri(_) | DenyEntry::Pattern(_)
-            )
-        })
+        self.first_san_entry().is_some()
     }
 
     /// THE deny decision: the first entry (in file order) that denies a
@@ -221,6 +220,11 @@ impl DenyList {
     pub fn first_match(&self, peer: &PeerFacts) -> Option<&DenyEntry> {
         if self.is_empty() {
             return None;
+        }
+        if peer.sans_unreadable {
+            if let Some(e) = self.first_san_entry() {
+                return Some(e);
+            }
         }
         let mut best: Option<usize> = None;
         let mut probe = |key: DenyEntry| {
@@ -247,6 +251,17 @@ impl DenyList {
             best = Some(best.map_or(i, |b| b.min(i)));
         }
         best.and_then(|i| self.entries.get(i))
+    }
+
+    /// The first entry (in file order) that names a SAN: what denies a peer
+    /// whose SANs cannot be read (fail closed).
+    fn first_san_entry(&self) -> Option<&DenyEntry> {
+        self.entries.iter().find(|e| {
+            matches!(
+                e,
+                DenyEntry::Dns(_) | DenyEntry::Uri(_) | DenyEntry::Pattern(_)
+            )
+        })
     }
 
     /// The line of the first wildcard entry one of the peer's SANs
@@ -418,5 +433,25 @@ mod tests {
     fn serials_print_without_leading_zeros() {
         assert_eq!(hex_serial(&[0, 0x0a, 0xbc]), "abc");
         assert_eq!(hex_serial(&[]), "0");
+    }
+
+    #[test]
+    fn unreadable_sans_are_denied_by_a_list_naming_a_san() {
+        let keyed = list(&[DenyEntry::Spki([9; 32])]);
+        let named = list(&[DenyEntry::Spki([9; 32]), DenyEntry::Dns("x.svc".into())]);
+        let peer = PeerFacts {
+            certs: vec![cert(1, &[1], Some(2))],
+            sans_unreadable: true,
+            ..PeerFacts::default()
+        };
+        assert_eq!(
+            keyed.first_match(&peer),
+            None,
+            "no SAN entry: nothing to fail closed on"
+        );
+        assert_eq!(
+            named.first_match(&peer),
+            Some(&DenyEntry::Dns("x.svc".into()))
+        );
     }
 }

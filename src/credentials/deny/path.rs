@@ -47,9 +47,12 @@ pub(crate) fn path_facts(path: &VerifiedPath<'_>, anchor_spki: [u8; 32], sans: b
         issuer_spki: None,
     });
     if sans {
-        if let Ok(info) = crate::identity::CertInfo::parse(&path.end_entity().der()) {
-            facts.dns = info.dns_sans;
-            facts.uris = info.uri_sans;
+        match crate::identity::CertInfo::parse(&path.end_entity().der()) {
+            Ok(info) => {
+                facts.dns = info.dns_sans;
+                facts.uris = info.uri_sans;
+            }
+            Err(_) => facts.sans_unreadable = true,
         }
     }
     facts
