@@ -1,70 +1,48 @@
 #!/usr/bin/env bash
 # The test command: the whole suite (unit, end-to-end, interop).
 #
-# Some tests run external tools (OpenSSL, Python and its grpcio module, HAProxy, nginx, iproute2,
-# nftables, iptables, systemd-socket-activate, systemd-analyze, promtool) or need
-# root (network namespaces, a packet tap on lo). Before building anything,
-# this checks that every one is
-# here and stops at once, printing the apt-get line that installs what is
-# missing, unless MTLS_SIDECAR_SKIP names it (comma-separated, e.g.
+# Some tests run external tools (scripts/tools.list: OpenSSL, HAProxy,
+# nginx, iproute2, nftables, iptables, systemd's tools, promtool, Python
+# modules) or need root (network namespaces, a packet tap on lo). Before
+# building anything, this checks that every one is here. As root on a
+# Debian machine it installs what is missing (scripts/tools.sh install), so
+# this script is the only command a newcomer types; otherwise it stops at
+# once, printing the line that installs what is missing, unless
+# MTLS_SIDECAR_SKIP names it (comma-separated, e.g.
 # MTLS_SIDECAR_SKIP=haproxy,root): then the tests that need it pass as
 # skipped, each saying so. A test whose tool is missing and not skipped
-# fails. The names and packages are tests/common/tools.rs's KNOWN list.
+# fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# name:package, in the order tests/common/tools.rs lists them.
-known="openssl:openssl python3:python3 haproxy:haproxy nginx:nginx ip:iproute2 nft:nftables
-iptables:iptables ip6tables:iptables systemd-socket-activate:systemd
-systemd-analyze:systemd promtool:prometheus root: grpcio:"
-
+known=$(grep -vE '^[[:space:]]*(#|$)' scripts/tools.list | awk '{ print $1 }')
 asked=${MTLS_SIDECAR_SKIP:-}
 skip=",$asked,"
 for name in ${asked//,/ }; do
-    if ! grep -qE "(^|[[:space:]])$name:" <<<"$known"; then
-        echo "MTLS_SIDECAR_SKIP names '$name', which no test needs; known:" \
-            $(sed -E 's/:[^[:space:]]*//g' <<<"$known") >&2
+    if ! grep -qxF "$name" <<<"$known"; then
+        echo "MTLS_SIDECAR_SKIP names '$name', which no test needs; known:" $known >&2
         exit 2
     fi
 done
 
-found() {
-    if [ "$1" = root ]; then
-        [ "$(id -u)" = 0 ]
-    elif [ "$1" = grpcio ]; then
-        # A Python module: tests/spiffe/agent.py's gRPC server.
-        python3 -c 'import grpc' >/dev/null 2>&1
-    else
-        PATH="$PATH:/usr/sbin:/sbin:/usr/local/sbin" command -v "$1" >/dev/null 2>&1
-    fi
-}
-
-missing=() packages=() skipped=()
-for entry in $known; do
-    name=${entry%%:*} package=${entry#*:}
-    if [[ $skip == *",$name,"* ]]; then
-        skipped+=("$name")
-    elif ! found "$name"; then
-        missing+=("$name")
-        if [ -n "$package" ] && [[ " ${packages[*]} " != *" $package "* ]]; then
-            packages+=("$package")
-        fi
-    fi
+wanted=()
+for name in $known; do
+    [[ $skip == *",$name,"* ]] || wanted+=("$name")
 done
+mapfile -t missing < <(bash scripts/tools.sh missing "${wanted[@]}")
+if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "scripts/test.sh: installing ${missing[*]} (scripts/tools.sh install)" >&2
+    bash scripts/tools.sh install "${missing[@]}"
+    mapfile -t missing < <(bash scripts/tools.sh missing "${wanted[@]}")
+fi
 
 if [ ${#missing[@]} -gt 0 ]; then
     {
         echo "scripts/test.sh: the tests need ${missing[*]}, missing here."
-        if [ ${#packages[@]} -gt 0 ]; then
-            sudo=""
-            [ "$(id -u)" = 0 ] || sudo="sudo "
-            echo "Install:"
-            echo "    ${sudo}apt-get update && ${sudo}apt-get install -y --no-install-recommends ${packages[*]}"
-        fi
-        if [[ " ${missing[*]} " == *" grpcio "* ]]; then
-            echo "Install the Workload API tests' gRPC module:"
-            echo "    python3 -m pip install grpcio"
-        fi
+        sudo=""
+        [ "$(id -u)" = 0 ] || sudo="sudo "
+        echo "Install them (root, Debian):"
+        echo "    ${sudo}bash scripts/tools.sh install ${missing[*]}"
         if [[ " ${missing[*]} " == *" root "* ]]; then
             echo "Run as root: the transparent-mode tests build network namespaces."
         fi
@@ -74,6 +52,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 2
 fi
 
+skipped=()
+for name in ${asked//,/ }; do skipped+=("$name"); done
 if [ ${#skipped[@]} -gt 0 ]; then
     echo "scripts/test.sh: SKIPPING the tests that need: ${skipped[*]} (MTLS_SIDECAR_SKIP)" >&2
 fi

@@ -1,15 +1,15 @@
-//! Every external program a test runs is on the list `scripts/test.sh`
-//! checks before it builds (`tests/common/tools.rs` KNOWN), and the two
-//! lists agree. A tool missing from them reached a newcomer as a panic deep
-//! in one test (`promtool`, 2026-12-04) instead of the one `apt-get` line
-//! the script prints before anything builds.
+//! Every external program a test runs is on the one list,
+//! `scripts/tools.list`, which `scripts/test.sh` checks before it builds,
+//! and no script keeps a list of its own. A tool missing from it reaches a
+//! newcomer as a panic deep in one test instead of the one install line the
+//! script prints (or the install it runs) before anything builds.
 
 mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use common::tools::KNOWN;
+use common::tools::known;
 
 /// Programs every machine that builds this crate has: not on the list.
 const BASE_SYSTEM: &[&str] = &["bash", "sh", "/bin/sh", "sleep"];
@@ -48,7 +48,7 @@ fn programs_run(dir: &Path) -> BTreeSet<String> {
 
 #[test]
 fn every_program_a_test_runs_is_on_the_list_test_sh_checks() {
-    let listed: BTreeSet<&str> = KNOWN.iter().map(|(name, _)| *name).collect();
+    let listed: BTreeSet<&str> = known().iter().map(|t| t.name).collect();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let run = programs_run(&root.join("tests"));
     assert!(run.contains("openssl"), "the scan found nothing: {run:?}");
@@ -58,36 +58,64 @@ fn every_program_a_test_runs_is_on_the_list_test_sh_checks() {
         .collect();
     assert!(
         unlisted.is_empty(),
-        "tests run {unlisted:?}, which tests/common/tools.rs KNOWN and \
-         scripts/test.sh do not list"
+        "tests run {unlisted:?}, which scripts/tools.list does not list"
     );
 }
 
 #[test]
-fn test_sh_checks_the_same_list_as_known() {
+fn the_scripts_read_the_one_list() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let script = std::fs::read_to_string(root.join("scripts/test.sh")).unwrap();
-    let start = script
-        .find("known=\"")
-        .expect("scripts/test.sh known=\"...\"")
-        + 7;
-    let end = start + script[start..].find('"').unwrap();
-    let in_script: Vec<(String, String)> = script[start..end]
-        .split_whitespace()
-        .map(|e| {
-            let (name, package) = e.split_once(':').expect("name:package");
-            (name.to_string(), package.to_string())
-        })
-        .collect();
-    let names: Vec<&str> = in_script.iter().map(|(n, _)| n.as_str()).collect();
-    let known: Vec<&str> = KNOWN.iter().map(|(n, _)| *n).collect();
-    assert_eq!(
-        names, known,
-        "scripts/test.sh and KNOWN list different tools"
-    );
-    for ((name, package), (_, known_package)) in in_script.iter().zip(KNOWN) {
-        if !package.is_empty() {
-            assert_eq!(package, known_package, "{name}'s package");
-        }
+    for script in ["scripts/test.sh", ".ci/run"] {
+        let text = std::fs::read_to_string(root.join(script)).unwrap();
+        assert!(
+            text.contains("scripts/tools.sh") || text.contains("scripts/tools.list"),
+            "{script} does not use scripts/tools.list"
+        );
+        // A list of its own would be `name:package` words again.
+        assert!(
+            !text.contains("haproxy:haproxy"),
+            "{script} keeps a tool list of its own"
+        );
     }
+    let names: Vec<&str> = known().iter().map(|t| t.name).collect();
+    for needed in ["openssl", "root", "grpcio"] {
+        assert!(names.contains(&needed), "scripts/tools.list lacks {needed}");
+    }
+}
+
+/// The rows between CONTRIBUTING.md's tools markers, as (name, package):
+/// the first two cells, backticks and parentheses stripped.
+fn contributing_rows(text: &str) -> Vec<(String, String)> {
+    let begin = text
+        .find("<!-- tools: begin")
+        .expect("CONTRIBUTING.md: <!-- tools: begin");
+    let end = begin + text[begin..].find("<!-- tools: end").expect("tools: end");
+    text[begin..end]
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix('|'))
+        .map(|row| {
+            row.split('|')
+                .map(|c| c.trim().trim_matches(['`', '(', ')']).to_string())
+                .collect::<Vec<_>>()
+        })
+        .filter(|cells| {
+            cells.len() >= 2 && !cells[0].starts_with('-') && !cells[0].starts_with("name")
+        })
+        .map(|cells| (cells[0].clone(), cells[1].clone()))
+        .collect()
+}
+
+#[test]
+fn contributing_lists_the_same_tools_as_known() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("CONTRIBUTING.md")).unwrap();
+    let rows = contributing_rows(&text);
+    let known: Vec<(String, String)> = known()
+        .iter()
+        .map(|t| (t.name.to_string(), t.package.to_string()))
+        .collect();
+    assert_eq!(
+        rows, known,
+        "CONTRIBUTING.md's tools table and scripts/tools.list differ"
+    );
 }

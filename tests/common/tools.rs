@@ -2,8 +2,8 @@
 //! the one rule for when one is missing: the test FAILS, naming the
 //! package to install, unless `MTLS_SIDECAR_SKIP` names it; then the test
 //! returns at once and says so on the real stderr (not the captured one),
-//! so a skip is never silent. `scripts/test.sh` checks the same list
-//! before it builds anything ([`KNOWN`] is that list).
+//! so a skip is never silent. The list is `scripts/tools.list`, which
+//! `scripts/test.sh` checks before it builds anything ([`known`] reads it).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -11,24 +11,36 @@ use std::path::{Path, PathBuf};
 /// The variable naming what to skip: `MTLS_SIDECAR_SKIP=haproxy,root`.
 pub const SKIP_ENV: &str = "MTLS_SIDECAR_SKIP";
 
-/// Every name [`SKIP_ENV`] may hold, with the Debian package that provides
-/// it (`root` is no package: the tests that build network namespaces or
-/// capture loopback packets need it). Keep in step with scripts/test.sh.
-pub const KNOWN: &[(&str, &str)] = &[
-    ("openssl", "openssl"),
-    ("python3", "python3"),
-    ("haproxy", "haproxy"),
-    ("nginx", "nginx"),
-    ("ip", "iproute2"),
-    ("nft", "nftables"),
-    ("iptables", "iptables"),
-    ("ip6tables", "iptables"),
-    ("systemd-socket-activate", "systemd"),
-    ("systemd-analyze", "systemd"),
-    ("promtool", "prometheus"),
-    ("root", "(run as root)"),
-    ("grpcio", "(python3 -m pip install grpcio)"),
-];
+/// One row of `scripts/tools.list`: a name [`SKIP_ENV`] may hold, the
+/// Debian package that provides it (`-` for `root`: the tests that build
+/// network namespaces or capture loopback packets need it), and for a
+/// Python module the name `python3 -c import` takes.
+pub struct Tool {
+    pub name: &'static str,
+    pub package: &'static str,
+    pub module: Option<&'static str>,
+}
+
+/// The list, compiled in so a test never depends on the working directory.
+const LIST: &str = include_str!("../../scripts/tools.list");
+
+/// Every row of `scripts/tools.list`, in its order.
+pub fn known() -> Vec<Tool> {
+    LIST.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let mut cols = l.split_whitespace();
+            let name = cols.next().expect("a name");
+            let package = cols.next().expect("scripts/tools.list: a package per name");
+            Tool {
+                name,
+                package,
+                module: cols.next(),
+            }
+        })
+        .collect()
+}
 
 /// The program's path when it is installed (`PATH`, then the sbin
 /// directories a non-root `PATH` may lack).
@@ -43,7 +55,7 @@ pub fn installed(program: &str) -> Option<PathBuf> {
     found
 }
 
-/// The names [`SKIP_ENV`] holds; panics on a name not in [`KNOWN`], so a
+/// The names [`SKIP_ENV`] holds; panics on a name not in [`known`], so a
 /// typo cannot leave a test running that the user meant to skip (or the
 /// other way round).
 pub fn skip_list() -> Vec<String> {
@@ -59,36 +71,43 @@ fn parse_skip_list(value: &str) -> Vec<String> {
         .collect();
     for n in &names {
         assert!(
-            KNOWN.iter().any(|(k, _)| k == n),
+            known().iter().any(|t| t.name == n),
             "{SKIP_ENV} names {n:?}, which no test needs; known: {}",
-            KNOWN.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(",")
+            known().iter().map(|t| t.name).collect::<Vec<_>>().join(",")
         );
     }
     names
 }
 
-/// Whether `need` (a [`KNOWN`] name) is available here.
+/// Whether `need` (a [`known`] name) is available here.
 fn available(need: &str) -> bool {
-    match need {
-        "root" => (unsafe { libc::geteuid() }) == 0,
-        // A Python module (tests/spiffe/agent.py's gRPC server), not a
+    if need == "root" {
+        // SAFETY: geteuid(2) takes nothing and cannot fail.
+        return (unsafe { libc::geteuid() }) == 0;
+    }
+    match known()
+        .iter()
+        .find(|t| t.name == need)
+        .and_then(|t| t.module)
+    {
+        // A Python module (tests/spiffe/agent.py's gRPC server, say), not a
         // program: the python3 on PATH must import it.
-        "grpcio" => std::process::Command::new("python3")
-            .args(["-c", "import grpc"])
+        Some(module) => std::process::Command::new("python3")
+            .args(["-c", &format!("import {module}")])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .status()
             .is_ok_and(|s| s.success()),
-        tool => installed(tool).is_some(),
+        None => installed(need).is_some(),
     }
 }
 
 fn package(need: &str) -> &'static str {
-    KNOWN
+    known()
         .iter()
-        .find(|(k, _)| *k == need)
-        .map(|(_, p)| *p)
-        .unwrap_or_else(|| panic!("{need:?} is not in tests/common/tools.rs KNOWN"))
+        .find(|t| t.name == need)
+        .map(|t| t.package)
+        .unwrap_or_else(|| panic!("{need:?} is not in scripts/tools.list"))
 }
 
 /// True when the calling test must return at once because [`SKIP_ENV`]
@@ -114,7 +133,7 @@ pub fn skip_unless(needs: &[&str]) -> bool {
         let packages: Vec<&str> = missing.iter().map(|n| package(n)).collect();
         panic!(
             "{test} needs {missing:?}, missing here: install {packages:?} \
-             (apt-get install), or set {SKIP_ENV}={} to skip it, saying so",
+             (`bash scripts/tools.sh install`), or set {SKIP_ENV}={} to skip it, saying so",
             missing.join(",")
         );
     }
