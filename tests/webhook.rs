@@ -207,7 +207,7 @@ async fn post(
 
 /// A pod as the ReplicaSet controller creates it (and the API server's
 /// admission chain hands it on): no name yet, no namespace in its
-/// metadata, the token volume the ServiceAccount admission added, and two
+/// metadata, the token volume the ServiceAccount admission added, and
 /// fields no Kubernetes version knows (they must survive).
 fn controller_pod(annotations: Value) -> Value {
     json!({
@@ -215,6 +215,7 @@ fn controller_pod(annotations: Value) -> Value {
         "kind": "Pod",
         "metadata": {
             "generateName": "web-7d9f8b6c5d-",
+            "futureMetadataField": {"kept": true},
             "labels": {"app": "web", "pod-template-hash": "7d9f8b6c5d"},
             "annotations": annotations,
             "ownerReferences": [{
@@ -388,6 +389,10 @@ async fn the_patch_applied_independently_equals_what_inject_makes() {
     assert_eq!(
         patched["spec"]["futurePodField"],
         json!({"kept": [1, 2, 3]})
+    );
+    assert_eq!(
+        patched["metadata"]["futureMetadataField"],
+        json!({"kept": true})
     );
     assert_eq!(
         patched["spec"]["containers"][0]["futureContainerField"],

@@ -2,10 +2,14 @@
 //! the response's bytes out. Pure (no I/O), so every path is a unit test.
 //!
 //! The envelope is read through small serde structs of our own rather than
-//! kube-core's `AdmissionReview<DynamicObject>`: that crate pulls in
-//! k8s-openapi, whose generated code dominates a debug build, for the five
-//! fields read here. The pod itself stays a `serde_json::Value`, so a field
-//! this build does not know survives into the injected pod and the patch.
+//! kube-core's (5.0) `AdmissionReview<DynamicObject>`: its `DynamicObject`
+//! reads `metadata` into k8s-openapi's typed `ObjectMeta`, which drops a
+//! metadata field that version does not know, and its `AdmissionResponse`
+//! writes `patch` as a JSON array of byte values where the contract (and
+//! the AdmissionReview documentation) say base64. The pod stays a
+//! `serde_json::Value`, so a field this build does not know survives into
+//! the injected pod and the patch. The patch is `json_patch::diff`, at the
+//! json-patch major kube-core uses.
 
 use base64::Engine;
 use serde::Deserialize;
@@ -268,6 +272,26 @@ mod tests {
             msg.contains("Pod shop/web-7d9f-* (of ReplicaSet web-7d9f)"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn the_patch_leaves_fields_nobody_knows_alone() {
+        let pod = json!({"metadata": {"generateName": "web-", "futureMeta": {"x": 1},
+            "annotations": {"mtls-sidecar.dev/inject": "enabled",
+                "mtls-sidecar.dev/server": "8443:8080", "mtls-sidecar.dev/allow-san": "a",
+                "mtls-sidecar.dev/identity": "secret:s"}},
+            "spec": {"futureSpec": [1], "containers": [{"name": "app", "futureC": true}]}});
+        let a = review(&review_of(pod), &Options::default());
+        assert_eq!((a.status, a.outcome), (200, Outcome::Injected));
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(response(&a)["patch"].as_str().unwrap())
+            .unwrap();
+        let patch: Value = serde_json::from_slice(&bytes).unwrap();
+        for op in patch.as_array().unwrap() {
+            let path = op["path"].as_str().unwrap();
+            assert!(!path.contains("future"), "{op}");
+            assert_ne!(op["op"], json!("remove"), "{op}");
+        }
     }
 
     #[test]
