@@ -155,6 +155,17 @@ async fn post(
     h2: bool,
     body: Vec<u8>,
 ) -> Result<Posted, String> {
+    post_to(addr, "/inject", cfg, h2, body).await
+}
+
+/// `POST path` on a new TLS connection (HTTP/2 or HTTP/1.1).
+async fn post_to(
+    addr: &str,
+    path: &str,
+    cfg: Arc<rustls::ClientConfig>,
+    h2: bool,
+    body: Vec<u8>,
+) -> Result<Posted, String> {
     let exchange = async {
         let tcp = tokio::net::TcpStream::connect(addr)
             .await
@@ -170,7 +181,7 @@ async fn post(
             .peer_certificates()
             .ok_or("no certificate")?[0]
             .clone();
-        let req = hyper::Request::post("/inject")
+        let req = hyper::Request::post(path)
             .header("host", SERVICE)
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(body)))
@@ -576,4 +587,63 @@ async fn a_renewal_of_its_certificate_fails_no_review() {
     // Nothing serves the old certificate any more.
     let after = wh.post(review_of(&controller_pod(opted_in()))).await;
     assert_eq!(after.served, new);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_that_opted_in_gets_its_silent_pods_injected() {
+    if skip_unless(&["python3", "jsonpatch"]) {
+        return;
+    }
+    let wh = Webhook::start().await;
+    let tmp = tempfile::tempdir().unwrap();
+    // The pod says how to route but not whether: its namespace's label
+    // decided, and the configuration's entry for such namespaces says so.
+    let mut routes = opted_in();
+    routes
+        .as_object_mut()
+        .unwrap()
+        .shift_remove("mtls-sidecar.dev/inject");
+    let pod = controller_pod(routes);
+    let ns_path = "/inject?namespace=enabled";
+    let posted = post_to(&wh.addr, ns_path, wh.client(false), false, review_of(&pod))
+        .await
+        .unwrap();
+    let patched = apply_with_python(tmp.path(), &pod, &decoded_patch(&posted.response()));
+    let mut asked = pod.clone();
+    asked["metadata"]["annotations"]["mtls-sidecar.dev/inject"] = json!("enabled");
+    assert_eq!(patched, inject_cli(tmp.path(), &asked));
+    // Without the namespace's word it is left alone; the pod's own
+    // `disabled` wins over the namespace's.
+    let r = wh.post(review_of(&pod)).await.response();
+    assert!(
+        r["allowed"] == json!(true) && r.get("patch").is_none(),
+        "{r}"
+    );
+    let mut disabled = pod.clone();
+    disabled["metadata"]["annotations"]["mtls-sidecar.dev/inject"] = json!("disabled");
+    let posted = post_to(
+        &wh.addr,
+        ns_path,
+        wh.client(false),
+        false,
+        review_of(&disabled),
+    )
+    .await
+    .unwrap();
+    let r = posted.response();
+    assert!(
+        r["allowed"] == json!(true) && r.get("patch").is_none(),
+        "{r}"
+    );
+    // A query it does not know is no review.
+    let posted = post_to(
+        &wh.addr,
+        "/inject?namespace=on",
+        wh.client(false),
+        false,
+        review_of(&pod),
+    )
+    .await
+    .unwrap();
+    assert_eq!(posted.code, 400);
 }

@@ -35,7 +35,7 @@ use crate::credentials::{CredentialSource, CredentialStore};
 use crate::ops::inject::{self, Options};
 use crate::proxy::addr::Addr;
 use crate::tls::resolve::IdentityResolver;
-use review::{Answer, Outcome};
+use review::{Answer, Namespace, Outcome};
 
 /// The largest AdmissionReview read: above the API server's own 3 MiB
 /// request limit, so any pod it admits fits (413 beyond).
@@ -261,12 +261,14 @@ async fn handle(
         ));
     }
     let started = Instant::now();
-    let answer = match read_body(req).await {
-        Ok(body) => match state.reviews.acquire().await {
-            Ok(_permit) => review::review(&body, &state.opts),
+    let namespace = Namespace::from_query(req.uri().query());
+    let answer = match (namespace, read_body(req).await) {
+        (Err(e), _) => Answer::malformed(e),
+        (Ok(namespace), Ok(body)) => match state.reviews.acquire().await {
+            Ok(_permit) => review::review(&body, &state.opts, namespace),
             Err(_) => Answer::malformed("shutting down"),
         },
-        Err(a) => a,
+        (Ok(_), Err(a)) => a,
     };
     crate::metrics::webhook_review(answer.outcome.as_str(), started.elapsed());
     debug!(

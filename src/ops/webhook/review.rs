@@ -109,8 +109,53 @@ struct GroupVersionKind {
     kind: String,
 }
 
+/// What the webhook configuration's entry says of the pod's namespace: the
+/// entry that selects namespaces labelled `mtls-sidecar.dev/inject=enabled`
+/// calls `/inject?namespace=enabled` (the API server does not send the
+/// namespace's labels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Namespace {
+    /// Only the pod's own annotation opts it in.
+    Unknown,
+    /// The namespace opted in: a pod without `mtls-sidecar.dev/inject` is
+    /// injected; the pod's own value wins.
+    Enabled,
+}
+
+impl Namespace {
+    /// Reads the query of `/inject`: none, or `namespace=enabled`.
+    pub fn from_query(query: Option<&str>) -> Result<Namespace, String> {
+        match query {
+            None | Some("") => Ok(Namespace::Unknown),
+            Some("namespace=enabled") => Ok(Namespace::Enabled),
+            Some(q) => Err(format!(
+                "unknown query {q:?}: use /inject or /inject?namespace=enabled"
+            )),
+        }
+    }
+}
+
+/// The pod as injection reads it: with `mtls-sidecar.dev/inject: enabled`
+/// added when its namespace opted in and it says nothing itself.
+fn opted_in_by_namespace(pod: &Value, namespace: Namespace) -> Value {
+    let mut pod = pod.clone();
+    if namespace == Namespace::Unknown {
+        return pod;
+    }
+    let Some(meta) = pod.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return pod;
+    };
+    let annotations = meta.entry("annotations").or_insert_with(|| json!({}));
+    if let Some(a) = annotations.as_object_mut() {
+        if !a.contains_key(inject::annotations::INJECT) {
+            a.insert(inject::annotations::INJECT.into(), json!("enabled"));
+        }
+    }
+    pod
+}
+
 /// Judges one request body.
-pub fn review(body: &[u8], opts: &Options) -> Answer {
+pub fn review(body: &[u8], opts: &Options, namespace: Namespace) -> Answer {
     let parsed: Review = match serde_json::from_slice(body) {
         Ok(r) => r,
         Err(e) => return Answer::malformed(e),
@@ -138,8 +183,9 @@ pub fn review(body: &[u8], opts: &Options) -> Answer {
         object: describe_pod(&pod, req.namespace.as_deref()),
         service_name: None,
     };
-    match inject::inject(&pod, &target, opts) {
-        Ok(injected) if injected == pod => respond(&req.uid, Outcome::Skipped, json!({})),
+    let read = opted_in_by_namespace(&pod, namespace);
+    match inject::inject(&read, &target, opts) {
+        Ok(injected) if injected == read => respond(&req.uid, Outcome::Skipped, json!({})),
         Ok(injected) => {
             let patch = json_patch::diff(&pod, &injected);
             let bytes = serde_json::to_vec(&patch).expect("a patch serializes");
@@ -249,6 +295,7 @@ mod tests {
         let a = review(
             &review_of(json!({"metadata": {"generateName": "web-"}, "spec": {"containers": []}})),
             &Options::default(),
+            Namespace::Unknown,
         );
         assert_eq!((a.status, a.outcome), (200, Outcome::Skipped));
         let r = response(&a);
@@ -262,7 +309,7 @@ mod tests {
         let pod = json!({"metadata": {"generateName": "web-7d9f-",
             "ownerReferences": [{"kind": "ReplicaSet", "name": "web-7d9f", "controller": true}],
             "annotations": {"mtls-sidecar.dev/inject": "yes"}}, "spec": {"containers": []}});
-        let a = review(&review_of(pod), &Options::default());
+        let a = review(&review_of(pod), &Options::default(), Namespace::Unknown);
         assert_eq!((a.status, a.outcome), (200, Outcome::Refused));
         let r = response(&a);
         assert_eq!(r["allowed"], json!(false));
@@ -281,7 +328,7 @@ mod tests {
                 "mtls-sidecar.dev/server": "8443:8080", "mtls-sidecar.dev/allow-san": "a",
                 "mtls-sidecar.dev/identity": "secret:s"}},
             "spec": {"futureSpec": [1], "containers": [{"name": "app", "futureC": true}]}});
-        let a = review(&review_of(pod), &Options::default());
+        let a = review(&review_of(pod), &Options::default(), Namespace::Unknown);
         assert_eq!((a.status, a.outcome), (200, Outcome::Injected));
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(response(&a)["patch"].as_str().unwrap())
@@ -295,6 +342,46 @@ mod tests {
     }
 
     #[test]
+    fn a_namespace_that_opted_in_injects_pods_that_say_nothing() {
+        let routes = json!({"mtls-sidecar.dev/server": "8443:8080",
+            "mtls-sidecar.dev/allow-san": "a", "mtls-sidecar.dev/identity": "secret:s"});
+        let pod = json!({"metadata": {"generateName": "web-", "annotations": routes},
+            "spec": {"containers": [{"name": "app"}]}});
+        let judge = |pod: &Value, ns| review(&review_of(pod.clone()), &Options::default(), ns);
+        assert_eq!(judge(&pod, Namespace::Unknown).outcome, Outcome::Skipped);
+        let a = judge(&pod, Namespace::Enabled);
+        assert_eq!(a.outcome, Outcome::Injected);
+        let patch = String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(response(&a)["patch"].as_str().unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+        assert!(patch.contains("mtls-sidecar.dev~1inject"), "{patch}");
+        // The pod's own value wins.
+        let mut disabled = pod.clone();
+        disabled["metadata"]["annotations"]["mtls-sidecar.dev/inject"] = json!("disabled");
+        assert_eq!(
+            judge(&disabled, Namespace::Enabled).outcome,
+            Outcome::Skipped
+        );
+        // A pod of such a namespace that cannot be injected is not admitted.
+        let bare = json!({"metadata": {"generateName": "web-"}, "spec": {"containers": []}});
+        assert_eq!(judge(&bare, Namespace::Enabled).outcome, Outcome::Refused);
+        assert_eq!(judge(&bare, Namespace::Unknown).outcome, Outcome::Skipped);
+    }
+
+    #[test]
+    fn the_namespace_is_read_from_the_query() {
+        assert_eq!(Namespace::from_query(None), Ok(Namespace::Unknown));
+        assert_eq!(
+            Namespace::from_query(Some("namespace=enabled")),
+            Ok(Namespace::Enabled)
+        );
+        assert!(Namespace::from_query(Some("namespace=yes")).is_err());
+    }
+
+    #[test]
     fn what_is_no_review_is_malformed() {
         for body in [
             &b"not json"[..],
@@ -303,7 +390,7 @@ mod tests {
             br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"","kind":{"kind":"Pod"},"operation":"CREATE"}}"#,
             br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"kind":"Pod"},"operation":"CREATE"}}"#,
         ] {
-            let a = review(body, &Options::default());
+            let a = review(body, &Options::default(), Namespace::Unknown);
             assert_eq!((a.status, a.outcome), (400, Outcome::Malformed));
         }
     }
@@ -312,11 +399,19 @@ mod tests {
     fn only_a_pod_create_is_injected() {
         let mut body: Value = serde_json::from_slice(&review_of(json!({}))).unwrap();
         body["request"]["operation"] = json!("UPDATE");
-        let a = review(&serde_json::to_vec(&body).unwrap(), &Options::default());
+        let a = review(
+            &serde_json::to_vec(&body).unwrap(),
+            &Options::default(),
+            Namespace::Unknown,
+        );
         assert_eq!((a.status, a.outcome), (200, Outcome::Skipped));
         body["request"]["operation"] = json!("CREATE");
         body["request"]["kind"] = json!({"group": "apps", "version": "v1", "kind": "Pod"});
-        let a = review(&serde_json::to_vec(&body).unwrap(), &Options::default());
+        let a = review(
+            &serde_json::to_vec(&body).unwrap(),
+            &Options::default(),
+            Namespace::Unknown,
+        );
         assert_eq!((a.status, a.outcome), (200, Outcome::Skipped));
     }
 
