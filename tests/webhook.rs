@@ -647,3 +647,33 @@ async fn a_namespace_that_opted_in_gets_its_silent_pods_injected() {
     .unwrap();
     assert_eq!(posted.code, 400);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn it_stops_on_sigterm_and_will_not_start_without_a_serving_certificate() {
+    let Webhook { sc, .. } = Webhook::start().await;
+    sc.signal(libc::SIGTERM);
+    let (code, logs) = sc.wait_exit().await;
+    assert_eq!(code, Some(0), "{}", logs.join("\n"));
+
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("missing");
+    let start = |dir: &std::path::Path| {
+        let args = [
+            "webhook",
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-dir",
+            dir.to_str().unwrap(),
+        ];
+        common::run_bin_within(&args, DEADLINE).expect("it exits, refusing to start")
+    };
+    let (code, out) = start(&missing);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains(missing.to_str().unwrap()), "{out}");
+    // A certificate that may not serve (client-only) is refused too.
+    let pki = Pki::new("injector-ca");
+    let client_only = pki.dir(tmp.path(), "client", &pki.leaf(SERVICE, Role::Client));
+    let (code, out) = start(&client_only);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("server"), "{out}");
+}
