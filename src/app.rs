@@ -274,6 +274,7 @@ impl Prepared {
             metrics,
             exposure: exposure.clone(),
             app_probes: crate::admin::app_probe::AppProbes::new(app_probes),
+            routeless: false,
         });
         let mut tasks = Vec::new();
         let mut wakes = Vec::new();

@@ -42,6 +42,8 @@ pub enum Command {
     Inject(InjectArgs),
     /// Remove what `inject` added (manifests to stdout).
     Uninject(UninjectArgs),
+    /// Serve the mutating admission webhook that injects opted-in pods (POST /inject over HTTPS).
+    Webhook(WebhookArgs),
     /// Tests only: apply the sandbox a config file gets, then try accesses.
     #[command(hide = true)]
     SandboxProbe(SandboxProbeArgs),
@@ -631,4 +633,27 @@ pub struct UninjectArgs {
     /// A manifest file (YAML or JSON, several documents allowed; `-`: stdin); repeatable.
     #[arg(short = 'f', long, value_name = "FILE|-", required = true)]
     pub filename: Vec<String>,
+}
+
+/// `webhook --listen ADDR --tls-dir DIR`.
+#[derive(Debug, Clone, Args)]
+pub struct WebhookArgs {
+    /// Where to serve HTTPS (host:port).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: String,
+    /// The serving certificate's directory: tls.crt (SAN <service>.<namespace>.svc), tls.key, ca.crt; rotated like a sidecar's.
+    #[arg(long, value_name = "DIR")]
+    pub tls_dir: PathBuf,
+    /// Admin HTTP listener for /metrics, /livez, /readyz (host:port or unix:/path).
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<String>,
+    /// The sidecar image injected (pin it by digest: IMAGE@sha256:...) [default: this version's].
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+    /// How often the certificate files are polled.
+    #[arg(long, value_name = "DUR", default_value = "1s")]
+    pub reload_interval: String,
+    /// Log line format (level from RUST_LOG, default info).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 }

@@ -70,6 +70,12 @@ fn main() -> ExitCode {
                 mtls_sidecar::ops::inject::manifest::Action::Uninject,
             )
         }
+        Command::Webhook(args) => {
+            logging::init(args.log_format);
+            with_runtime(None, |rt| {
+                rt.block_on(mtls_sidecar::ops::webhook::run(&args))
+            })
+        }
     };
     ExitCode::from(code)
 }

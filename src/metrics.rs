@@ -46,6 +46,12 @@ pub const CRL_PENDING: &str = "mtls_sidecar_crl_pending";
 /// Deny-list entries in force, by `kind` (`spki`, `serial`, `san`).
 pub const DENY_ENTRIES: &str = "mtls_sidecar_deny_entries";
 
+/// Admission reviews answered by `mtls-sidecar webhook`, by `result`
+/// (`injected`, `skipped`, `refused`, `malformed`).
+pub const WEBHOOK_REVIEWS: &str = "mtls_sidecar_webhook_reviews_total";
+/// How long the webhook took to answer a review, body read included.
+pub const WEBHOOK_REVIEW_DURATION: &str = "mtls_sidecar_webhook_review_duration_seconds";
+
 /// Handshake duration buckets: 100 µs to 10 s.
 const HANDSHAKE_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -64,6 +70,12 @@ pub fn install() -> PrometheusHandle {
                     Matcher::Full(HANDSHAKE_DURATION.to_string()),
                     HANDSHAKE_BUCKETS,
                 )
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(WEBHOOK_REVIEW_DURATION.to_string()),
+                        HANDSHAKE_BUCKETS,
+                    )
+                })
                 .unwrap_or_else(|_| PrometheusBuilder::new());
             let recorder = builder.build_recorder();
             let handle = recorder.handle();
@@ -186,6 +198,30 @@ pub fn workload_api(up: bool, down_since: Option<i64>) {
 }
 
 /// Records a credential reload outcome.
+/// The webhook's reviews counter at zero for each result, so a scrape
+/// shows every series before the first review.
+pub fn webhook_reviews_zero<const N: usize>(results: [&'static str; N]) {
+    describe_counter!(
+        WEBHOOK_REVIEWS,
+        Unit::Count,
+        "Admission reviews answered, by result (injected, skipped, refused, malformed)."
+    );
+    describe_histogram!(
+        WEBHOOK_REVIEW_DURATION,
+        Unit::Seconds,
+        "Time to answer an admission review, reading its body included."
+    );
+    for result in results {
+        counter!(WEBHOOK_REVIEWS, "result" => result).increment(0);
+    }
+}
+
+/// One review answered.
+pub fn webhook_review(result: &'static str, took: Duration) {
+    counter!(WEBHOOK_REVIEWS, "result" => result).increment(1);
+    histogram!(WEBHOOK_REVIEW_DURATION).record(took.as_secs_f64());
+}
+
 pub fn credential_reload(applied: bool) {
     let result = if applied { "applied" } else { "rejected" };
     counter!(CREDENTIAL_RELOADS, "result" => result).increment(1);

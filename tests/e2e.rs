@@ -53,4 +53,5 @@ mod e2e {
     mod secret;
     mod settle;
     mod systemd;
+    mod webhook;
 }

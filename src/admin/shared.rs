@@ -58,6 +58,9 @@ pub struct Shared {
     pub exposure: Arc<TargetExposure>,
     /// What `/app-probe/NAME` performs.
     pub app_probes: crate::admin::app_probe::AppProbes,
+    /// True for a process that serves no routes by design (the admission
+    /// webhook): `/readyz` then does not wait for one.
+    pub routeless: bool,
 }
 
 impl Shared {

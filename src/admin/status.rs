@@ -63,7 +63,7 @@ fn blocker(shared: &Shared, now: SystemTime) -> Option<String> {
     if shared.is_draining() {
         return Some("draining: shutting down, not accepting new connections".into());
     }
-    if shared.routes.is_empty() {
+    if shared.routes.is_empty() && !shared.routeless {
         return Some("no routes are configured".into());
     }
     if let Some(r) = shared.routes.iter().find(|r| !r.is_accepting()) {

@@ -1,7 +1,8 @@
 //! The operator's tools, on top of everything else: `check` (would this
 //! configuration and these files serve?), `certs` (with `certs deny`,
 //! the deny-list appender) and the development [`pki`], `publish` (write a Secret-shaped directory atomically), `health`
-//! (a probe for shell-less images) and `demo`. They reuse the proxy's own
+//! (a probe for shell-less images), `demo`, and injection: [`inject`] and
+//! the admission [`webhook`] that serves it. They reuse the proxy's own
 //! validation and the app, so what they say is what the proxy would do;
 //! nothing below this folder imports from it (tests may mint certificates
 //! with [`pki`]).
@@ -15,3 +16,4 @@ pub mod inject;
 pub mod pki;
 pub mod publish;
 pub mod sandbox_probe;
+pub mod webhook;
