@@ -31,6 +31,11 @@ use super::{Identity, MIN_HEADER_BYTES};
 use crate::proxy::conn::LiveConn;
 use crate::reason::CloseReason;
 
+/// The requests one h2 connection may have open at once (hyper's default
+/// is 200): each holds its decoded header list, up to
+/// `--http-max-header-bytes`, so this bounds what one connection holds.
+const H2_MAX_STREAMS: u32 = 32;
+
 /// Where a connection's bytes are counted, live: the route's metrics and
 /// the connection's totals (what `/connections` and the close line show).
 #[derive(Debug, Clone)]
@@ -248,6 +253,7 @@ where
     let server = hyper::server::conn::http2::Builder::new(exec)
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
+        .max_concurrent_streams(H2_MAX_STREAMS)
         .serve_connection(TokioIo::new(peer), svc);
     tokio::pin!(server, client);
     let mut client_done = false;

@@ -164,12 +164,21 @@ pub struct Scanner {
     charge: Option<Charge>,
 }
 
+/// The bytes of a head each connection holds without charging the route's
+/// budget: an ordinary request head fits, so peers filling the budget with
+/// large unfinished heads cannot starve everyone else's small ones. What
+/// this leaves uncharged is bounded by `--max-connections` times this.
+pub const FREE_HEAD_BYTES: usize = 8 * 1024;
+
 /// What a reader holds of its route's [`HeadBudget`]: the bytes of the
-/// head (or line) it is gathering, which hyper's read buffer holds too.
+/// head (or line) it is gathering beyond [`FREE_HEAD_BYTES`], which
+/// hyper's read buffer holds too.
 #[derive(Debug)]
 pub struct Charge {
     pub budget: Arc<HeadBudget>,
     held: usize,
+    /// The bytes of a head held without charge.
+    free: usize,
     /// Set once the budget refused this reader's head: the connection is
     /// closed (`refused`).
     pub over: Arc<AtomicBool>,
@@ -181,8 +190,15 @@ impl Charge {
         Charge {
             budget,
             held: 0,
+            free: FREE_HEAD_BYTES,
             over,
         }
+    }
+
+    /// The same charge with another free allowance.
+    pub fn with_free(mut self, free: usize) -> Charge {
+        self.free = free;
+        self
     }
 }
 
@@ -219,7 +235,7 @@ impl Scanner {
         let Some(c) = &mut self.charge else {
             return;
         };
-        let now = self.line.len();
+        let now = self.line.len().saturating_sub(c.free);
         if now <= c.held {
             c.budget.give(c.held - now);
             c.held = now;
@@ -396,7 +412,7 @@ mod tests {
         let reader = || {
             let over = Arc::new(AtomicBool::new(false));
             let s = Scanner::new(1024, 16, Verdicts::default())
-                .charged(Charge::new(budget.clone(), over.clone()));
+                .charged(Charge::new(budget.clone(), over.clone()).with_free(0));
             (s, over)
         };
         let (mut a, a_over) = reader();
@@ -417,6 +433,23 @@ mod tests {
         assert_eq!(budget.used(), 5);
         drop(a);
         assert_eq!(budget.used(), 0, "a closed connection holds nothing");
+    }
+
+    /// A head within the free allowance is never refused, however full
+    /// the budget: a flood of large unfinished heads cannot starve it.
+    #[test]
+    fn a_small_head_passes_a_full_budget() {
+        let budget = Arc::new(HeadBudget::new(100));
+        assert!(budget.take(100), "the budget is full");
+        let over = Arc::new(AtomicBool::new(false));
+        let mut s = Scanner::new(FREE_HEAD_BYTES * 2, 16, Verdicts::default())
+            .charged(Charge::new(budget.clone(), over.clone()));
+        s.feed(b"GET / HTTP/1.1\r\nHost: t\r\nX: ");
+        s.feed(&[b'a'; 1000]);
+        assert!(!s.refused(), "a small head was refused");
+        s.feed(&[b'a'; FREE_HEAD_BYTES]);
+        assert!(s.refused(), "past the allowance the full budget refuses");
+        assert_eq!(budget.used(), 100, "the refused head gave back its part");
     }
 
     fn verdicts_of(chunks: &[&[u8]]) -> Vec<Verdict> {
