@@ -1,69 +1,108 @@
 //! `/app-probe/NAME`: performs the application probe `--app-probe` named
-//! NAME against `127.0.0.1:<its port>` (a server route's target, which the
+//! NAME against its server route's loopback target (which the
 //! kubelet cannot reach once the application binds loopback) and answers
 //! 200 when it passes, 503 when it does not. Nothing of the application's
 //! answer is passed on, only whether it passed; only the configured probes
 //! run (no path, port or header comes from the request); each is bounded
-//! by its timeout, and at most [`MAX_IN_FLIGHT`] run at once (more get 503
-//! at once).
+//! by its timeout. A probe runs once at a time, and callers that arrive
+//! while it runs take that run's verdict, so no number of requests makes
+//! the kubelet's own probe fail or lets the admin port hammer the
+//! application; a caller arriving after a run gets a run of its own.
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
-use tokio::sync::Semaphore;
+use tokio::sync::Mutex;
 
 use crate::config::app_probe::{AppProbe, ProbeCheck};
 
 /// The path prefix.
 pub const PREFIX: &str = "/app-probe/";
-/// Probes in flight at once, over all names.
-pub const MAX_IN_FLIGHT: usize = 16;
+
 /// The most of a gRPC answer read.
 const GRPC_MAX_BODY: usize = 4096;
 
-/// The probes a process performs, and the bound on how many run at once.
+/// One probe's runs: held while it runs (so runs never overlap), with
+/// the number of runs finished and the last one's verdict.
+#[derive(Debug)]
+struct Runs {
+    running: Mutex<()>,
+    last: std::sync::Mutex<(u64, Result<(), String>)>,
+}
+
+impl Runs {
+    fn new() -> Runs {
+        Runs {
+            running: Mutex::new(()),
+            last: std::sync::Mutex::new((0, Err("not run yet".into()))),
+        }
+    }
+
+    fn last(&self) -> (u64, Result<(), String>) {
+        match self.last.lock() {
+            Ok(l) => l.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn finish(&self, outcome: Result<(), String>) {
+        let mut l = match self.last.lock() {
+            Ok(l) => l,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *l = (l.0.wrapping_add(1), outcome);
+    }
+}
+
+/// The probes a process performs, each with its runs.
 #[derive(Debug)]
 pub struct AppProbes {
-    probes: Vec<AppProbe>,
-    in_flight: Semaphore,
+    probes: Vec<(AppProbe, Runs)>,
 }
 
 impl AppProbes {
     pub fn new(probes: Vec<AppProbe>) -> AppProbes {
         AppProbes {
-            probes,
-            in_flight: Semaphore::new(MAX_IN_FLIGHT),
+            probes: probes.into_iter().map(|p| (p, Runs::new())).collect(),
         }
     }
 
-    /// The probe a path names, if it is one of ours.
-    pub fn find(&self, path: &str) -> Option<&AppProbe> {
+    /// The probe a path names, if it is one of ours, with its runs.
+    fn find(&self, path: &str) -> Option<&(AppProbe, Runs)> {
         let name = path.strip_prefix(PREFIX)?;
-        self.probes.iter().find(|p| p.name == name)
+        self.probes.iter().find(|(p, _)| p.name == name)
     }
+}
+
+/// Whether a run finished since the caller looked (`seen` runs then): its
+/// verdict is then the caller's, with no run of its own.
+fn shared(seen: u64, now: u64) -> bool {
+    seen != now
 }
 
 /// The answer to `/app-probe/...`: the status and a line saying why.
 pub async fn respond(probes: &AppProbes, method: &Method, path: &str) -> (StatusCode, String) {
-    let Some(probe) = probes.find(path) else {
+    let Some((probe, runs)) = probes.find(path) else {
         return (StatusCode::NOT_FOUND, format!("no app probe at {path}\n"));
     };
     if method != Method::GET && method != Method::HEAD {
         return (StatusCode::METHOD_NOT_ALLOWED, "use GET\n".into());
     }
-    let Ok(_permit) = probes.in_flight.try_acquire() else {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too many app probes in flight\n".into(),
-        );
-    };
-    let outcome = tokio::time::timeout(probe.timeout, perform(probe)).await;
-    verdict(
-        probe,
-        outcome.unwrap_or_else(|_| Err(format!("no answer within {:?}", probe.timeout))),
-    )
+    let (seen, _) = runs.last();
+    // Held while the probe runs: a caller arriving meanwhile waits for
+    // this run and takes its verdict.
+    let _running = runs.running.lock().await;
+    let (now, outcome) = runs.last();
+    if shared(seen, now) {
+        return verdict(probe, outcome);
+    }
+    let outcome = tokio::time::timeout(probe.timeout, perform(probe))
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer within {:?}", probe.timeout)));
+    runs.finish(outcome.clone());
+    verdict(probe, outcome)
 }
 
 /// 200 for a passed probe, 503 naming why for a failed one.
@@ -78,9 +117,10 @@ fn verdict(probe: &AppProbe, outcome: Result<(), String>) -> (StatusCode, String
 }
 
 async fn perform(probe: &AppProbe) -> Result<(), String> {
-    let stream = TcpStream::connect(("127.0.0.1", probe.port))
+    let addr = format!("{}:{}", probe.host, probe.port);
+    let stream = TcpStream::connect(addr.as_str())
         .await
-        .map_err(|e| format!("connect 127.0.0.1:{}: {e}", probe.port))?;
+        .map_err(|e| format!("connect {addr}: {e}"))?;
     match &probe.check {
         ProbeCheck::Tcp => Ok(()),
         ProbeCheck::Http { path, headers } => http_get(stream, probe.port, path, headers).await,
@@ -243,5 +283,52 @@ mod tests {
     fn statuses_pass_as_the_kubelet_judges_them() {
         assert!(http_passes(200) && http_passes(302) && http_passes(399));
         assert!(!http_passes(199) && !http_passes(400) && !http_passes(503));
+    }
+
+    /// However many requests arrive at once, a probe runs once and every
+    /// caller gets that run's verdict: requests to the admin port cannot
+    /// crowd out the kubelet's own probe (a 503 there restarts the
+    /// application) nor hammer the application.
+    #[tokio::test]
+    async fn concurrent_callers_share_one_run() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // Every accepted peer's port, in the order the kernel queued them.
+        let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((s, peer)) = listener.accept().await {
+                let _ = seen_tx.send(peer.port());
+                drop(s);
+            }
+        });
+        let probes = AppProbes::new(vec![AppProbe {
+            name: "app/livenessProbe".into(),
+            host: "127.0.0.1".into(),
+            port,
+            check: ProbeCheck::Tcp,
+            timeout: std::time::Duration::from_secs(5),
+        }]);
+        let calls = (0..40).map(|_| respond(&probes, &Method::GET, "/app-probe/app/livenessProbe"));
+        let answers = futures_util::future::join_all(calls).await;
+        assert!(
+            answers.iter().all(|(code, _)| *code == StatusCode::OK),
+            "{answers:?}"
+        );
+        // A last connection of our own: the probes' connections were all
+        // queued before it, so counting up to it counts them all.
+        let sentinel = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let mark = sentinel.local_addr().unwrap().port();
+        let mut runs = 0;
+        while seen.recv().await.unwrap() != mark {
+            runs += 1;
+        }
+        assert_eq!(runs, 1, "one run for all 40 callers");
+    }
+
+    #[test]
+    fn only_a_run_finished_while_waiting_is_shared() {
+        assert!(!shared(3, 3), "nothing finished since: run again");
+        assert!(shared(3, 4));
+        assert!(shared(u64::MAX, 0), "the count wraps");
     }
 }

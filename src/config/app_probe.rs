@@ -34,10 +34,14 @@ pub enum ProbeCheck {
 }
 
 /// One application probe: `/app-probe/<name>` performs `check` against
-/// `127.0.0.1:<port>` within `timeout`.
+/// `<host>:<port>` (the server route's loopback target) within `timeout`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AppProbe {
     pub name: String,
+    /// The loopback host the route forwards to (`127.0.0.1`, `[::1]` or
+    /// `localhost`), so the probe reaches the application where the
+    /// route does.
+    pub host: String,
     pub port: u16,
     pub check: ProbeCheck,
     pub timeout: Duration,
@@ -153,14 +157,15 @@ pub fn parse(arg: &str) -> Result<AppProbe, String> {
     };
     Ok(AppProbe {
         name: name.to_string(),
+        host: "127.0.0.1".into(),
         port,
         check,
         timeout,
     })
 }
 
-/// The loopback port a server route forwards to, if it does.
-fn loopback_target(route: &RouteConfig) -> Option<u16> {
+/// The loopback host and port a server route forwards to, if it does.
+fn loopback_target(route: &RouteConfig) -> Option<(String, u16)> {
     if route.mode != Mode::Server {
         return None;
     }
@@ -169,17 +174,18 @@ fn loopback_target(route: &RouteConfig) -> Option<u16> {
     };
     let (host, port) = t.rsplit_once(':')?;
     let loopback = matches!(host, "127.0.0.1" | "localhost" | "[::1]");
-    loopback.then(|| port.parse().ok()).flatten()
+    let port = port.parse().ok()?;
+    loopback.then(|| (host.to_string(), port))
 }
 
 /// Parses every `--app-probe` and checks each probes a server route's
 /// loopback target port.
 pub fn validate(args: &[String], routes: &[RouteConfig]) -> Result<Vec<AppProbe>, ConfigError> {
-    let targets: Vec<u16> = routes.iter().filter_map(loopback_target).collect();
+    let targets: Vec<(String, u16)> = routes.iter().filter_map(loopback_target).collect();
     let mut probes: Vec<AppProbe> = Vec::new();
     for arg in args {
-        let p = parse(arg).map_err(|e| invalid("--app-probe", e))?;
-        if !targets.contains(&p.port) {
+        let mut p = parse(arg).map_err(|e| invalid("--app-probe", e))?;
+        let Some((host, _)) = targets.iter().find(|(_, port)| *port == p.port) else {
             return Err(invalid(
                 "--app-probe",
                 format!(
@@ -187,7 +193,8 @@ pub fn validate(args: &[String], routes: &[RouteConfig]) -> Result<Vec<AppProbe>
                     p.name, p.port
                 ),
             ));
-        }
+        };
+        p.host = host.clone();
         if probes.iter().any(|q| q.name == p.name) {
             return Err(invalid("--app-probe", format!("{}: given twice", p.name)));
         }
