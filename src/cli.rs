@@ -641,7 +641,7 @@ pub struct WebhookArgs {
     /// Where to serve HTTPS (host:port).
     #[arg(long, value_name = "ADDR")]
     pub listen: String,
-    /// The serving certificate's directory: tls.crt (SAN <service>.<namespace>.svc), tls.key, ca.crt; rotated like a sidecar's.
+    /// The serving certificate's directory: tls.crt (SAN `<service>.<namespace>.svc`), tls.key, ca.crt; rotated like a sidecar's.
     #[arg(long, value_name = "DIR")]
     pub tls_dir: PathBuf,
     /// Admin HTTP listener for /metrics, /livez, /readyz (host:port or unix:/path).
