@@ -2,7 +2,7 @@
 # Offline validation of deploy/:
 #
 #  1. Kubernetes manifests as they are applied: each kustomization
-#     (deploy/kubernetes/pki, deploy/kubernetes, and through overlays
+#     (deploy/kubernetes/pki, deploy/kubernetes/injector, deploy/kubernetes, and through overlays
 #     written under target/: deploy/kubernetes with the transparent
 #     component, deploy/kubernetes/pki with its transparent and rotation
 #     components)
@@ -63,7 +63,7 @@ overlay "$PKI_ROTATION" deploy/kubernetes/pki deploy/kubernetes/pki/rotation
 # In the documented apply order (docs/deployment.md "Kubernetes"): the platform's pki
 # first. Entries not under target/ are applied together on day 0, in this
 # order; the overlays are the alternative scenarios below.
-KUSTOMIZATIONS=(deploy/kubernetes/pki deploy/kubernetes deploy/kubernetes/crl "$OVERLAY" "$PKI_TRANSPARENT" "$PKI_ROTATION")
+KUSTOMIZATIONS=(deploy/kubernetes/pki deploy/kubernetes/injector deploy/kubernetes deploy/kubernetes/crl "$OVERLAY" "$PKI_TRANSPARENT" "$PKI_ROTATION")
 
 have_kv() {
     "$1" -c "import kubernetes_validate.version as v, sys; sys.exit(v.__version__ != '$KV_VERSION')" 2>/dev/null
