@@ -24,7 +24,9 @@ fixtures/ whose `# expect: RULE TEXT` lines name what it must report
   approver-policy (approval.py)
     approval.unselected, approval.unusable, approval.denied
                            every Certificate's request is selected, usable
-                           and permitted by some CertificateRequestPolicy
+                           and permitted by some CertificateRequestPolicy,
+                           and so is every request the csi-driver makes
+                           for a pod's csi.cert-manager.io volume
   Namespaces
     namespace.missing      a namespaced object names its namespace
     namespace.not-created  ... and that namespace exists when it is applied:
@@ -164,10 +166,12 @@ def check_certificates(sc):
     for i, (step, objs) in enumerate(sc.steps):
         created = sc.namespaces_until(len(sc.steps) - 1)
         for o in objs:
-            if o.get("kind") != "Certificate":
-                continue
             labels = namespace_labels(created, (o.get("metadata") or {}).get("namespace"))
-            for rule, message in approval.check_certificate(o, objects, labels):
+            if o.get("kind") == "Certificate":
+                problems = approval.check_certificate(o, objects, labels)
+            else:
+                problems = approval.check_pod_requests(o, objects, labels)
+            for rule, message in problems:
                 sc.report(rule, step, ident(o), message)
 
 
