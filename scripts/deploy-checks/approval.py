@@ -20,6 +20,16 @@ is signed only if some CertificateRequestPolicy
                        allowed.usages; and `constraints`: the key's
                        algorithm and size, the duration within min/max.
 
+                       Names' CEL `validations` (self: the value, cr: the
+                       request's namespace and name) are evaluated with
+                       cel-python.
+
+Two requesters: cert-manager's service account (CERT_MANAGER_SA) for the
+CertificateRequest of a Certificate, and the csi-driver's own
+(CSI_DRIVER_SA) for each pod with a csi.cert-manager.io volume (made in
+the pod's namespace, from the volume's attributes, with the csi-driver's
+variables expanded as they would be for one pod).
+
 A request that no usable policy selects is never processed (pods wait in
 ContainerCreating for a Secret that never comes); one that usable policies
 select but none permits is denied.
@@ -27,7 +37,17 @@ select but none permits is denied.
 
 import fnmatch
 
+import celpy
+import pss
+
 CERT_MANAGER_SA = ("cert-manager", "cert-manager")  # namespace, name
+# The csi-driver Helm chart's ServiceAccount, in the namespace it is
+# installed in: it creates the requests of csi.cert-manager.io volumes.
+CSI_DRIVER_SA = ("cert-manager", "cert-manager-csi-driver")
+CSI_DRIVER = "csi.cert-manager.io"
+# The csi-driver's defaults for attributes a volume leaves out.
+CSI_DEFAULT_USAGES = "digital signature,key encipherment"
+CSI_DEFAULT_DURATION = "2160h"
 GROUP = "policy.cert-manager.io"
 RESOURCE = "certificaterequestpolicies"
 # cert-manager's defaults for a Certificate that leaves these out.
@@ -116,6 +136,7 @@ def permit_problems(policy, req):
         for v in req[field]:
             if not any(wild(p, v) for p in values):
                 out.append(f"{field} {v!r} not allowed")
+            out.extend(cel_problems(field, (rule or {}).get("validations") or [], v, req))
         if not req[field] and rule and rule.get("required"):
             out.append(f"{field} required but absent")
     if req["isCA"] and allowed.get("isCA") is not True:
@@ -124,6 +145,22 @@ def permit_problems(policy, req):
         if u not in (allowed.get("usages") or []):
             out.append(f"usage {u!r} not allowed")
     out.extend(constraint_problems(spec.get("constraints") or {}, req))
+    return out
+
+
+def cel_problems(field, validations, value, req):
+    """Why a value fails its CEL validations ([] if every rule holds)."""
+    out = []
+    env = celpy.Environment()
+    for v in validations:
+        act = celpy.json_to_cel({"self": value, "cr": {"namespace": req["namespace"], "name": req.get("name", "")}})
+        try:
+            ok = env.program(env.compile(v["rule"])).evaluate(act)
+        except Exception as e:  # a rule that does not compile or evaluate denies
+            out.append(f"{field} {value!r}: CEL {v['rule']!r} failed: {e}")
+            continue
+        if ok is not True and not (isinstance(ok, celpy.celtypes.BoolType) and bool(ok)):
+            out.append(f"{field} {value!r}: {v.get('message') or v['rule']}")
     return out
 
 
@@ -161,16 +198,16 @@ def grants_use(role, policy_name):
     return False
 
 
-def binds_cert_manager(binding):
+def binds(binding, requester):
     return any(
         s.get("kind") == "ServiceAccount"
-        and (s.get("namespace"), s.get("name")) == CERT_MANAGER_SA
+        and (s.get("namespace"), s.get("name")) == requester
         for s in binding.get("subjects") or []
     )
 
 
-def may_use(objects, policy_name, namespace):
-    """Whether cert-manager's service account may `use` the policy there."""
+def may_use(objects, policy_name, namespace, requester=CERT_MANAGER_SA):
+    """Whether the requester's service account may `use` the policy there."""
     def find(kind, name, ns=None):
         for o in objects:
             m = o.get("metadata") or {}
@@ -183,7 +220,7 @@ def may_use(objects, policy_name, namespace):
         bns = (b.get("metadata") or {}).get("namespace")
         if kind == "RoleBinding" and bns != namespace:
             continue
-        if kind not in ("RoleBinding", "ClusterRoleBinding") or not binds_cert_manager(b):
+        if kind not in ("RoleBinding", "ClusterRoleBinding") or not binds(b, requester):
             continue
         ref = b.get("roleRef") or {}
         if ref.get("kind") == "Role" and kind == "RoleBinding":
@@ -203,10 +240,74 @@ def name_of(obj):
 
 def check_certificate(cert, objects, ns_labels):
     """[(rule id, message)]: empty when some policy approves the request."""
-    req = request_of(cert)
+    return check_request(request_of(cert), objects, ns_labels, CERT_MANAGER_SA)
+
+
+def csi_requests_of(obj):
+    """The requests the csi-driver makes for one pod of `obj` (a workload
+    or Pod), one per csi.cert-manager.io volume."""
+    tpl = pss.pod_template(obj)
+    if tpl is None:
+        return []
+    meta, spec = tpl
+    ns = (obj.get("metadata") or {}).get("namespace") or meta.get("namespace")
+    pod = ((obj.get("metadata") or {}).get("name") or "pod") + "-0"
+    subst = {
+        "${POD_NAMESPACE}": ns or "",
+        "${POD_NAME}": pod,
+        "${POD_UID}": "00000000-0000-0000-0000-000000000000",
+        "${SERVICE_ACCOUNT_NAME}": spec.get("serviceAccountName") or "default",
+    }
+
+    def expand(text):
+        for k, v in subst.items():
+            text = text.replace(k, v)
+        return text
+
+    def listed(a, key, default=""):
+        return [expand(x.strip()) for x in str(a.get(f"{CSI_DRIVER}/{key}", default)).split(",") if x.strip()]
+
+    out = []
+    for vol in spec.get("volumes") or []:
+        csi = vol.get("csi") or {}
+        if csi.get("driver") != CSI_DRIVER:
+            continue
+        a = csi.get("volumeAttributes") or {}
+        alg = a.get(f"{CSI_DRIVER}/key-algorithm", "RSA")
+        size = a.get(f"{CSI_DRIVER}/key-size")
+        cn = a.get(f"{CSI_DRIVER}/common-name")
+        out.append({
+            "namespace": ns,
+            "name": f"{pod}/{vol.get('name')}",
+            "issuer": (a.get(f"{CSI_DRIVER}/issuer-name"), a.get(f"{CSI_DRIVER}/issuer-kind", "Issuer"),
+                       a.get(f"{CSI_DRIVER}/issuer-group", "cert-manager.io")),
+            "commonName": expand(cn) if cn else None,
+            "dnsNames": listed(a, "dns-names"),
+            "uris": listed(a, "uri-sans"),
+            "ipAddresses": listed(a, "ip-sans"),
+            "emailAddresses": [],
+            "isCA": str(a.get(f"{CSI_DRIVER}/is-ca", "false")).lower() == "true",
+            "usages": listed(a, "key-usages", CSI_DEFAULT_USAGES),
+            "duration": a.get(f"{CSI_DRIVER}/duration", CSI_DEFAULT_DURATION),
+            "algorithm": alg,
+            "size": int(size) if size else DEFAULT_KEY.get(alg),
+        })
+    return out
+
+
+def check_pod_requests(obj, objects, ns_labels):
+    """[(rule id, message)] for each csi-driver request of `obj`'s pods."""
+    out = []
+    for req in csi_requests_of(obj):
+        for rule, message in check_request(req, objects, ns_labels, CSI_DRIVER_SA):
+            out.append((rule, f"csi volume {req['name'].split('/')[-1]}: {message}"))
+    return out
+
+
+def check_request(req, objects, ns_labels, requester):
     policies = [o for o in objects if o.get("kind") == "CertificateRequestPolicy"]
     selecting = [p for p in policies if not selection_problems(p, req, ns_labels)]
-    usable = [p for p in selecting if may_use(objects, name_of(p), req["namespace"])]
+    usable = [p for p in selecting if may_use(objects, name_of(p), req["namespace"], requester)]
     if not selecting:
         why = "; ".join(
             f"{name_of(p)}: {', '.join(selection_problems(p, req, ns_labels))}" for p in policies
@@ -215,7 +316,7 @@ def check_certificate(cert, objects, ns_labels):
     if not usable:
         names = [name_of(p) for p in selecting]
         return [("approval.unusable",
-                 f"{names} select it, but no binding lets {'/'.join(CERT_MANAGER_SA)} use them in {req['namespace']!r}")]
+                 f"{names} select it, but no binding lets {'/'.join(requester)} use them in {req['namespace']!r}")]
     denials = {name_of(p): permit_problems(p, req) for p in usable}
     if all(denials.values()):
         why = "; ".join(f"{n}: {', '.join(d)}" for n, d in denials.items())

@@ -604,7 +604,7 @@ async fn a_namespace_that_opted_in_gets_its_silent_pods_injected() {
         .unwrap()
         .shift_remove("mtls-sidecar.dev/inject");
     let pod = controller_pod(routes);
-    let ns_path = "/inject?namespace=enabled";
+    let ns_path = "/inject/namespace-enabled";
     let posted = post_to(&wh.addr, ns_path, wh.client(false), false, review_of(&pod))
         .await
         .unwrap();
@@ -635,10 +635,21 @@ async fn a_namespace_that_opted_in_gets_its_silent_pods_injected() {
         r["allowed"] == json!(true) && r.get("patch").is_none(),
         "{r}"
     );
-    // A query it does not know is no review.
+    // Another path is not found; a query (which the API server never
+    // sends: a webhook Service path holds none) is no review.
     let posted = post_to(
         &wh.addr,
-        "/inject?namespace=on",
+        "/inject/namespace-on",
+        wh.client(false),
+        false,
+        review_of(&pod),
+    )
+    .await
+    .unwrap();
+    assert_eq!(posted.code, 404);
+    let posted = post_to(
+        &wh.addr,
+        "/inject?namespace=enabled",
         wh.client(false),
         false,
         review_of(&pod),

@@ -10,6 +10,7 @@
 
 mod host;
 mod image;
+mod injector;
 mod sizing;
 mod yaml;
 

@@ -24,6 +24,10 @@ pub const MEMORY_REQUEST: &str = "mtls-sidecar.dev/memory-request";
 pub const MEMORY_LIMIT: &str = "mtls-sidecar.dev/memory-limit";
 /// Written by injection: the version that injected the template.
 pub const INJECTED: &str = "mtls-sidecar.dev/injected";
+/// Written by injection: a pod label (value `true`) that monitoring selects
+/// injected pods by (the shipped PodMonitor); labels, not annotations, are
+/// what selectors see.
+pub const INJECTED_LABEL: &str = "mtls-sidecar.dev/injected";
 /// Written by injection: what `uninject` needs to restore (JSON).
 pub const UNDO: &str = "mtls-sidecar.dev/injected-undo";
 

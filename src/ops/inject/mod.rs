@@ -124,6 +124,9 @@ struct Undo {
     /// The application probes as they were.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     probes: Vec<OriginalProbe>,
+    /// Whether `metadata.labels` was created to hold the injected label.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    labels: bool,
 }
 
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -299,6 +302,7 @@ fn inject_fresh(template: &Value, target: &Target, opts: &Options) -> Result<Val
         Some(list) => list.extend(sidecar::volumes(&req, &ctx)),
         None => return Err(refuse(spec_refusal("spec.volumes is not a list".into()))),
     }
+    undo.labels = add_injected_label(&mut out["metadata"]).map_err(refuse)?;
     let undo = serde_json::to_string(&undo).expect("plain JSON serializes");
     let ann = out["metadata"]["annotations"]
         .as_object_mut()
@@ -306,6 +310,39 @@ fn inject_fresh(template: &Value, target: &Target, opts: &Options) -> Result<Val
     ann.insert(annotations::INJECTED.into(), json!(opts.version));
     ann.insert(annotations::UNDO.into(), json!(undo));
     Ok(out)
+}
+
+/// Labels the template `mtls-sidecar.dev/injected: "true"`; true when
+/// `metadata.labels` had to be created for it.
+fn add_injected_label(metadata: &mut Value) -> Result<bool, Refusal> {
+    let Some(meta) = metadata.as_object_mut() else {
+        return Err(spec_refusal(
+            "the template's metadata is not an object".into(),
+        ));
+    };
+    let created = !meta.contains_key("labels");
+    let labels = meta.entry("labels").or_insert_with(|| json!({}));
+    match labels.as_object_mut() {
+        Some(l) => {
+            l.insert(annotations::INJECTED_LABEL.into(), json!("true"));
+            Ok(created)
+        }
+        None => Err(spec_refusal("metadata.labels is not a map".into())),
+    }
+}
+
+/// Takes out the label `add_injected_label` added, and the labels map if
+/// it created it.
+fn remove_injected_label(metadata: &mut Value, created: bool) {
+    let Some(meta) = metadata.as_object_mut() else {
+        return;
+    };
+    if let Some(l) = meta.get_mut("labels").and_then(Value::as_object_mut) {
+        l.shift_remove(annotations::INJECTED_LABEL);
+        if created && l.is_empty() {
+            meta.shift_remove("labels");
+        }
+    }
 }
 
 /// The annotation a sidecar flag comes from.
@@ -369,6 +406,7 @@ pub fn uninject(template: &Value, target: &Target) -> Result<Value, InjectError>
         ann.shift_remove(annotations::INJECTED);
         ann.shift_remove(annotations::UNDO);
     }
+    remove_injected_label(&mut out["metadata"], undo.labels);
     let Some(spec) = out.get_mut("spec").filter(|s| s.is_object()) else {
         return Ok(out);
     };
@@ -448,5 +486,33 @@ mod tests {
             assert_eq!(inject(&t, &target, &Options::default()).unwrap(), t);
             assert_eq!(uninject(&t, &target).unwrap(), t);
         }
+    }
+
+    /// Monitoring selects injected pods by a label (selectors see no
+    /// annotations): inject adds it, uninject takes it out, and a labels
+    /// map inject had to create goes too.
+    #[test]
+    fn injected_templates_carry_the_label_monitoring_selects_and_lose_it_on_uninject() {
+        let ann = json!({"mtls-sidecar.dev/inject": "enabled", "mtls-sidecar.dev/server": "6877:2100",
+            "mtls-sidecar.dev/allow-san": "a.svc", "mtls-sidecar.dev/identity": "secret:s"});
+        let spec = json!({"containers": [{"name": "app", "image": "app"}]});
+        let target = Target::default();
+        for labels in [None, Some(json!({"app": "x"}))] {
+            let mut t = json!({"metadata": {"annotations": ann}, "spec": spec});
+            if let Some(l) = &labels {
+                t["metadata"]["labels"] = l.clone();
+            }
+            let out = inject(&t, &target, &Options::default()).unwrap();
+            assert_eq!(
+                out["metadata"]["labels"][annotations::INJECTED_LABEL],
+                json!("true")
+            );
+            if labels.is_some() {
+                assert_eq!(out["metadata"]["labels"]["app"], json!("x"));
+            }
+            assert_eq!(uninject(&out, &target).unwrap(), t);
+        }
+        let t = json!({"metadata": {"annotations": ann, "labels": "x"}, "spec": spec});
+        assert!(inject(&t, &target, &Options::default()).is_err());
     }
 }

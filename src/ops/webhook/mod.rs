@@ -243,25 +243,26 @@ async fn accept_until_signal(
     }
 }
 
-/// One HTTP request: `POST /inject` judged, anything else refused.
+/// One HTTP request: `POST /inject` or `POST /inject/namespace-enabled`
+/// judged, anything else refused.
 async fn handle(
     req: Request<Incoming>,
     state: Arc<State>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    if req.uri().path() != "/inject" {
+    let Some(namespace) = Namespace::from_path(req.uri().path()) else {
         return Ok(plain(
             StatusCode::NOT_FOUND,
-            "not found: use POST /inject\n",
+            "not found: use POST /inject or /inject/namespace-enabled\n",
         ));
-    }
+    };
     if req.method() != Method::POST {
         return Ok(plain(
             StatusCode::METHOD_NOT_ALLOWED,
-            "method not allowed: use POST /inject\n",
+            "method not allowed: use POST\n",
         ));
     }
     let started = Instant::now();
-    let namespace = Namespace::from_query(req.uri().query());
+    let namespace = review::no_query(req.uri().query()).map(|()| namespace);
     let answer = match (namespace, read_body(req).await) {
         (Err(e), _) => Answer::malformed(e),
         (Ok(namespace), Ok(body)) => match state.reviews.acquire().await {

@@ -111,8 +111,8 @@ struct GroupVersionKind {
 
 /// What the webhook configuration's entry says of the pod's namespace: the
 /// entry that selects namespaces labelled `mtls-sidecar.dev/inject=enabled`
-/// calls `/inject?namespace=enabled` (the API server does not send the
-/// namespace's labels).
+/// calls [`NAMESPACE_ENABLED_PATH`] (the API server does not send the
+/// namespace's labels, and a webhook Service path may hold no query).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Namespace {
     /// Only the pod's own annotation opts it in.
@@ -122,15 +122,30 @@ pub enum Namespace {
     Enabled,
 }
 
+/// The path of the entry for pods whose own annotation opts them in.
+pub const INJECT_PATH: &str = "/inject";
+/// The path of the entry for namespaces that opted in. Every segment of a
+/// webhook's `clientConfig.service.path` must be a DNS-1123 subdomain, so
+/// the namespace's word is a path segment, not a query.
+pub const NAMESPACE_ENABLED_PATH: &str = "/inject/namespace-enabled";
+
+/// A query is no review: the API server never sends one.
+pub fn no_query(query: Option<&str>) -> Result<(), String> {
+    match query {
+        None | Some("") => Ok(()),
+        Some(q) => Err(format!(
+            "unknown query {q:?}: use {INJECT_PATH} or {NAMESPACE_ENABLED_PATH}, without a query"
+        )),
+    }
+}
+
 impl Namespace {
-    /// Reads the query of `/inject`: none, or `namespace=enabled`.
-    pub fn from_query(query: Option<&str>) -> Result<Namespace, String> {
-        match query {
-            None | Some("") => Ok(Namespace::Unknown),
-            Some("namespace=enabled") => Ok(Namespace::Enabled),
-            Some(q) => Err(format!(
-                "unknown query {q:?}: use /inject or /inject?namespace=enabled"
-            )),
+    /// The entry a request path belongs to; `None` for any other path.
+    pub fn from_path(path: &str) -> Option<Namespace> {
+        match path {
+            INJECT_PATH => Some(Namespace::Unknown),
+            NAMESPACE_ENABLED_PATH => Some(Namespace::Enabled),
+            _ => None,
         }
     }
 }
@@ -372,13 +387,18 @@ mod tests {
     }
 
     #[test]
-    fn the_namespace_is_read_from_the_query() {
-        assert_eq!(Namespace::from_query(None), Ok(Namespace::Unknown));
+    fn the_namespace_is_read_from_the_path() {
+        assert_eq!(Namespace::from_path("/inject"), Some(Namespace::Unknown));
         assert_eq!(
-            Namespace::from_query(Some("namespace=enabled")),
-            Ok(Namespace::Enabled)
+            Namespace::from_path("/inject/namespace-enabled"),
+            Some(Namespace::Enabled)
         );
-        assert!(Namespace::from_query(Some("namespace=yes")).is_err());
+        for other in ["/", "/inject/", "/inject/namespace-on", "/injectx"] {
+            assert_eq!(Namespace::from_path(other), None, "{other}");
+        }
+        assert_eq!(no_query(None), Ok(()));
+        assert_eq!(no_query(Some("")), Ok(()));
+        assert!(no_query(Some("namespace=enabled")).is_err());
     }
 
     #[test]

@@ -16,15 +16,22 @@ pub fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes")
 }
 
+/// The injector's kustomization (`injector/`): the platform's webhook, not
+/// part of the example environment the other tests judge as one.
+pub const INJECTOR: &str = "injector";
+
 /// The `*.yaml` files under `root` and its subdirectories, except kustomize
-/// patches (`patches/`), which are not objects.
-fn yaml_files(root: &std::path::Path) -> Vec<PathBuf> {
+/// patches (`patches/`), which are not objects, and the directories named
+/// in `skip`.
+fn yaml_files(root: &std::path::Path, skip: &[&str]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(root).expect("deploy/kubernetes") {
         let p = e.unwrap().path();
         if p.is_dir() {
-            if p.file_name().is_some_and(|n| n != "patches") {
-                out.extend(yaml_files(&p));
+            if p.file_name()
+                .is_some_and(|n| n != "patches" && !skip.iter().any(|s| n == *s))
+            {
+                out.extend(yaml_files(&p, skip));
             }
         } else if p.extension().is_some_and(|x| x == "yaml") {
             out.push(p);
@@ -34,9 +41,17 @@ fn yaml_files(root: &std::path::Path) -> Vec<PathBuf> {
 }
 
 /// Every document of every `*.yaml` file (subdirectories included, as
-/// `pki/ca.yaml`), in path order.
+/// `pki/ca.yaml`, except `injector/`), in path order.
 pub fn manifests() -> Vec<Doc> {
-    let mut files = yaml_files(&dir());
+    load(yaml_files(&dir(), &[INJECTOR]))
+}
+
+/// Every document of `injector/`, named as `injector/webhook.yaml`.
+pub fn injector_manifests() -> Vec<Doc> {
+    load(yaml_files(&dir().join(INJECTOR), &[]))
+}
+
+fn load(mut files: Vec<PathBuf>) -> Vec<Doc> {
     files.sort();
     let mut docs = Vec::new();
     for f in files {
