@@ -80,10 +80,20 @@ fn good(pki: &Pki) -> Vec<Value> {
 /// The objects as one multi-document YAML file; the binary's exit code and
 /// output.
 fn check(docs: &[Value]) -> (i32, String) {
+    run_on_file("check", &mtls_sidecar::ops::inject::yaml::emit(docs))
+}
+
+/// `mtls-sidecar check --manifest FILE` or `inject -f FILE` on `text`.
+fn run_on_file(command: &str, text: &str) -> (i32, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("rendered.yaml");
-    std::fs::write(&path, mtls_sidecar::ops::inject::yaml::emit(docs)).expect("write");
-    run_bin(&["check", "--manifest", path.to_str().expect("utf-8 path")])
+    std::fs::write(&path, text).expect("write");
+    let flag = if command == "check" {
+        "--manifest"
+    } else {
+        "-f"
+    };
+    run_bin(&[command, flag, path.to_str().expect("utf-8 path")])
 }
 
 /// The output line of `object` (`Kind ns/name`).
@@ -125,6 +135,25 @@ fn a_replica_and_controller_that_fit_pass() {
     // A numeric targetPort at the mtls port fits too.
     let numeric = replace(good(&pki), "Service", "replica", Some(service(json!(6877))));
     assert_eq!(check(&numeric).0, 0);
+}
+
+#[test]
+fn injected_manifests_are_judged_the_same() {
+    let pki = Pki::new("manifest-ca");
+    let rendered = mtls_sidecar::ops::inject::yaml::emit(&good(&pki));
+    let (code, injected) = run_on_file("inject", &rendered);
+    assert_eq!(code, 0, "{injected}");
+    let (code, out) = run_on_file("check", &injected);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        line_of(&out, "Deployment env-1/controller").starts_with("PASS"),
+        "{out}"
+    );
+    // Injected, the pod's `mtls` port is a container port like any other.
+    let broken = injected.replace("targetPort: mtls", "targetPort: 2100");
+    assert_ne!(broken, injected);
+    let (code, out) = run_on_file("check", &broken);
+    assert_eq!(code, 1, "{out}");
 }
 
 #[test]
