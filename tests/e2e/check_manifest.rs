@@ -277,21 +277,64 @@ fn csi_identities_expand_their_san_and_warn_on_an_absent_issuer() {
 }
 
 #[test]
+fn annotations_inject_refuses_and_bad_patterns_fail() {
+    let pki = Pki::new("manifest-ca");
+    let mut bad = replica(CONTROLLER_SAN);
+    bad["spec"]["template"]["metadata"]["annotations"]["mtls-sidecar.dev/server"] = json!("6877");
+    let (code, out) = check(&replace(good(&pki), "StatefulSet", "replica", Some(bad)));
+    assert_eq!(code, 1, "{out}");
+    let r = line_of(&out, "StatefulSet env-1/replica");
+    assert!(
+        r.starts_with("FAIL") && r.contains("annotation mtls-sidecar.dev/server"),
+        "{r}"
+    );
+    let docs = replace(
+        good(&pki),
+        "StatefulSet",
+        "replica",
+        Some(replica("*.*.svc")),
+    );
+    let (code, out) = check(&docs);
+    assert_eq!(code, 1, "{out}");
+    let r = line_of(&out, "StatefulSet env-1/replica");
+    assert!(
+        r.starts_with("FAIL") && r.contains("allow-san \"*.*.svc\""),
+        "{r}"
+    );
+}
+
+/// `check --manifest -` with `input` on stdin: the exit code and stdout.
+fn check_stdin(input: &str) -> (Option<i32>, String) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(common::bin())
+        .args(["check", "--manifest", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(input.as_bytes()).expect("write");
+    drop(stdin);
+    let out = child.wait_with_output().expect("wait");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
 fn unreadable_input_is_exit_2_and_stdin_is_read() {
     let (code, out) = run_bin(&["check", "--manifest", "/nonexistent/rendered.yaml"]);
     assert_eq!(code, 2, "{out}");
-    let mut child = std::process::Command::new(common::bin())
-        .args(["check", "--manifest", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    {
-        use std::io::Write;
-        let mut stdin = child.stdin.take().expect("stdin");
-        stdin.write_all(b"{\"kind\": [unclosed").expect("write");
-    }
-    let status = child.wait().expect("wait");
-    assert_eq!(status.code(), Some(2));
+    assert_eq!(check_stdin("{\"kind\": [unclosed").0, Some(2));
+    let pki = Pki::new("manifest-ca");
+    let json: String = good(&pki).iter().map(|d| d.to_string() + "\n").collect();
+    let (code, out) = check_stdin(&json);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        line_of(&out, "Deployment env-1/controller").starts_with("PASS"),
+        "{out}"
+    );
 }

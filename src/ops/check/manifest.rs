@@ -255,6 +255,20 @@ fn sans_of(w: &Workload, req: &Request, objects: &Objects) -> Result<Sans, Optio
     }
 }
 
+/// The route's SAN patterns that the sidecar would refuse at start-up.
+fn check_patterns(req: &Request, line: &mut Line) {
+    let (key, patterns) = match &req.routes {
+        Routes::Server { allow_san, .. } => ("allow-san", allow_san),
+        Routes::Client { expect_san, .. } => ("expect-san", expect_san),
+        Routes::Config { .. } => return,
+    };
+    for p in patterns {
+        if let Err(e) = p.parse::<SanPattern>() {
+            line.fails.push(format!("{key} {p:?}: {e}"));
+        }
+    }
+}
+
 /// Check 1: the objects the annotations reference.
 fn check_references(w: &Workload, req: &Request, objects: &Objects, line: &mut Line) {
     let ns = w.namespace.as_str();
@@ -534,6 +548,7 @@ pub fn judge(docs: Vec<Value>) -> Vec<Line> {
         match &w.request {
             Err(e) => line.fails.push(e.clone()),
             Ok(req) => {
+                check_patterns(req, &mut line);
                 check_references(w, req, &objects, &mut line);
                 check_dial(w, req, &workloads, &objects, &mut line);
                 check_service_ports(w, &objects, &mut line);
