@@ -303,6 +303,55 @@ fn annotations_inject_refuses_and_bad_patterns_fail() {
     );
 }
 
+#[test]
+fn a_config_configmap_is_present_and_valid() {
+    let pki = Pki::new("manifest-ca");
+    let mut rep = replica(CONTROLLER_SAN);
+    let ann = rep["spec"]["template"]["metadata"]["annotations"]
+        .as_object_mut()
+        .expect("annotations");
+    ann.remove("mtls-sidecar.dev/server");
+    ann.remove("mtls-sidecar.dev/allow-san");
+    ann.insert(
+        "mtls-sidecar.dev/config".into(),
+        json!("configmap:replica-sidecar"),
+    );
+    let base = replace(good(&pki), "StatefulSet", "replica", Some(rep));
+    let (code, out) = check(&base);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        line_of(&out, "StatefulSet env-1/replica")
+            .contains("ConfigMap env-1/replica-sidecar (config) is not among"),
+        "{out}"
+    );
+    let toml = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/sidecar.toml"),
+    )
+    .expect("deploy/sidecar.toml");
+    let cm = |toml: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "replica-sidecar", "namespace": NS},
+            "data": {"sidecar.toml": toml}})
+    };
+    let mut docs = base.clone();
+    docs.push(cm(&toml));
+    let (code, out) = check(&docs);
+    assert!(
+        line_of(&out, "StatefulSet env-1/replica").starts_with("PASS"),
+        "{out}"
+    );
+    assert_eq!(code, 0, "{out}");
+    let mut docs = base;
+    docs.push(cm(&toml.replace("mode = \"server\"", "mode = \"sever\"")));
+    let (code, out) = check(&docs);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        line_of(&out, "StatefulSet env-1/replica")
+            .contains("ConfigMap env-1/replica-sidecar (config): "),
+        "{out}"
+    );
+}
+
 /// `check --manifest -` with `input` on stdin: the exit code and stdout.
 fn check_stdin(input: &str) -> (Option<i32>, String) {
     use std::io::Write;
