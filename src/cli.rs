@@ -27,7 +27,7 @@ pub enum Command {
     Client(ClientArgs),
     /// Run several routes from a TOML config file, sharing one credential set.
     Run(RunArgs),
-    /// Preflight-check a credential directory or three files.
+    /// Preflight-check a credential directory or three files, or (--manifest) rendered workloads.
     Check(CheckArgs),
     /// Development PKI in process: mint a CA and issue identities.
     #[command(subcommand)]
@@ -331,6 +331,12 @@ pub struct CheckArgs {
     /// With --against: the --trust-grace to preview with [default: the running sidecar's].
     #[arg(long, value_name = "DUR", requires = "against")]
     pub trust_grace: Option<String>,
+    /// Preflight rendered Kubernetes manifests offline (YAML or JSON, multi-document, `-`: stdin;
+    /// repeatable or several files): for each opted-in or injected pod template, its referenced
+    /// Secrets/ConfigMaps are present, its SANs satisfy the workloads it dials and that dial it, and
+    /// Services reach the `mtls` port. PASS/WARN/FAIL per workload; exit 1 on a FAIL, 2 on unreadable input.
+    #[arg(long, value_name = "FILE|-", num_args = 1.., conflicts_with_all = ["secret", "spki", "json", "config", "against"])]
+    pub manifest: Vec<String>,
 }
 
 #[derive(Debug, Clone, Subcommand)]

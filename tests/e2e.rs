@@ -16,6 +16,7 @@ mod e2e {
     mod certs;
     mod chain_memo;
     mod check;
+    mod check_manifest;
     mod cli;
     mod client_reverify;
     mod client_side;

@@ -18,6 +18,10 @@
 //! ([`against`], judged in [`preview`]; a candidate configuration,
 //! `--config FILE --against`, in [`restart`]).
 //!
+//! `check --manifest FILE...` preflights rendered Kubernetes workloads
+//! offline instead: references, SANs between dialing workloads, Service
+//! target ports ([`manifest`]).
+//!
 //! The checks themselves live in [`inspect`]; this file turns arguments into
 //! a [`Request`] and prints the [`Report`].
 
@@ -26,6 +30,7 @@ mod deny;
 mod expect;
 mod fetch;
 mod inspect;
+pub mod manifest;
 pub mod preview;
 mod report;
 pub mod restart;
@@ -128,6 +133,9 @@ pub fn inspect(req: &Request, now: SystemTime) -> Report {
 /// Runs the checks and prints them; returns the exit status (0 all passed,
 /// 1 a check failed, 2 bad usage).
 pub fn run(args: &CheckArgs) -> u8 {
+    if !args.manifest.is_empty() {
+        return manifest::run(&args.manifest);
+    }
     if args.spki {
         return print_spki(args);
     }

@@ -13,7 +13,7 @@ pub enum Action {
 }
 
 /// Where a kind keeps its pod template (`None`: the object is the pod).
-fn template_path(kind: &str) -> Option<&'static [&'static str]> {
+pub fn template_path(kind: &str) -> Option<&'static [&'static str]> {
     match kind {
         "Pod" => Some(&[]),
         "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job" => {

@@ -84,11 +84,13 @@ impl Target {
     }
 }
 
-fn annotations_of(template: &Value) -> Option<&Map<String, Value>> {
+/// A pod template's annotations, when it has any.
+pub fn annotations_of(template: &Value) -> Option<&Map<String, Value>> {
     template.get("metadata")?.get("annotations")?.as_object()
 }
 
-fn injected_version(template: &Value) -> Option<&str> {
+/// The version that injected the template, when one did.
+pub fn injected_version(template: &Value) -> Option<&str> {
     annotations_of(template)?
         .get(annotations::INJECTED)?
         .as_str()

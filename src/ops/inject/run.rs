@@ -15,7 +15,8 @@ struct Input {
     docs: Vec<Value>,
 }
 
-fn read_input(name: &str) -> Result<String, String> {
+/// The text of one input: a file, or stdin for `-`.
+pub fn read_input(name: &str) -> Result<String, String> {
     if name == "-" {
         let mut s = String::new();
         std::io::stdin()
