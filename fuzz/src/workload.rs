@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use mtls_sidecar::credentials::workload::{pick_svid, revision_from_context};
-use mtls_sidecar::identity::CertInfo;
+use mtls_sidecar::identity::{normal_uri, CertInfo};
 use prost::Message;
 use rustls_pki_types::CertificateDer;
 use spiffe::{TrustDomain, X509Bundle, X509BundleSet, X509Context, X509Svid};
@@ -125,8 +125,13 @@ fn check_one(ctx: &X509Context, want: Option<&str>) {
     assert_eq!(chain, expected, "tls.crt is not the SVID's chain");
     let leaf = CertInfo::parse(&CertificateDer::from(chain[0].clone()))
         .expect("a leaf the spiffe crate accepted parses");
+    // The spiffe crate reads the SAN's scheme and trust domain in any
+    // case (RFC 3986) and shows them lowercase; the sidecar compares
+    // identities in that one normal form (`identity::normal_uri`).
     assert!(
-        leaf.uri_sans.iter().any(|u| *u == id),
+        leaf.uri_sans
+            .iter()
+            .any(|u| normal_uri(u) == normal_uri(&id)),
         "the leaf's URI SANs {:?} lack the SVID's ID {id}",
         leaf.uri_sans
     );
