@@ -232,7 +232,91 @@ def http_identity(cert_der):
         write("http_identity", name, b"\x03\x2a\x40" + stream)
 
 
+def pb_field(num, data):
+    """A length-delimited protobuf field (wire type 2)."""
+    def varint(n):
+        out = b""
+        while True:
+            b, n = n & 0x7F, n >> 7
+            out += bytes([b | (0x80 if n else 0)])
+            if not n:
+                return out
+    return varint(num << 3 | 2) + varint(len(data)) + data
+
+
+def pb_svid(spiffe_id, chain, key, bundle, hint=""):
+    """An X509SVID message (workload.proto)."""
+    out = pb_field(1, spiffe_id.encode()) + pb_field(2, chain) + pb_field(3, key) + pb_field(4, bundle)
+    return out + (pb_field(5, hint.encode()) if hint else b"")
+
+
+def workload_api():
+    """X509SVIDResponse messages as the agent sends them, minted with the
+    sidecar's development PKI."""
+    with tempfile.TemporaryDirectory() as t:
+        t = pathlib.Path(t)
+        run(BIN, "certs", "ca", "--out", str(t / "ca"))
+        run(BIN, "certs", "ca", "--out", str(t / "other"))
+        for name, uri in [("a", "spiffe://td/ns/a/sa/b"), ("b", "spiffe://td/ns/a/sa/c"),
+                          ("o", "spiffe://other.td/w")]:
+            run(BIN, "certs", "issue", "--ca", str(t / ("other" if name == "o" else "ca")),
+                "--out", str(t / name), "--dns", "replica-0.env-1.svc", "--uri", uri, "--role", "both")
+        run(BIN, "certs", "revoke", "--ca", str(t / "ca"), "--cert", str(t / "b/tls.crt"),
+            "--out", str(t / "ca.crl"))
+        der = lambda p: der_blocks((t / p).read_bytes())[0][1]
+        ca, other = der("ca/ca.crt"), der("other/ca.crt")
+        a = pb_svid("spiffe://td/ns/a/sa/b", der("a/tls.crt"), der("a/tls.key"), ca)
+        b = pb_svid("spiffe://td/ns/a/sa/c", der("b/tls.crt"), der("b/tls.key"), ca, "internal")
+        o = pb_svid("spiffe://other.td/w", der("o/tls.crt"), der("o/tls.key"), other)
+        fed = lambda td, bundle: pb_field(3, pb_field(1, td.encode()) + pb_field(2, bundle))
+        write("workload_api", "one", pb_field(1, a))
+        write("workload_api", "two", pb_field(1, a) + pb_field(1, b))
+        write("workload_api", "federated", pb_field(1, a) + fed("other.td", other))
+        write("workload_api", "own-federated", pb_field(1, a) + fed("td", other) + fed("other.td", ca + other))
+        write("workload_api", "crl", pb_field(1, b) + pb_field(2, der("ca.crl")))
+        write("workload_api", "two-domains", pb_field(1, o) + pb_field(1, a) + fed("other.td", other))
+        write("workload_api", "chain", pb_field(1, pb_svid("spiffe://td/ns/a/sa/b", der("a/tls.crt") + ca,
+                                                             der("a/tls.key"), ca + other)))
+
+
+def check_secret():
+    crt, key = base64.b64encode(b"-----BEGIN CERTIFICATE-----\n").decode(), base64.b64encode(b"k").decode()
+    for name, text in [
+        ("kubectl-yaml", f"apiVersion: v1\ndata:\n  ca.crt: {crt}\n  tls.crt: {crt}\n  tls.key: {key}\n"
+                         "kind: Secret\nmetadata:\n  name: mtls\n  namespace: env-1\ntype: kubernetes.io/tls\n"),
+        ("kubectl-json", '{"apiVersion":"v1","kind":"Secret","metadata":{"name":"mtls","namespace":"env-1"},'
+                         f'"type":"kubernetes.io/tls","data":{{"tls.crt":"{crt}","tls.key":"!!"}},'
+                         '"stringData":{"ca.crt":"x"}}'),
+        ("list", "apiVersion: v1\nkind: List\nitems:\n- kind: Secret\n  metadata: {name: z}\n"
+                 "  data: {tls.crt: \"\"}\n  type: Opaque\n"),
+        ("shapes", "kind: Secret\napiVersion: v2\ntype: [a]\ndata: 3\n"),
+        ("hostile", "kind: Secret\na: &a [x, x]\nb: [*a, *a]\n---\nkind: Secret\n"),
+    ]:
+        write("check_secret", name, text)
+
+
+def tls_records():
+    seq = struct.pack("!Q", 7)
+    write("tls_records", "open-128", b"\x00" + seq + bytes(range(40)))
+    write("tls_records", "open-256-short", b"\x01" + seq + bytes(15))
+    write("tls_records", "tamper-128", b"\x02" + seq + b"\x00\x09\x00" + b"GET / HTTP/1.1\r\n\r\n")
+    write("tls_records", "tamper-256", b"\x03" + struct.pack("!Q", 2**64 - 1) + b"\x01\x00\x01" + bytes(64))
+    write("tls_records", "inner-padded", b"\x04" + seq + b"hello\x17" + bytes(30))
+    write("tls_records", "inner-ccs", b"\x05" + seq + b"\x01\x14\x00")
+    write("tls_records", "inner-empty", b"\x04" + seq + bytes(4))
+    # The record driver after a handshake: steps of [authentic?][len][bytes].
+    write("tls_records", "stream-authentic", b"\x08" + seq + b"\x01\x05hello\x01\x00\x01\x03abc")
+    # regression-ccs-then-alert and regression-data-then-bad-record, kept
+    # by hand, are the driver's findings.
+
+
 def main():
+    only = sys.argv[1:]
+    if only:
+        # Only the targets named, e.g. `fuzz/seeds.py workload_api`.
+        for name in only:
+            globals()[name]()
+        return 0
     intermediate()
     cert_der, rsa_der = credentials()
     config()
@@ -242,6 +326,9 @@ def main():
     publish_args()
     deny()
     http_identity(cert_der)
+    workload_api()
+    check_secret()
+    tls_records()
 
 
 if __name__ == "__main__":

@@ -71,8 +71,9 @@ pub fn cipher_suites(suites: &[SupportedCipherSuite]) -> Vec<SupportedCipherSuit
 }
 
 /// `suite` with ring's AES-GCM for its records, if it is a TLS 1.3
-/// AES-GCM suite; else `suite`.
-fn with_ring_records(suite: SupportedCipherSuite) -> SupportedCipherSuite {
+/// AES-GCM suite; else `suite`. Public for the `tls_records` fuzz target,
+/// which opens records with it on any CPU.
+pub fn with_ring_records(suite: SupportedCipherSuite) -> SupportedCipherSuite {
     static AES_128: OnceLock<Tls13CipherSuite> = OnceLock::new();
     static AES_256: OnceLock<Tls13CipherSuite> = OnceLock::new();
     let SupportedCipherSuite::Tls13(base) = suite else {

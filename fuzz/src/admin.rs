@@ -29,6 +29,7 @@ fn shared() -> Arc<Shared> {
             draining: AtomicBool::new(false),
             metrics: PrometheusBuilder::new().build_recorder().handle(),
             exposure: Arc::default(),
+            app_probes: mtls_sidecar::admin::app_probe::AppProbes::new(Vec::new()),
             routeless: false,
         })
     })

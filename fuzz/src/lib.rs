@@ -11,8 +11,12 @@ pub mod frames;
 pub mod proxy_check;
 pub mod proxy_v2;
 pub mod publish;
+pub mod records;
 #[path = "../../tests/common/rfc9110.rs"]
 pub mod rfc9110;
 pub mod san;
+pub mod secret;
+pub mod stream;
+pub mod workload;
 pub mod xfcc;
 pub mod xfcc_check;

@@ -133,7 +133,13 @@ impl Secret {
             }
         }
         let meta = doc.get("metadata");
-        let field = |k: &str| meta.and_then(|m| m.get(k)).and_then(Node::scalar);
+        // An empty name or namespace (which the API server never prints)
+        // reads as none, so that no message names a Secret "".
+        let field = |k: &str| {
+            meta.and_then(|m| m.get(k))
+                .and_then(Node::scalar)
+                .filter(|v| !v.is_empty())
+        };
         let name = match (field("namespace"), field("name")) {
             (Some(ns), Some(n)) => format!("{ns}/{n}"),
             (None, Some(n)) => n.to_string(),
@@ -438,6 +444,16 @@ mod tests {
         assert!(parse("\u{0}\u{1}: [").is_err());
         assert!(parse("").is_err());
         assert!(Secret::parse("t", &[0xff, 0xfe]).is_err());
+    }
+
+    /// Found by the `check_secret` fuzz target
+    /// (fuzz/seeds/check_secret/regression-empty-name).
+    #[test]
+    fn an_empty_name_or_namespace_reads_as_none() {
+        let s = parse(r#"{"kind":"Secret","metadata":{"name":"","namespace":""}}"#).unwrap();
+        assert_eq!(s.name, "(unnamed)");
+        let s = parse("kind: Secret\nmetadata: {name: x, namespace: ''}\n").unwrap();
+        assert_eq!(s.name, "x");
     }
 
     #[test]
