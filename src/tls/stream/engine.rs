@@ -196,28 +196,29 @@ impl<IO, C: Side> TlsStream<IO, C> {
     /// After rustls failed the connection: queues the records it still
     /// has for the peer, its alert last (sent best-effort by the caller,
     /// as a buffered connection does). rustls hands out what it queued
-    /// before it looks at the input, so each turn here yields one queued
-    /// record until none is left. The turns are given no input: rustls
-    /// would otherwise read what follows the offending bytes (after a
-    /// refused message, or a `change_cipher_spec` it discarded, the next
-    /// record in the same read) and raise a second alert, which its debug
-    /// builds assert on (found by the `tls_records` fuzz target). Errors
-    /// that queue nothing but their alert get one turn.
+    /// before it looks at the input again, so each turn here yields one
+    /// queued record until none is left. The turn after the last one reads
+    /// the input again, which is harmless after a message was refused (the
+    /// connection's state is poisoned: rustls only reports the error) but
+    /// not after a record could not be read at all: rustls would read the
+    /// same bytes and raise a second alert. Those errors queue nothing but
+    /// their alert, so they get one turn. (Left: a refused message followed
+    /// in the same read by an unreadable record makes rustls queue a second
+    /// alert, never sent; its debug builds assert on it.)
     pub(super) fn queue_alert(&mut self, e: &Error) {
         if std::mem::replace(&mut self.alerted, true) {
             return;
         }
         let turns = if record_unreadable(e) { 1 } else { 8 };
         for _ in 0..turns {
-            // No input: rustls hands over what it queued and never reads
-            // (and refuses) the received bytes a second time.
-            let UnbufferedStatus { state, .. } = self.conn.process(&mut []);
+            let UnbufferedStatus { discard, state } = self.conn.process(self.incoming.data_mut());
             let encoded = match state {
                 Ok(ConnectionState::EncodeTlsData(mut record)) => {
                     encode(&mut record, &mut self.out).is_ok()
                 }
                 _ => false,
             };
+            self.incoming.consume(discard);
             if !encoded {
                 return;
             }
