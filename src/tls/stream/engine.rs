@@ -196,21 +196,18 @@ impl<IO, C: Side> TlsStream<IO, C> {
     /// After rustls failed the connection: queues the records it still
     /// has for the peer, its alert last (sent best-effort by the caller,
     /// as a buffered connection does). rustls hands out what it queued
-    /// before it looks at the input again, so each turn here yields one
-    /// queued record until none is left. The turn after the last one reads
-    /// the input again, which is harmless after a message was refused (the
-    /// connection's state is poisoned: rustls only reports the error) but
-    /// not after a record could not be read at all: rustls would read the
-    /// same bytes and raise a second alert. Those errors queue nothing but
-    /// their alert, so they get one turn. (Left: a refused message followed
-    /// in the same read by an unreadable record makes rustls queue a second
-    /// alert, never sent; its debug builds assert on it.)
-    pub(super) fn queue_alert(&mut self, e: &Error) {
+    /// before it looks at the input, one record a turn, so the driver
+    /// turns it only while it says it has something to send
+    /// ([`wants_write`](rustls::CommonState::wants_write)): a turn with
+    /// nothing queued would read the input past the offending record and
+    /// raise a second alert (its debug builds assert on it; found by the
+    /// `tls_records` fuzz target). The input itself is still given:
+    /// rustls may hold a handshake message joined across records in it.
+    pub(super) fn queue_alert(&mut self) {
         if std::mem::replace(&mut self.alerted, true) {
             return;
         }
-        let turns = if record_unreadable(e) { 1 } else { 8 };
-        for _ in 0..turns {
+        while self.conn.wants_write() {
             let UnbufferedStatus { discard, state } = self.conn.process(self.incoming.data_mut());
             let encoded = match state {
                 Ok(ConnectionState::EncodeTlsData(mut record)) => {
@@ -224,16 +221,4 @@ impl<IO, C: Side> TlsStream<IO, C> {
             }
         }
     }
-}
-
-/// Errors rustls raises while reading a record (before any message in it
-/// is handled): the offending bytes stay in the input.
-fn record_unreadable(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::InvalidMessage(_)
-            | Error::PeerSentOversizedRecord
-            | Error::DecryptError
-            | Error::PeerMisbehaved(rustls::PeerMisbehaved::IllegalMiddleboxChangeCipherSpec)
-    )
 }

@@ -119,6 +119,11 @@ pub struct TlsStream<IO, C> {
     /// The fatal alert was queued: rustls is never turned for a second
     /// one (it would re-read the offending bytes still in the input).
     alerted: bool,
+    /// A read error held back because the same turn handed over
+    /// plaintext first: that read returns the plaintext, the next one the
+    /// error (a read that fails reads nothing, as tokio's `AsyncRead`
+    /// requires).
+    read_error: Option<io::Error>,
     /// The server name the client asked for (server side, noted by the
     /// certificate resolver).
     sni: Option<Box<str>>,
@@ -137,6 +142,7 @@ impl<IO, C: Side> TlsStream<IO, C> {
             close_sent: false,
             failed: false,
             alerted: false,
+            read_error: None,
             sni: None,
         }
     }
@@ -216,7 +222,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin, C: Side> TlsStream<IO, C> {
     /// rustls failed the connection: its alert goes out (best effort) and
     /// the error is returned as tokio-rustls returns it.
     fn failed(&mut self, cx: &mut Context<'_>, e: rustls::Error) -> io::Error {
-        self.queue_alert(&e);
+        self.queue_alert();
         let _ = self.drain(cx);
         io::Error::new(io::ErrorKind::InvalidData, e)
     }
@@ -250,6 +256,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin, C: Side> TlsStream<IO, C> {
             self.plain.release();
             return Poll::Ready(Ok(()));
         }
+        if let Some(e) = self.read_error.take() {
+            return Poll::Ready(Err(e));
+        }
         let before = buf.filled().len();
         loop {
             if self.read_closed {
@@ -262,7 +271,14 @@ impl<IO: AsyncRead + AsyncWrite + Unpin, C: Side> TlsStream<IO, C> {
             }
             let progress = match self.step(Some(buf), Intent::Read) {
                 Ok(p) => p,
-                Err(e) => return Poll::Ready(Err(self.failed(cx, e))),
+                Err(e) => {
+                    let e = self.failed(cx, e);
+                    return Poll::Ready(hold_back(
+                        buf.filled().len() > before,
+                        e,
+                        &mut self.read_error,
+                    ));
+                }
             };
             // What reading produced (a key update's answer) goes out now;
             // a failure to send is the writer's to find.
@@ -281,6 +297,17 @@ impl<IO: AsyncRead + AsyncWrite + Unpin, C: Side> TlsStream<IO, C> {
                 Err(e) => return Poll::Ready(Err(e)),
             }
         }
+    }
+}
+
+/// A read that failed after handing over `delivered` plaintext returns
+/// that plaintext and keeps the error in `held` for the next read.
+fn hold_back(delivered: bool, e: io::Error, held: &mut Option<io::Error>) -> io::Result<()> {
+    if delivered {
+        *held = Some(e);
+        Ok(())
+    } else {
+        Err(e)
     }
 }
 

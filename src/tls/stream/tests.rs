@@ -228,6 +228,47 @@ async fn a_record_longer_than_allowed_is_refused_without_reading_it() {
     assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
 }
 
+/// Found by the `tls_records` fuzz target
+/// (fuzz/seeds/tls_records/regression-data-then-bad-record): plaintext
+/// decrypted in the same turn as a record that fails is read first, and
+/// the error comes with the next read; a read that fails reads nothing.
+#[tokio::test]
+async fn plaintext_before_a_bad_record_is_read_before_the_error() {
+    for versions in [&[&rustls::version::TLS13][..], &[&rustls::version::TLS12]] {
+        let (mut s, mut c) = pair(versions, 1 << 16).await;
+        c.write_all(b"hi").await.unwrap();
+        c.flush().await.unwrap();
+        // A record no key seals, in the same socket read as the first.
+        c.io.write_all(&[23, 3, 3, 0, 17]).await.unwrap();
+        c.io.write_all(&[0x5a; 17]).await.unwrap();
+        let mut b = [0u8; 64];
+        let n = s.read(&mut b).await.expect("the authentic bytes first");
+        assert_eq!(&b[..n], b"hi");
+        let e = s.read(&mut b).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        let mut all = Vec::new();
+        assert!(s.read_to_end(&mut all).await.is_err());
+        assert!(all.is_empty());
+    }
+}
+
+/// Found by the `tls_records` fuzz target
+/// (fuzz/seeds/tls_records/regression-ccs-then-alert): a
+/// `change_cipher_spec` after the handshake, then a record in the clear,
+/// in one read. rustls discards the first and raised a second alert over
+/// the next when the failed connection was turned for its alert (its
+/// debug builds, these tests', assert on that).
+#[tokio::test]
+async fn a_refused_record_and_the_next_raise_one_alert() {
+    let (mut s, mut c) = pair(&[&rustls::version::TLS13], 1 << 16).await;
+    c.io.write_all(&[20, 3, 3, 0, 1, 1, 21, 3, 3, 0, 2, 1, 0])
+        .await
+        .unwrap();
+    let mut b = [0u8; 8];
+    let e = s.read(&mut b).await.unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+}
+
 #[tokio::test]
 async fn a_peer_that_stops_mid_handshake_holds_only_its_bytes() {
     let (sc, _) = configs(ALL_VERSIONS);
