@@ -47,7 +47,7 @@ cd "$(dirname "$0")/.."
 # (docs/mutants.md: the method).
 declare -A TARGETS=(
     [src/tls/verify.rs]="--lib --test client_reverify --test ca_hints --test rotation --test refusals --test eku --test crl --test identity_proof --test chain_memo --test workload_api_federation --test handoff"
-    [src/tls/last_verified.rs]="--test chain_memo --test client_reverify --test rotation"
+    [src/tls/chain_memo.rs]="--test chain_memo --test client_reverify --test rotation"
     [src/tls/spiffe.rs]="--lib --test workload_api --test workload_api_federation"
     [src/identity/]="--lib --test patterns --test eku"
     [src/credentials/validate.rs]="--lib --test revision_validation --test store --test check --test certs"
@@ -62,7 +62,7 @@ declare -A TARGETS=(
     [src/proxy/transparent/lookup.rs]="--lib --test transparent"
     [src/proxy/transparent/tproxy.rs]="--lib --test transparent"
     [src/proxy/route/admission.rs]="--test admin --test client_reverify --test limits --test process --test refusals --test rotation --test resumption --test handoff"
-    [src/proxy/proxy_header.rs]="--lib --test handoff"
+    [src/proxy/proxy_protocol.rs]="--lib --test handoff"
     [src/identity/pin.rs]="--lib --test handoff --test refusals"
     [src/proxy/route/supervise.rs]="--test client_reverify --test limits --test process --test rotation --test admin --test client_side --test http_identity"
     [src/proxy/route/server.rs]="--test admin --test handoff --test limits --test process"
@@ -89,7 +89,7 @@ declare -A TARGETS=(
 # The order they run and are reported in (and docs/mutants.md lists them).
 ORDER=(
     src/tls/verify.rs
-    src/tls/last_verified.rs
+    src/tls/chain_memo.rs
     src/tls/spiffe.rs
     src/identity/
     src/credentials/validate.rs
@@ -104,7 +104,7 @@ ORDER=(
     src/proxy/transparent/lookup.rs
     src/proxy/transparent/tproxy.rs
     src/proxy/route/admission.rs
-    src/proxy/proxy_header.rs
+    src/proxy/proxy_protocol.rs
     src/identity/pin.rs
     src/proxy/route/supervise.rs
     src/proxy/route/server.rs

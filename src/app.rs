@@ -27,7 +27,7 @@ use crate::credentials::{CredError, CredentialStore};
 use crate::process::systemd::SystemdError;
 use crate::proxy::addr::{Addr, Listener, StdListener};
 use crate::proxy::exposure::TargetExposure;
-use crate::proxy::route::spread::Runtimes;
+use crate::proxy::route::runtimes::Runtimes;
 use crate::proxy::route::{Route, RouteError};
 use crate::proxy::settings::Mode;
 use crate::reason::{CloseReason, FailureReason};

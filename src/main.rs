@@ -11,7 +11,7 @@ use mtls_sidecar::cli::{Cli, Command};
 use mtls_sidecar::config::{FileSpec, RuntimeModel, Settings};
 use mtls_sidecar::identity::SanPolicy;
 use mtls_sidecar::logging::{self, LogFormat};
-use mtls_sidecar::proxy::route::spread::Runtimes;
+use mtls_sidecar::proxy::route::runtimes::Runtimes;
 use mtls_sidecar::sandbox;
 
 fn main() -> ExitCode {

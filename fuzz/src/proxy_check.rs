@@ -3,7 +3,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use mtls_sidecar::proxy::proxy_header::{encode, Handoff};
+use mtls_sidecar::proxy::proxy_protocol::{encode, Handoff};
 use rustls::{CipherSuite, ProtocolVersion};
 
 use crate::frames::Reader;

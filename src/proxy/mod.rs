@@ -2,7 +2,7 @@
 //! peer may hold ([`pending`], [`preauth`]), hands the handshake to [`crate::tls`],
 //! admits the authenticated peer into the registry of live connections
 //! ([`conn`]), and copies bytes both ways ([`forward`]), optionally after a
-//! PROXY protocol header ([`proxy_header`]) or to the original destination of
+//! PROXY protocol header ([`proxy_protocol`]) or to the original destination of
 //! a diverted connection ([`transparent`]); or, for an HTTP target, carries
 //! requests with the peer's identity in a header instead ([`http`]). Everything here reads the
 //! credentials and settings below it; nothing below imports from it.
@@ -15,7 +15,7 @@ pub mod http;
 pub mod mark;
 pub mod pending;
 pub mod preauth;
-pub mod proxy_header;
+pub mod proxy_protocol;
 pub mod route;
 pub mod settings;
 pub mod transparent;

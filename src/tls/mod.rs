@@ -6,7 +6,7 @@
 //! [`resumption`]): every connection then performs a full handshake, so the
 //! peer chain is always checked against the trust and SAN policy in force.
 
-mod last_verified;
+mod chain_memo;
 pub mod resolve;
 pub mod resumption;
 mod spiffe;

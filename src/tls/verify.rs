@@ -14,7 +14,7 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
-use super::last_verified::LastVerified;
+use super::chain_memo::LastVerified;
 use super::spiffe::{check_trust_domain, federated_peer_allowed, PeerDomain};
 use crate::credentials::{CredentialStore, Trust, Usage};
 use crate::identity::{CertInfo, SanPolicy};

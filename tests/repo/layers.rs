@@ -298,7 +298,7 @@ fn use_tree(
 }
 
 /// `src/proxy/route/client.rs` -> ["proxy", "route", "client"]; `src/proxy/mod.rs` ->
-/// ["proxy"]; `src/ops/check.rs` -> ["ops", "check"].
+/// ["proxy"]; `src/ops/check/mod.rs` -> ["ops", "check"].
 fn module_of(src: &Path, file: &Path) -> Vec<String> {
     let rel = file.strip_prefix(src).unwrap().with_extension("");
     let mut segs: Vec<String> = rel

@@ -41,7 +41,7 @@ use crate::proxy::pending::{Pending, Ticket};
 use crate::proxy::transparent::Outbound;
 use crate::reason::FailureReason;
 use crate::tls::verify::{ClientCertPolicy, ServerCertPolicy};
-use spread::Runtimes;
+use runtimes::Runtimes;
 use supervise::Phased;
 use tracing::instrument::Instrumented;
 
@@ -57,8 +57,8 @@ mod admission;
 mod client;
 mod http;
 mod refusal;
+pub mod runtimes;
 mod server;
-pub mod spread;
 mod supervise;
 mod verdict;
 

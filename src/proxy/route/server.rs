@@ -136,7 +136,7 @@ impl Route {
                     .map(|p| p.to_string())
             }),
         };
-        crate::proxy::proxy_header::encode(&crate::proxy::proxy_header::Handoff {
+        crate::proxy::proxy_protocol::encode(&crate::proxy::proxy_protocol::Handoff {
             addresses,
             version: conn.protocol_version(),
             cipher: conn.negotiated_cipher_suite().map(|c| c.suite()),

@@ -394,7 +394,7 @@ pub const BUILD_INFO: &str = "mtls_sidecar_build_info";
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The rustls version this binary was built with, read from Cargo.lock at
 /// compile time (rustls exports no version constant).
-pub const RUSTLS_VERSION: &str = locked_version(include_str!("../Cargo.lock"), "rustls");
+pub const RUSTLS_VERSION: &str = locked_version(include_str!("../../Cargo.lock"), "rustls");
 
 /// How often the process metrics are refreshed.
 const PROCESS_INTERVAL: Duration = Duration::from_secs(5);
