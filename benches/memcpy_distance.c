@@ -1,6 +1,6 @@
 /* memcpy's speed by the distance between destination and source modulo a
  * page, for one 16 KiB copy (a TLS record's plaintext) and for the same
- * bytes copied in pieces of 4 KiB, 2 KiB and 1 KiB (src/copy.rs).
+ * bytes copied in pieces of 4 KiB, 2 KiB and 1 KiB (src/tls/stream/copy.rs).
  *
  *   gcc -O2 -static benches/memcpy_distance.c -o /tmp/memcpy_distance && /tmp/memcpy_distance
  *

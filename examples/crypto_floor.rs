@@ -1,6 +1,6 @@
 //! The crypto floor of one mutual-TLS handshake between the two sidecars
 //! (benches/reports/2026-12-02-crypto-floor.md), measured with
-//! the provider the sidecar uses (`mtls_sidecar::crypto_provider()`,
+//! the provider the sidecar uses (`mtls_sidecar::tls::provider::crypto_provider()`,
 //! aws-lc-rs) and the key type of the bench's PKI (ECDSA P-256):
 //!
 //! - the key exchange the defaults pick, X25519MLKEM768: the client's key
@@ -23,7 +23,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mtls_sidecar::ops::pki::{DevCa, LeafSpec, Role};
+use mtls_sidecar::pki::{DevCa, LeafSpec, Role};
 use rustls::crypto::SupportedKxGroup;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -57,7 +57,7 @@ fn per_op(n: u32, mut op: impl FnMut()) -> f64 {
 }
 
 fn main() {
-    let provider = mtls_sidecar::crypto_provider();
+    let provider = mtls_sidecar::tls::provider::crypto_provider();
     let n: u32 = std::env::var("FLOOR_N")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -138,8 +138,8 @@ fn main() {
 fn configs(
     provider: &Arc<rustls::crypto::CryptoProvider>,
     ca: &DevCa,
-    server: &mtls_sidecar::ops::pki::Issued,
-    client: &mtls_sidecar::ops::pki::Issued,
+    server: &mtls_sidecar::pki::Issued,
+    client: &mtls_sidecar::pki::Issued,
 ) -> (Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>) {
     let mut roots = rustls::RootCertStore::empty();
     roots

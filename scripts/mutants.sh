@@ -75,7 +75,7 @@ declare -A TARGETS=(
     [src/proxy/conn.rs]="--lib --test limits --test client_reverify --test rotation --test process --test crl"
     [src/tls/mod.rs]="--lib --test refusals --test eku --test ca_hints --test kx_groups --test resumption"
     [src/tls/resolve.rs]="--lib --test rotation --test interop"
-    [src/crypto.rs]="--lib"
+    [src/tls/provider.rs]="--lib"
     [src/config/route.rs]="--lib --test cli"
     [src/credentials/reload.rs]="--test rotation --test store --test settle --test process --test crl --test deny --test health"
     [src/credentials/source.rs]="--lib --test store --test settle"
@@ -117,7 +117,7 @@ ORDER=(
     src/proxy/conn.rs
     src/tls/mod.rs
     src/tls/resolve.rs
-    src/crypto.rs
+    src/tls/provider.rs
     src/config/route.rs
     src/credentials/reload.rs
     src/credentials/source.rs

@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::{CredentialSpec, FileSpec, RouteSpec};
 use crate::identity::Role;
-use crate::logging::LogFormat;
+use crate::log::LogFormat;
 use crate::proxy::settings::Mode;
 use crate::sandbox::SandboxMode;
 
@@ -435,7 +435,7 @@ pub struct CertsIssueArgs {
     pub force: bool,
 }
 
-/// The hidden `sandbox-probe` (see [`crate::ops::sandbox_probe`]).
+/// The hidden `sandbox-probe` (see [`crate::tools::sandbox_probe`]).
 #[derive(Debug, Clone, Args)]
 pub struct SandboxProbeArgs {
     /// The TOML config file whose sandbox is applied.

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mtls_sidecar::ops::pki::{write_secret_dir, DevCa, LeafSpec, Role};
+use mtls_sidecar::pki::{write_secret_dir, DevCa, LeafSpec, Role};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::options::{Opts, Scale};

@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
-use mtls_sidecar::ops::atomic_writer::AtomicDir;
-use mtls_sidecar::ops::pki::{write_secret_dir, DevCa, LeafSpec, Role};
+use mtls_sidecar::pki::{write_secret_dir, DevCa, LeafSpec, Role};
+use mtls_sidecar::tools::atomic_writer::AtomicDir;
 
 use crate::measure::{measure, System};
 use crate::options::{usage, Opts, Scale};

@@ -22,7 +22,7 @@ const NAMES: [&str; FILES] = ["tls.crt", "tls.key", "ca.crt", "ca.crl", "interme
 
 fn provider() -> &'static Arc<CryptoProvider> {
     static P: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
-    P.get_or_init(mtls_sidecar::crypto_provider)
+    P.get_or_init(mtls_sidecar::tls::provider::crypto_provider)
 }
 
 /// Runs the loader on the files `data` describes.

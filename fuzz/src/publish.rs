@@ -10,7 +10,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use mtls_sidecar::ops::publish::{
+use mtls_sidecar::tools::publish::{
     check_name, is_revision_name, name_and_path, parse_mode, publish, publish_request, Entry,
     PublishError, Request,
 };

@@ -1,10 +1,10 @@
-//! ring's TLS 1.3 record opener (`crypto::with_ring_records`) on
+//! ring's TLS 1.3 record opener (`tls::provider::with_ring_records`) on
 //! arbitrary records under a fixed key, judged against aws-lc's opener of
 //! the same suite (rustls's own): the same plaintext and content type, or
 //! the same error; and a record ring sealed, altered in one bit, is
 //! refused by both while the unaltered one opens to what was sealed.
 
-use mtls_sidecar::crypto::with_ring_records;
+use mtls_sidecar::tls::provider::with_ring_records;
 use rustls::crypto::cipher::{
     AeadKey, InboundOpaqueMessage, Iv, OutboundChunks, OutboundPlainMessage, Tls13AeadAlgorithm,
 };

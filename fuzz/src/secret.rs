@@ -1,9 +1,9 @@
-//! `check --secret`'s reader (`ops::check::secret::Secret::parse`) on
+//! `check --secret`'s reader (`tools::check::secret::Secret::parse`) on
 //! arbitrary bytes: never a panic; every error names the input and what
 //! in it is wrong (a field of the Secret, or a position in the text); an
 //! accepted Secret holds only keys of its `data` and `stringData`.
 
-use mtls_sidecar::ops::check::secret::{Secret, SecretError, Value};
+use mtls_sidecar::tools::check::secret::{Secret, SecretError, Value};
 
 const FROM: &str = "fuzz-secret.yaml";
 

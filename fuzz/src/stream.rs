@@ -11,7 +11,7 @@
 use std::io;
 use std::sync::{Arc, OnceLock};
 
-use mtls_sidecar::ops::pki::{DevCa, Issued, LeafSpec, Role};
+use mtls_sidecar::pki::{DevCa, Issued, LeafSpec, Role};
 use mtls_sidecar::tls::stream::{accept, connect};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -28,7 +28,7 @@ fn key(id: &Issued) -> PrivateKeyDer<'static> {
 fn configs() -> &'static (Arc<ServerConfig>, Arc<ClientConfig>) {
     static CONFIGS: OnceLock<(Arc<ServerConfig>, Arc<ClientConfig>)> = OnceLock::new();
     CONFIGS.get_or_init(|| {
-        let provider = mtls_sidecar::crypto_provider();
+        let provider = mtls_sidecar::tls::provider::crypto_provider();
         let ca = DevCa::new("fuzz CA", 1).expect("a CA");
         let server = ca
             .issue(&LeafSpec::dns(NAME, Role::Server, 1))

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::credentials::CredentialStore;
-use crate::proxy::exposure::TargetExposure;
 use crate::proxy::route::Route;
+use crate::target_exposure::TargetExposure;
 
 /// Whether `/connections` is served. Peer identities are sensitive, and
 /// the shipped manifests bind the admin port on `0.0.0.0` for scraping:

@@ -162,8 +162,8 @@ pub struct Status {
     /// What the Landlock sandbox enforces (`--sandbox`).
     pub sandbox: crate::sandbox::SandboxStatus,
     /// Server routes whose target is on loopback: whether the application
-    /// also listens outside loopback (see `crate::proxy::exposure`).
-    pub target_exposure: Vec<crate::proxy::exposure::ExposureStatus>,
+    /// also listens outside loopback (see `crate::target_exposure`).
+    pub target_exposure: Vec<crate::target_exposure::ExposureStatus>,
 }
 
 /// One route.
@@ -522,7 +522,7 @@ mod tests {
 
     use super::*;
     use crate::credentials::CredentialSource;
-    use crate::ops::pki::{write_secret_dir, DevCa, LeafSpec, Role};
+    use crate::pki::{write_secret_dir, DevCa, LeafSpec, Role};
 
     fn store(dir: &std::path::Path) -> std::sync::Arc<CredentialStore> {
         let ca = DevCa::new("status test CA", 30).expect("CA");
@@ -532,7 +532,7 @@ mod tests {
         write_secret_dir(dir, &leaf, &ca.cert_pem).expect("write");
         CredentialStore::load(
             CredentialSource::Dir(dir.to_path_buf()),
-            crate::crypto_provider(),
+            crate::tls::provider::crypto_provider(),
             Duration::ZERO,
         )
         .expect("load")

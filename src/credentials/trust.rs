@@ -404,7 +404,7 @@ fn pki_error(error: webpki::Error) -> rustls::Error {
 mod tests {
     use super::*;
     use crate::credentials::{parse_deny, RawFile};
-    use crate::ops::pki::{CrlSpec, DevCa, LeafSpec, Role};
+    use crate::pki::{CrlSpec, DevCa, LeafSpec, Role};
     use rustls_pki_types::pem::PemObject;
 
     fn trust(ca: &DevCa) -> Trust {
@@ -412,7 +412,13 @@ mod tests {
         let info = CertInfo::parse(&der).unwrap();
         let anchors = Anchor::bundle(&[(der, info)]);
         let empty = Arc::new(CrlSet::empty());
-        Trust::build(anchors, empty, CrlScope::Leaf, &crate::crypto_provider()).unwrap()
+        Trust::build(
+            anchors,
+            empty,
+            CrlScope::Leaf,
+            &crate::tls::provider::crypto_provider(),
+        )
+        .unwrap()
     }
 
     fn leaf(ca: &DevCa, name: &str, role: Role) -> Vec<CertificateDer<'static>> {

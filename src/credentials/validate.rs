@@ -415,7 +415,7 @@ fn describe(e: webpki::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::pki::{CrlSpec, DevCa, LeafSpec, Role};
+    use crate::pki::{CrlSpec, DevCa, LeafSpec, Role};
 
     fn file(name: &str, bytes: impl Into<Vec<u8>>) -> RawFile {
         RawFile {
@@ -470,7 +470,7 @@ mod tests {
             file("ca.crt", ca.cert_pem.clone()),
             Some(file("ca.crl", crl)),
         );
-        let provider = crate::crypto_provider();
+        let provider = crate::tls::provider::crypto_provider();
         let parsed = parse(&raw, &provider).unwrap();
         let crls = parsed.own_crls(&provider, SystemTime::now()).unwrap();
         assert_eq!(crls.entries().len(), 1);

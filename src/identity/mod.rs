@@ -310,7 +310,7 @@ impl SanPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::pki::{DevCa, LeafSpec, Role};
+    use crate::pki::{DevCa, LeafSpec, Role};
 
     fn cert(dns: &[&str], uri: &[&str]) -> CertInfo {
         CertInfo {

@@ -60,7 +60,7 @@ pub fn check(pins: &[[u8; 32]], cert_der: &[u8]) -> Result<(), rustls::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::pki::{DevCa, LeafSpec, Role};
+    use crate::pki::{DevCa, LeafSpec, Role};
 
     #[test]
     fn pins_parse_in_every_base64_spelling() {

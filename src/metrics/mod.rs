@@ -90,7 +90,6 @@ pub fn install() -> PrometheusHandle {
             counter!(CRL_PRUNED).increment(0);
             gauge!(CRL_PENDING).set(0.0);
             deny_entries(0, 0, 0);
-            build_info();
             process_metrics();
             handle
         })
@@ -402,25 +401,18 @@ const PROCESS_INTERVAL: Duration = Duration::from_secs(5);
 /// `mtls_sidecar_build_info{version, rustls, aes_gcm} 1`, an [`info`]
 /// family (the labels never change, but every `_info` metric is rendered
 /// the same way).
-fn build_info() {
+/// Sets `mtls_sidecar_build_info`; `aes_gcm` names the AES-GCM that
+/// protects TLS 1.3 records on this CPU (`ring` or `aws-lc`).
+pub fn build_info(aes_gcm: &str) {
     info::set(
         BUILD_INFO,
         "Always 1; the labels say which build runs: version (mtls-sidecar), rustls, and which AES-GCM protects TLS 1.3 records on this CPU (ring or aws-lc).",
         vec![vec![
             ("version", VERSION.to_string()),
             ("rustls", RUSTLS_VERSION.to_string()),
-            ("aes_gcm", aes_gcm().to_string()),
+            ("aes_gcm", aes_gcm.to_string()),
         ]],
     );
-}
-
-/// Which implementation protects TLS 1.3 AES-GCM records here.
-pub fn aes_gcm() -> &'static str {
-    if crate::crypto::records_with_ring() {
-        "ring"
-    } else {
-        "aws-lc"
-    }
 }
 
 /// `process_resident_memory_bytes`, `process_open_fds`, `process_max_fds`,

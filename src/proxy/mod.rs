@@ -9,7 +9,6 @@
 
 pub mod addr;
 pub mod conn;
-pub mod exposure;
 pub mod forward;
 pub mod http;
 pub mod mark;

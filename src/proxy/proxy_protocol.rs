@@ -405,11 +405,11 @@ mod tests {
 
     #[test]
     fn cn_is_the_peers_and_the_algorithms_are_the_local_certificates() {
-        let ca = crate::ops::pki::DevCa::new("peer CA", 1).unwrap();
+        let ca = crate::pki::DevCa::new("peer CA", 1).unwrap();
         let peer = ca
-            .issue(&crate::ops::pki::LeafSpec::dns(
+            .issue(&crate::pki::LeafSpec::dns(
                 "peer.svc",
-                crate::ops::pki::Role::Client,
+                crate::pki::Role::Client,
                 1,
             ))
             .unwrap();
@@ -470,7 +470,9 @@ mod tests {
                 (w.len() > 3 && w[0] == iana).then(|| (w[2].to_string(), w[3].to_string()))
             })
         };
-        let suites = crate::crypto_provider().cipher_suites.clone();
+        let suites = crate::tls::provider::crypto_provider()
+            .cipher_suites
+            .clone();
         assert_eq!(suites.len(), 9, "{suites:?}");
         for s in suites {
             let iana = format!("{:?}", s.suite()).replace("TLS13_", "TLS_");

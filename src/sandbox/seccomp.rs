@@ -9,7 +9,7 @@
 //! pings, unix listeners and targets) and TCP are left to Landlock.
 //! Netlink sockets are refused (EACCES) but for `NETLINK_SOCK_DIAG`, which
 //! the target-exposure check lists listening sockets with
-//! (`crate::proxy::exposure::sockdiag`), and, when a target is a host name,
+//! (`crate::target_exposure::sockdiag`), and, when a target is a host name,
 //! `NETLINK_ROUTE`: glibc's resolver asks it which address families the
 //! host has whenever a name has several addresses to sort (it copes with a
 //! refusal, but sorts without that knowledge). No other netlink protocol

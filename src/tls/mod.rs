@@ -7,6 +7,7 @@
 //! peer chain is always checked against the trust and SAN policy in force.
 
 mod chain_memo;
+pub mod provider;
 pub mod resolve;
 pub mod resumption;
 mod spiffe;

@@ -295,15 +295,12 @@ mod tests {
 
     /// The credentials in force of a fresh store over a directory holding
     /// `leaf` and its CA (each call: another revision, another trust).
-    fn credentials(
-        ca: &crate::ops::pki::DevCa,
-        leaf: &crate::ops::pki::Issued,
-    ) -> Arc<Credentials> {
+    fn credentials(ca: &crate::pki::DevCa, leaf: &crate::pki::Issued) -> Arc<Credentials> {
         let dir = tempfile::tempdir().expect("tempdir");
-        crate::ops::pki::write_secret_dir(dir.path(), leaf, &ca.cert_pem).expect("write");
+        crate::pki::write_secret_dir(dir.path(), leaf, &ca.cert_pem).expect("write");
         let store = CredentialStore::load(
             crate::credentials::CredentialSource::Dir(dir.path().to_path_buf()),
-            crate::crypto_provider(),
+            crate::tls::provider::crypto_provider(),
             Duration::ZERO,
         )
         .expect("load");
@@ -317,7 +314,7 @@ mod tests {
     /// `>=`.
     #[test]
     fn a_ticket_is_issued_only_under_the_revision_in_force() {
-        use crate::ops::pki::{DevCa, LeafSpec, Role};
+        use crate::pki::{DevCa, LeafSpec, Role};
         let ca = DevCa::new("CA", 30).expect("CA");
         let leaf = ca
             .issue(&LeafSpec::dns("a.svc", Role::Both, 10))

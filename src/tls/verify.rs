@@ -358,7 +358,7 @@ impl ClientCertVerifier for ClientCertPolicy {
         // The handshake is not over yet (CertificateVerify and Finished
         // follow); this marks the moment the chain was judged.
         tracing::debug!(
-            subject = %crate::logsafe::clean(info.as_ref().map(|i| i.subject.as_str()).unwrap_or("")),
+            subject = %crate::log::clean(info.as_ref().map(|i| i.subject.as_str()).unwrap_or("")),
             "client certificate chain verified"
         );
         Ok(ClientCertVerified::assertion())
@@ -412,7 +412,7 @@ impl ServerCertVerifier for ServerCertPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::pki::{DevCa, LeafSpec, Role};
+    use crate::pki::{DevCa, LeafSpec, Role};
 
     /// A resumed session's report is the chain rustls stored with it, its
     /// leaf parsed, and nothing judged yet: admission judges it from there.

@@ -2,7 +2,7 @@
 //! corrupted signature, a CA whose keyUsage lacks cRLSign, another key
 //! under the CA's name.
 
-use mtls_sidecar::ops::pki::DevCa;
+use mtls_sidecar::pki::DevCa;
 
 /// A CA certificate without cRLSign in its keyUsage (self-signed, or
 /// signed by `parent`), and a [`DevCa`] of the same name and key whose own

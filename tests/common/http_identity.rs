@@ -10,7 +10,7 @@ use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
-use mtls_sidecar::ops::pki::{Issued, LeafSpec, Role};
+use mtls_sidecar::pki::{Issued, LeafSpec, Role};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common::*;

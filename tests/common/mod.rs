@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mtls_sidecar::ops::pki::{
+use mtls_sidecar::pki::{
     serial_of, write_secret_dir, CrlSpec, DevCa, Issued, IssuedCrl, LeafSpec, Role,
 };
 use rustls::pki_types::pem::PemObject;
@@ -45,7 +45,7 @@ pub const REPLICA: &str = "replica-0.env-1.svc";
 pub const DEADLINE: Duration = Duration::from_secs(20);
 
 pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    mtls_sidecar::crypto_provider()
+    mtls_sidecar::tls::provider::crypto_provider()
 }
 
 /// `params` signed by `ca` with a fresh key, for leaves the development
@@ -102,7 +102,7 @@ impl Pki {
 
 /// Publishes `leaf` and `ca` as one kubelet-style revision of `dir`.
 pub fn publish_identity(
-    dir: &mtls_sidecar::ops::atomic_writer::AtomicDir,
+    dir: &mtls_sidecar::tools::atomic_writer::AtomicDir,
     leaf: &Issued,
     ca: &str,
 ) {

@@ -4,7 +4,7 @@
 use super::foreign::path;
 use super::Pki;
 
-/// A minimal `openssl ca` around the CA that `mtls_sidecar::ops::pki` minted: its
+/// A minimal `openssl ca` around the CA that `mtls_sidecar::pki` minted: its
 /// certificate and key, an index of revoked serials, and a CRL number file
 /// only when `numbered` (without one, `openssl ca` writes a CRL with no CRL
 /// number; the authority key identifier keeps it a v2 CRL, which webpki
@@ -63,7 +63,7 @@ impl OpensslCa {
     }
 
     /// Marks `leaf` revoked in the index.
-    pub fn revoke(&self, leaf: &mtls_sidecar::ops::pki::Issued) {
+    pub fn revoke(&self, leaf: &mtls_sidecar::pki::Issued) {
         let file = self.dir.join("revoke.crt");
         std::fs::write(&file, &leaf.cert_pem).unwrap();
         self.openssl(&["-revoke", file.to_str().unwrap()]);

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::expo::Exposition;
 use common::*;
-use mtls_sidecar::ops::pki::{LeafSpec, Role};
+use mtls_sidecar::pki::{LeafSpec, Role};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

@@ -10,7 +10,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use mtls_sidecar::ops::pki::Role;
+use mtls_sidecar::pki::Role;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 

@@ -9,7 +9,7 @@ use crate::common;
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use mtls_sidecar::ops::pki::Role;
+use mtls_sidecar::pki::Role;
 use rustls::client::ResolvesClientCert;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::PrivateKeyDer;

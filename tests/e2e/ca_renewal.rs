@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use common::*;
-use mtls_sidecar::ops::pki::{DevCa, Issued, LeafSpec, Role};
-use mtls_sidecar::ops::publish::{publish, Entry};
+use mtls_sidecar::pki::{DevCa, Issued, LeafSpec, Role};
+use mtls_sidecar::tools::publish::{publish, Entry};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair, KeyUsagePurpose,
     SerialNumber,

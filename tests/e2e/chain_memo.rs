@@ -17,7 +17,7 @@
 use crate::common;
 
 use common::*;
-use mtls_sidecar::ops::pki::{LeafSpec, Role};
+use mtls_sidecar::pki::{LeafSpec, Role};
 
 const JUDGED: &str = "peer chain judged";
 

@@ -9,8 +9,8 @@ use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use common::*;
-use mtls_sidecar::ops::atomic_writer::AtomicDir;
-use mtls_sidecar::ops::pki::{LeafSpec, Role};
+use mtls_sidecar::pki::{LeafSpec, Role};
+use mtls_sidecar::tools::atomic_writer::AtomicDir;
 use serde_json::Value;
 
 const DAY: Duration = Duration::from_secs(86_400);

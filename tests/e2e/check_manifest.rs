@@ -7,7 +7,7 @@
 use crate::common;
 
 use common::{run_bin, Pki};
-use mtls_sidecar::ops::pki::{LeafSpec, Role};
+use mtls_sidecar::pki::{LeafSpec, Role};
 use serde_json::{json, Value};
 
 const NS: &str = "env-1";
@@ -80,7 +80,7 @@ fn good(pki: &Pki) -> Vec<Value> {
 /// The objects as one multi-document YAML file; the binary's exit code and
 /// output.
 fn check(docs: &[Value]) -> (i32, String) {
-    run_on_file("check", &mtls_sidecar::ops::inject::yaml::emit(docs))
+    run_on_file("check", &mtls_sidecar::tools::inject::yaml::emit(docs))
 }
 
 /// `mtls-sidecar check --manifest FILE` or `inject -f FILE` on `text`.
@@ -140,7 +140,7 @@ fn a_replica_and_controller_that_fit_pass() {
 #[test]
 fn injected_manifests_are_judged_the_same() {
     let pki = Pki::new("manifest-ca");
-    let rendered = mtls_sidecar::ops::inject::yaml::emit(&good(&pki));
+    let rendered = mtls_sidecar::tools::inject::yaml::emit(&good(&pki));
     let (code, injected) = run_on_file("inject", &rendered);
     assert_eq!(code, 0, "{injected}");
     let (code, out) = run_on_file("check", &injected);

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use common::*;
-use mtls_sidecar::ops::pki::{LeafSpec, Role};
+use mtls_sidecar::pki::{LeafSpec, Role};
 
 /// Time the binary gets to reject its input; a binary still running after
 /// this accepted what it should have refused.
@@ -101,7 +101,7 @@ fn expired_certificate_exits_2_naming_it() {
     let day = Duration::from_secs(86_400);
     let expired =
         pki.issue(&LeafSpec::dns(REPLICA, Role::Server, 30).valid(now - 10 * day, now - day));
-    mtls_sidecar::ops::pki::write_secret_dir(&dir, &expired, &pki.ca.cert_pem).unwrap();
+    mtls_sidecar::pki::write_secret_dir(&dir, &expired, &pki.ca.cert_pem).unwrap();
     let text = expect_exit(&server_args(&dir), 2, &[&p(dir.join("tls.crt"))]);
     assert!(text.contains("expired"), "{text}");
 }

@@ -10,8 +10,8 @@ use crate::common;
 use std::time::{Duration, SystemTime};
 
 use common::*;
-use mtls_sidecar::ops::atomic_writer::AtomicDir;
-use mtls_sidecar::ops::pki::{write_secret_dir, Issued, LeafSpec, Role};
+use mtls_sidecar::pki::{write_secret_dir, Issued, LeafSpec, Role};
+use mtls_sidecar::tools::atomic_writer::AtomicDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use common::expo::Exposition;
 use common::*;
-use mtls_sidecar::ops::pki::{LeafSpec, Role};
+use mtls_sidecar::pki::{LeafSpec, Role};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::PrivateKeyDer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -80,10 +80,7 @@ async fn serve(remote: Remote) -> String {
 
 /// A server config presenting `ident` with only TLS 1.2, requiring a
 /// client certificate from `client_ca`.
-fn tls12_server(
-    ident: &mtls_sidecar::ops::pki::Issued,
-    client_ca: &str,
-) -> Arc<rustls::ServerConfig> {
+fn tls12_server(ident: &mtls_sidecar::pki::Issued, client_ca: &str) -> Arc<rustls::ServerConfig> {
     let mut roots = rustls::RootCertStore::empty();
     for c in rustls::pki_types::CertificateDer::pem_slice_iter(client_ca.as_bytes()) {
         roots.add(c.unwrap()).unwrap();
@@ -148,7 +145,7 @@ async fn each_client_side_failure_is_counted_under_its_own_reason() {
     let nobody = creds.tmp.path().join("nobody.sock");
     drop(std::os::unix::net::UnixListener::bind(&nobody).unwrap());
 
-    let tls = |ident: &mtls_sidecar::ops::pki::Issued, client_ca: &str| {
+    let tls = |ident: &mtls_sidecar::pki::Issued, client_ca: &str| {
         Remote::Tls(server_config(ident, Some(client_ca)))
     };
     let cases = [

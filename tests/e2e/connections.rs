@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use common::*;
 use mtls_sidecar::identity::pin;
-use mtls_sidecar::ops::pki::{Issued, LeafSpec, Role};
+use mtls_sidecar::pki::{Issued, LeafSpec, Role};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use serde_json::Value;

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use mtls_sidecar::identity::CertInfo;
-use mtls_sidecar::ops::atomic_writer::AtomicDir;
-use mtls_sidecar::ops::pki::{serial_of, CrlSpec, Issued, IssuedCrl, Role};
+use mtls_sidecar::pki::{serial_of, CrlSpec, Issued, IssuedCrl, Role};
+use mtls_sidecar::tools::atomic_writer::AtomicDir;
 
 fn serial(leaf: &Issued) -> String {
     CertInfo::parse(&leaf.cert_der).expect("parse leaf").serial
@@ -680,7 +680,7 @@ async fn crl_scope_chain_judges_the_intermediate_and_leaf_does_not() {
     let pki = Pki::new("test root");
     let intermediate = pki.ca.intermediate("test issuing CA", 30).unwrap();
     let leaf = intermediate
-        .issue(&mtls_sidecar::ops::pki::LeafSpec::dns(
+        .issue(&mtls_sidecar::pki::LeafSpec::dns(
             CONTROLLER,
             Role::Client,
             30,

@@ -269,7 +269,7 @@ fn patched_crl(patch: &str) -> String {
 /// the others and the serials given, and raises the CRL number.
 #[test]
 fn revoke_prunes_entries_older_than_the_longest_lifetime() {
-    use mtls_sidecar::ops::pki::{CrlSpec, DevCa};
+    use mtls_sidecar::pki::{CrlSpec, DevCa};
     let tmp = tempfile::tempdir().unwrap();
     let (_, cm) = two_layouts(tmp.path());
     let read = |f: &str| std::fs::read_to_string(cm.join(f)).unwrap();

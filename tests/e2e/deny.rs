@@ -13,8 +13,8 @@ use crate::common;
 
 use common::*;
 use mtls_sidecar::identity::pin;
-use mtls_sidecar::ops::atomic_writer::AtomicDir;
-use mtls_sidecar::ops::pki::{serial_of, DevCa, Issued, LeafSpec, Role};
+use mtls_sidecar::pki::{serial_of, DevCa, Issued, LeafSpec, Role};
+use mtls_sidecar::tools::atomic_writer::AtomicDir;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 

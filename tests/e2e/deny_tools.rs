@@ -11,7 +11,7 @@ use std::path::Path;
 
 use common::*;
 use mtls_sidecar::identity::pin;
-use mtls_sidecar::ops::pki::{serial_of, write_secret_dir, DevCa, Role};
+use mtls_sidecar::pki::{serial_of, write_secret_dir, DevCa, Role};
 
 fn spki_of(der: &[u8]) -> String {
     pin::encode(&pin::spki_sha256(der).unwrap())

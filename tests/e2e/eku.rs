@@ -15,7 +15,7 @@ use common::http;
 use std::time::{Duration, Instant};
 
 use common::*;
-use mtls_sidecar::ops::pki::{Issued, Role};
+use mtls_sidecar::pki::{Issued, Role};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;

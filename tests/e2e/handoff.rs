@@ -8,7 +8,7 @@ use crate::common::handoff as support;
 use std::sync::Arc;
 
 use common::*;
-use mtls_sidecar::ops::pki::Role;
+use mtls_sidecar::pki::Role;
 use ppp::v2::{Addresses, Command, Header};
 use support::recording_target;
 use tokio::io::AsyncWriteExt;
@@ -315,7 +315,7 @@ async fn matched_tlv(
     sc: &Sidecar,
     got: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
     pki: &Pki,
-    ident: &mtls_sidecar::ops::pki::Issued,
+    ident: &mtls_sidecar::pki::Issued,
 ) -> String {
     let cfg = client_config(Some(ident), &pki.ca.cert_pem);
     let tls = tls_connect(&sc.addr("server"), REPLICA, cfg).await.unwrap();

@@ -5,7 +5,7 @@
 use crate::common;
 
 use common::*;
-use mtls_sidecar::ops::pki::Role;
+use mtls_sidecar::pki::Role;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn health_prints_the_whole_status_document_and_metrics_page() {

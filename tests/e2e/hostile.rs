@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::expo::Exposition;
 use common::*;
-use mtls_sidecar::ops::pki::Role;
+use mtls_sidecar::pki::Role;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;

@@ -375,7 +375,7 @@ async fn the_subject_is_rendered_as_openssl_renders_it() {
     );
 
     let cert_pem = std::fs::read_to_string(d.join("c.crt")).unwrap();
-    let client = mtls_sidecar::ops::pki::Issued {
+    let client = mtls_sidecar::pki::Issued {
         cert_der: {
             use rustls::pki_types::pem::PemObject;
             rustls::pki_types::CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap()

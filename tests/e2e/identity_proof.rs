@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use common::*;
-use mtls_sidecar::ops::pki::{Issued, LeafSpec, Role};
+use mtls_sidecar::pki::{Issued, LeafSpec, Role};
 use rcgen::{CertificateParams, DistinguishedName, DnType, KeyUsagePurpose, SanType};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};

@@ -15,10 +15,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use common::{client_config, get, get_until, refused, tls_connect, Pki, CONTROLLER, DEADLINE};
-use mtls_sidecar::ops::atomic_writer::AtomicDir;
-use mtls_sidecar::ops::inject::manifest::{apply, Action};
-use mtls_sidecar::ops::inject::{yaml, Options, VERSION};
-use mtls_sidecar::ops::pki::{Issued, LeafSpec, Role};
+use mtls_sidecar::pki::{Issued, LeafSpec, Role};
+use mtls_sidecar::tools::atomic_writer::AtomicDir;
+use mtls_sidecar::tools::inject::manifest::{apply, Action};
+use mtls_sidecar::tools::inject::{yaml, Options, VERSION};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -775,7 +775,7 @@ async fn a_csi_identity_takes_trust_from_the_configmap_and_rotates_by_the_data_s
         "the identity volume's ca.crt is not trusted"
     );
 
-    let serial = |leaf: &Issued| mtls_sidecar::ops::pki::serial_of(&leaf.cert_der).unwrap();
+    let serial = |leaf: &Issued| mtls_sidecar::pki::serial_of(&leaf.cert_der).unwrap();
     let presented = || async {
         let tls = tls_connect(
             &addr,
@@ -785,7 +785,7 @@ async fn a_csi_identity_takes_trust_from_the_configmap_and_rotates_by_the_data_s
         .await
         .expect("handshake");
         let cert = tls.get_ref().1.peer_certificates().unwrap()[0].clone();
-        mtls_sidecar::ops::pki::serial_of(&cert).unwrap()
+        mtls_sidecar::pki::serial_of(&cert).unwrap()
     };
     assert_eq!(presented().await, serial(&first));
     let applied = sc.log_count("applied credential revision");

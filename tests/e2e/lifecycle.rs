@@ -10,7 +10,7 @@
 
 mod steps;
 
-use mtls_sidecar::ops::pki::DevCa;
+use mtls_sidecar::pki::DevCa;
 use steps::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use common::expo::Exposition;
 use common::*;
-use mtls_sidecar::ops::atomic_writer::AtomicDir;
-use mtls_sidecar::ops::pki::Role;
+use mtls_sidecar::pki::Role;
+use mtls_sidecar::tools::atomic_writer::AtomicDir;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 

@@ -12,7 +12,7 @@ use common::http;
 use std::time::{Duration, Instant};
 
 use common::*;
-use mtls_sidecar::ops::pki::{DevCa, Issued, Role};
+use mtls_sidecar::pki::{DevCa, Issued, Role};
 use rcgen::{CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, SanType};
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;

@@ -10,8 +10,8 @@ use crate::common;
 use std::collections::HashMap;
 
 use common::*;
-use mtls_sidecar::ops::atomic_writer::AtomicDir;
-use mtls_sidecar::ops::pki::Role;
+use mtls_sidecar::pki::Role;
+use mtls_sidecar::tools::atomic_writer::AtomicDir;
 
 /// `name{labels} value` lines of a scrape, keyed by everything before the
 /// value.
@@ -297,7 +297,7 @@ async fn revision_info_is_one_series_per_source_and_a_replaced_revision_is_gone(
 /// until it expires raises no alert.
 #[tokio::test(flavor = "multi_thread")]
 async fn validity_gauges_give_the_lifetime_of_the_identity_and_the_newest_ca() {
-    use mtls_sidecar::ops::pki::{DevCa, LeafSpec};
+    use mtls_sidecar::pki::{DevCa, LeafSpec};
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
     const NOT_BEFORE: &str = "mtls_sidecar_cert_not_before_timestamp_seconds";
     const NOT_AFTER: &str = "mtls_sidecar_cert_not_after_timestamp_seconds";
@@ -316,7 +316,7 @@ async fn validity_gauges_give_the_lifetime_of_the_identity_and_the_newest_ca() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("tls");
     let bundle = format!("{}{}", old.cert_pem, next.cert_pem);
-    mtls_sidecar::ops::pki::write_secret_dir(&dir, &leaf, &bundle).unwrap();
+    mtls_sidecar::pki::write_secret_dir(&dir, &leaf, &bundle).unwrap();
     let echo = echo_target().await;
     let sc = start_server(&dir, &echo.addr.to_string(), &["--admin", "127.0.0.1:0"]).await;
 

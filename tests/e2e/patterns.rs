@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use mtls_sidecar::identity::CertInfo;
-use mtls_sidecar::ops::pki::{Issued, LeafSpec, Role};
+use mtls_sidecar::pki::{Issued, LeafSpec, Role};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -147,7 +147,7 @@ impl ServerUnderTest {
             "client-{}",
             std::fs::read_dir(self.tmp.path()).unwrap().count()
         ));
-        mtls_sidecar::ops::pki::write_secret_dir(&d, ident, ca_pem).unwrap();
+        mtls_sidecar::pki::write_secret_dir(&d, ident, ca_pem).unwrap();
         client(&d, &self.server.addr("server"), &["--server-name", REPLICA]).await
     }
 

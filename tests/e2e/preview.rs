@@ -10,7 +10,7 @@ use crate::common;
 use std::path::Path;
 
 use common::*;
-use mtls_sidecar::ops::pki::{Issued, LeafSpec, Role};
+use mtls_sidecar::pki::{Issued, LeafSpec, Role};
 
 /// A server sidecar with a loopback admin endpoint, and one live
 /// connection through it presenting the controller identity.

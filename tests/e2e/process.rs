@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use mtls_sidecar::identity::CertInfo;
-use mtls_sidecar::ops::atomic_writer::AtomicDir;
-use mtls_sidecar::ops::pki::Role;
+use mtls_sidecar::pki::Role;
+use mtls_sidecar::tools::atomic_writer::AtomicDir;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::AsyncReadExt;
@@ -26,13 +26,13 @@ async fn run_config_routes_share_one_store_and_one_rotation_covers_them() {
     // One identity that may act as both roles, as a process with a server
     // and a client route would hold.
     let both = |p: &Pki| {
-        p.issue(&mtls_sidecar::ops::pki::LeafSpec {
+        p.issue(&mtls_sidecar::pki::LeafSpec {
             dns: vec![REPLICA.into(), CONTROLLER.into()],
-            ..mtls_sidecar::ops::pki::LeafSpec::dns(REPLICA, Role::Both, 30)
+            ..mtls_sidecar::pki::LeafSpec::dns(REPLICA, Role::Both, 30)
         })
     };
     let dir = AtomicDir::new(&tmp.path().join("tls")).unwrap();
-    let publish = |leaf: &mtls_sidecar::ops::pki::Issued| {
+    let publish = |leaf: &mtls_sidecar::pki::Issued| {
         dir.publish(&[
             ("tls.crt", leaf.cert_pem.as_bytes()),
             ("tls.key", leaf.key_pem.as_bytes()),
@@ -126,7 +126,7 @@ server_name = "{REPLICA}"
     );
 }
 
-fn tls12_only(ident: &mtls_sidecar::ops::pki::Issued, ca: &str) -> Arc<rustls::ClientConfig> {
+fn tls12_only(ident: &mtls_sidecar::pki::Issued, ca: &str) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(CertificateDer::from_pem_slice(ca.as_bytes()).unwrap())
@@ -765,7 +765,7 @@ async fn sighup_polls_the_credentials_at_once() {
     let pki = Pki::new("CA");
     let store = tmp.path().join("store");
     let first = pki.leaf(REPLICA, Role::Server);
-    mtls_sidecar::ops::pki::write_secret_dir(&store, &first, &pki.ca.cert_pem).unwrap();
+    mtls_sidecar::pki::write_secret_dir(&store, &first, &pki.ca.cert_pem).unwrap();
     let links = tmp.path().join("links");
     std::fs::create_dir(&links).unwrap();
     for f in ["tls.crt", "tls.key", "ca.crt"] {
@@ -777,7 +777,7 @@ async fn sighup_polls_the_credentials_at_once() {
     // directory the sidecar does not watch.
     let next = pki.leaf(REPLICA, Role::Server);
     let staging = tmp.path().join("staging");
-    mtls_sidecar::ops::pki::write_secret_dir(&staging, &next, &pki.ca.cert_pem).unwrap();
+    mtls_sidecar::pki::write_secret_dir(&staging, &next, &pki.ca.cert_pem).unwrap();
     for f in ["tls.crt", "tls.key", "ca.crt"] {
         std::fs::rename(staging.join(f), store.join(f)).unwrap();
     }

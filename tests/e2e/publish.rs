@@ -13,8 +13,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use mtls_sidecar::ops::pki::{Issued, Role};
-use mtls_sidecar::ops::publish::is_revision_name;
+use mtls_sidecar::pki::{Issued, Role};
+use mtls_sidecar::tools::publish::is_revision_name;
 
 /// Writes a leaf and its CA as loose files (as a renewal hook has them)
 /// and returns `NAME=PATH` arguments for them.

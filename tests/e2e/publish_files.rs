@@ -13,7 +13,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use mtls_sidecar::ops::pki::{serial_of, Issued, Role};
+use mtls_sidecar::pki::{serial_of, Issued, Role};
 
 /// Writes `contents` to a fresh file under `root` and returns `NAME=PATH`.
 fn arg(root: &Path, name: &str, contents: &[u8]) -> String {

@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use common::*;
-use mtls_sidecar::ops::pki::{Issued, LeafSpec, Role};
+use mtls_sidecar::pki::{Issued, LeafSpec, Role};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -363,13 +363,13 @@ async fn exclusive_unauthenticated_peers_do_not_disturb_the_incumbent() {
 }
 
 /// A CA certificate under `parent` whose params `constrain` edits (a name
-/// constraint, a path length), as a [`mtls_sidecar::ops::pki::DevCa`]
+/// constraint, a path length), as a [`mtls_sidecar::pki::DevCa`]
 /// that issues under it.
 fn constrained_ca(
-    parent: &mtls_sidecar::ops::pki::DevCa,
+    parent: &mtls_sidecar::pki::DevCa,
     name: &str,
     constrain: impl FnOnce(&mut rcgen::CertificateParams),
-) -> mtls_sidecar::ops::pki::DevCa {
+) -> mtls_sidecar::pki::DevCa {
     let key = rcgen::KeyPair::generate().expect("key");
     let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
     params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -388,7 +388,7 @@ fn constrained_ca(
     )
     .expect("issuer");
     let cert = params.signed_by(&key, &issuer).expect("signed");
-    mtls_sidecar::ops::pki::DevCa::from_pem(&cert.pem(), &key.serialize_pem()).expect("CA")
+    mtls_sidecar::pki::DevCa::from_pem(&cert.pem(), &key.serialize_pem()).expect("CA")
 }
 
 /// A chain that breaks a constraint its CA sets (a name outside the

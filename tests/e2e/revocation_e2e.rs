@@ -12,8 +12,8 @@
 use crate::common;
 
 use common::*;
-use mtls_sidecar::ops::atomic_writer::AtomicDir;
-use mtls_sidecar::ops::pki::{serial_of, CrlIdp, CrlSpec, DevCa, Issued, LeafSpec, Role};
+use mtls_sidecar::pki::{serial_of, CrlIdp, CrlSpec, DevCa, Issued, LeafSpec, Role};
+use mtls_sidecar::tools::atomic_writer::AtomicDir;
 
 const HANDSHAKE_FAILURES: &str = "mtls_sidecar_tls_handshake_failures_total";
 
@@ -116,7 +116,7 @@ fn leaf_with_dp(ca: &DevCa, name: &str, url: &str) -> Issued {
 }
 
 fn write_dir(dir: &std::path::Path, me: &Issued, ca: &DevCa, crl: Option<&str>) {
-    mtls_sidecar::ops::pki::write_secret_dir(dir, me, &ca.cert_pem).unwrap();
+    mtls_sidecar::pki::write_secret_dir(dir, me, &ca.cert_pem).unwrap();
     if let Some(c) = crl {
         std::fs::write(dir.join("ca.crl"), c).unwrap();
     }

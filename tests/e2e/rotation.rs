@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::*;
 use mtls_sidecar::identity::CertInfo;
-use mtls_sidecar::ops::atomic_writer::AtomicDir;
-use mtls_sidecar::ops::pki::{Issued, LeafSpec, Role};
+use mtls_sidecar::pki::{Issued, LeafSpec, Role};
+use mtls_sidecar::tools::atomic_writer::AtomicDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -471,7 +471,7 @@ async fn a_plain_directory_written_file_by_file_never_serves_a_mismatched_pair()
         || handshakes.load(Ordering::Relaxed) >= before + 3,
     )
     .await;
-    mtls_sidecar::ops::pki::write_private(&dir.join("tls.key"), next.key_pem.as_bytes()).unwrap();
+    mtls_sidecar::pki::write_private(&dir.join("tls.key"), next.key_pem.as_bytes()).unwrap();
     applied(&server, 1).await;
     let deadline = Instant::now() + DEADLINE;
     while served_serial(&addr, REPLICA, cfg.clone()).await != serial(&next) {

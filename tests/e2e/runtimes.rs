@@ -10,7 +10,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use mtls_sidecar::ops::pki::Role;
+use mtls_sidecar::pki::Role;
 use tokio::net::TcpStream;
 
 /// Two runtimes, per-core.
@@ -256,7 +256,7 @@ async fn revocation_and_the_drain_reach_every_runtime() {
     ]);
     let s = ServerSide::start(&args).await;
     let admin = s.sidecar.admin();
-    let other = s.pki.leaf(CONTROLLER, mtls_sidecar::ops::pki::Role::Client);
+    let other = s.pki.leaf(CONTROLLER, mtls_sidecar::pki::Role::Client);
     // Four connections of each certificate: spread over both runtimes
     // (each accepted by the runtime holding fewer).
     let mut revoked = Vec::new();

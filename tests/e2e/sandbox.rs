@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::*;
-use mtls_sidecar::ops::pki::Role;
+use mtls_sidecar::pki::Role;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -388,8 +388,8 @@ async fn a_sandboxed_sidecar_keeps_working() {
     let tmp = tempfile::tempdir().unwrap();
     let pki = Pki::new("sandbox CA");
     let dir =
-        mtls_sidecar::ops::atomic_writer::AtomicDir::new(&tmp.path().join("replica")).unwrap();
-    let publish = |leaf: &mtls_sidecar::ops::pki::Issued| {
+        mtls_sidecar::tools::atomic_writer::AtomicDir::new(&tmp.path().join("replica")).unwrap();
+    let publish = |leaf: &mtls_sidecar::pki::Issued| {
         let files = [
             ("tls.crt", leaf.cert_pem.as_bytes()),
             ("tls.key", leaf.key_pem.as_bytes()),

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 
 use base64::Engine;
 use common::*;
-use mtls_sidecar::ops::pki::{Issued, LeafSpec, Role};
+use mtls_sidecar::pki::{Issued, LeafSpec, Role};
 use serde_json::Value;
 
 const TLS: &str = "kubernetes.io/tls";

@@ -17,8 +17,8 @@ use common::expo::Exposition;
 use common::*;
 use mtls_sidecar::credentials::{content_hash, SETTLE_WINDOW};
 use mtls_sidecar::identity::{epoch_to_time, CertInfo};
-use mtls_sidecar::ops::atomic_writer::AtomicDir;
-use mtls_sidecar::ops::pki::{Issued, LeafSpec, Role};
+use mtls_sidecar::pki::{Issued, LeafSpec, Role};
+use mtls_sidecar::tools::atomic_writer::AtomicDir;
 use serde_json::Value;
 
 const SUCCESSFUL: &str = "mtls_sidecar_credential_last_reload_successful";
@@ -110,7 +110,7 @@ async fn a_live_connection_survives_an_in_place_rewrite_of_its_ca() {
     let b = Pki::new("CA B");
     let both = format!("{}{}", a.ca.cert_pem, b.ca.cert_pem);
     let dir = tmp.path().join("plain");
-    mtls_sidecar::ops::pki::write_secret_dir(&dir, &a.leaf(REPLICA, Role::Server), &both).unwrap();
+    mtls_sidecar::pki::write_secret_dir(&dir, &a.leaf(REPLICA, Role::Server), &both).unwrap();
     let echo = echo_target().await;
     // A 3 s interval makes the settle window 3 s: headroom for a loaded
     // machine between the two writes, which must land inside one window.
@@ -144,7 +144,7 @@ async fn a_live_connection_survives_an_in_place_rewrite_of_its_ca() {
     // finished bundle and after a whole settle window of its own.
     let next = a.leaf(REPLICA, Role::Server);
     std::fs::write(dir.join("tls.crt"), &next.cert_pem).unwrap();
-    mtls_sidecar::ops::pki::write_private(&dir.join("tls.key"), next.key_pem.as_bytes()).unwrap();
+    mtls_sidecar::pki::write_private(&dir.join("tls.key"), next.key_pem.as_bytes()).unwrap();
     server
         .wait_field("applied credential revision", "serial", &serial(&next))
         .await;

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use common::*;
-use mtls_sidecar::ops::pki::Role;
+use mtls_sidecar::pki::Role;
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 

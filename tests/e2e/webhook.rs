@@ -18,8 +18,8 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use mtls_sidecar::identity::Role;
-use mtls_sidecar::ops::atomic_writer::AtomicDir;
-use mtls_sidecar::ops::pki::{Issued, LeafSpec};
+use mtls_sidecar::pki::{Issued, LeafSpec};
+use mtls_sidecar::tools::atomic_writer::AtomicDir;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{json, Value};
 

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use mtls_sidecar::ops::pki::{Issued, LeafSpec, Role};
+use mtls_sidecar::pki::{Issued, LeafSpec, Role};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::{json, Value};
@@ -611,7 +611,7 @@ async fn the_ssl_tlv_is_what_haproxy_sends_for_the_same_handshake() {
     // The sidecar's bundle holds its own CA (its leaf must chain to it) and
     // the clients' CA.
     let dir = tmp.path().join("replica");
-    mtls_sidecar::ops::pki::write_secret_dir(
+    mtls_sidecar::pki::write_secret_dir(
         &dir,
         &server,
         &format!("{server_ca}{}", clients.ca.cert_pem),

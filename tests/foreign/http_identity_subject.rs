@@ -17,7 +17,7 @@ use crate::common::rfc9110;
 use std::time::{Duration, SystemTime};
 
 use common::*;
-use mtls_sidecar::ops::pki::Issued;
+use mtls_sidecar::pki::Issued;
 use rcgen::string::{BmpString, TeletexString, UniversalString};
 use rcgen::{
     CertificateParams, DistinguishedName, DnType, DnValue, ExtendedKeyUsagePurpose, SanType,

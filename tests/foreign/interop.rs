@@ -7,7 +7,7 @@ use crate::common;
 use common::foreign::{path, s_server, Proc};
 use common::openssl_ca::OpensslCa;
 use common::*;
-use mtls_sidecar::ops::pki::Role;
+use mtls_sidecar::pki::Role;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -214,7 +214,7 @@ async fn python_ssl_client_with_the_wrong_san_is_refused() {
 /// Connects presenting `ident` and says whether the server let it talk: it
 /// answers a line (our echo target echoes it, `s_server -rev` reverses it)
 /// rather than failing the handshake or the first read with an alert.
-async fn admitted(addr: &str, ident: &mtls_sidecar::ops::pki::Issued, ca_pem: &str) -> bool {
+async fn admitted(addr: &str, ident: &mtls_sidecar::pki::Issued, ca_pem: &str) -> bool {
     let Ok(mut s) = tls_connect(addr, REPLICA, client_config(Some(ident), ca_pem)).await else {
         return false;
     };
@@ -298,7 +298,7 @@ async fn crls_without_a_number_are_ordered_by_this_update() {
     let in_force = ca.gencrl(Some(&day(7200)));
     let server = pki.leaf(REPLICA, Role::Server);
     let dir =
-        mtls_sidecar::ops::atomic_writer::AtomicDir::new(&tmp.path().join("replica")).unwrap();
+        mtls_sidecar::tools::atomic_writer::AtomicDir::new(&tmp.path().join("replica")).unwrap();
     let publish = |crl: &str| {
         dir.publish(&[
             ("tls.crt", server.cert_pem.as_bytes()),

@@ -14,7 +14,7 @@ use std::process::Stdio;
 
 use common::foreign::{path, s_server, Proc};
 use common::*;
-use mtls_sidecar::ops::pki::write_secret_dir;
+use mtls_sidecar::pki::write_secret_dir;
 use rustls::NamedGroup;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

@@ -2,7 +2,7 @@
 //! certificate unlike the shared PKI's (which issues P-256 only): OpenSSL's
 //! TLS 1.2 curve check, and PROXY v2 TLVs naming the server's algorithms.
 
-use mtls_sidecar::ops::pki::Issued;
+use mtls_sidecar::pki::Issued;
 
 /// A P-384 CA and, under it, a P-384 `name` leaf for server auth. Returns
 /// the leaf and the CA's PEM.

@@ -248,7 +248,7 @@ async fn a_sample_is_confirmed_through_real_handshakes_against_one_sidecar() {
     let shapes = sample::pick(seed);
     assert!(shapes.len() >= sample::MIN_SAMPLE);
     let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = mtls_sidecar::ops::atomic_writer::AtomicDir::new(&tmp.path().join("tls"))
+    let dir = mtls_sidecar::tools::atomic_writer::AtomicDir::new(&tmp.path().join("tls"))
         .expect("credential directory");
     // A first revision every sample scenario replaces: a root, the server's
     // identity, no CRL.

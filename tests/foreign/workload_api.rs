@@ -14,7 +14,7 @@ use common::expo::Exposition;
 use common::tools::skip_unless;
 use common::{get, get_until, roundtrip, run_bin, Sidecar, DEADLINE};
 use harness::{dns_leaf, svid_leaf, Agent, Svid};
-use mtls_sidecar::ops::pki::DevCa;
+use mtls_sidecar::pki::DevCa;
 use sidecar::{
     admitted, connect_as, fixture, metric, running, server, status, wait_serial, Fixture,
     CLIENT_ID, SERVER_ID,
@@ -529,7 +529,7 @@ async fn check_against_previews_what_another_agent_hands_out_now() {
     let crl = cand_dir.path().join("some.crl");
     std::fs::write(
         &crl,
-        f.ca.crl(&mtls_sidecar::ops::pki::CrlSpec::new(1, vec![], 7))
+        f.ca.crl(&mtls_sidecar::pki::CrlSpec::new(1, vec![], 7))
             .unwrap()
             .pem,
     )

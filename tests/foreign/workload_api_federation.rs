@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::tools::skip_unless;
 use common::{connect_plain, get_until, read_until_closed, refused, roundtrip, Sidecar, DEADLINE};
 use harness::{b64, svid_leaf, svid_leaf_dns, Agent, Svid};
-use mtls_sidecar::ops::pki::DevCa;
+use mtls_sidecar::pki::DevCa;
 use serde_json::json;
 use sidecar::{
     admitted, connect_as, fixture, server, server_admitting, status, wait_serial, CLIENT_ID,

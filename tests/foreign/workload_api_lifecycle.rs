@@ -15,7 +15,7 @@ use std::sync::Arc;
 use common::tools::skip_unless;
 use common::{connect_plain, echo_target, get, get_until, read_until_closed, roundtrip, Sidecar};
 use harness::{svid_leaf, svid_leaf_for, Agent, Svid};
-use mtls_sidecar::ops::pki::DevCa;
+use mtls_sidecar::pki::DevCa;
 use sidecar::{
     admitted, connect_as, metric, running, server, wait_serial, Fixture, CLIENT_ID, SERVER_ID,
 };

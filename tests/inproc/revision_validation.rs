@@ -14,7 +14,7 @@ use mtls_sidecar::credentials::{
     parse_certs, root_store, validate, verify_chain, CredError, RawFile, RawRevision,
 };
 use mtls_sidecar::identity::{epoch_to_time, CertInfo};
-use mtls_sidecar::ops::pki::{DevCa, LeafSpec, Role};
+use mtls_sidecar::pki::{DevCa, LeafSpec, Role};
 use rustls_pki_types::CertificateDer;
 
 const DAY: Duration = Duration::from_secs(86_400);

@@ -15,7 +15,7 @@ use common::*;
 use mtls_sidecar::credentials::{
     classify_crl_file, judge_chain, CrlScope, TrustInputs, Usage, Verdict,
 };
-use mtls_sidecar::ops::pki::{serial_of, CrlIdp, CrlSpec, DevCa, Issued, LeafSpec, Role};
+use mtls_sidecar::pki::{serial_of, CrlIdp, CrlSpec, DevCa, Issued, LeafSpec, Role};
 
 fn ca(name: &str) -> DevCa {
     DevCa::new(name, 30).expect("CA")

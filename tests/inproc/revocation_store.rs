@@ -15,8 +15,8 @@ use mtls_sidecar::credentials::revocation::Kept;
 use mtls_sidecar::credentials::{
     Applied, CredError, CredentialSource, CredentialStore, CrlNotice, Usage, CLOCK_SKEW,
 };
-use mtls_sidecar::ops::atomic_writer::AtomicDir;
-use mtls_sidecar::ops::pki::{serial_of, CrlSpec, DevCa, Issued, LeafSpec, Role};
+use mtls_sidecar::pki::{serial_of, CrlSpec, DevCa, Issued, LeafSpec, Role};
+use mtls_sidecar::tools::atomic_writer::AtomicDir;
 use rustls::CertificateError;
 use rustls_pki_types::UnixTime;
 

@@ -11,8 +11,8 @@ use common::*;
 use mtls_sidecar::credentials::SETTLE_WINDOW as WINDOW;
 use mtls_sidecar::credentials::{Applied, CredError, CredentialSource, CredentialStore};
 use mtls_sidecar::identity::{epoch_to_time, CertInfo};
-use mtls_sidecar::ops::atomic_writer::AtomicDir;
-use mtls_sidecar::ops::pki::{DevCa, Issued, LeafSpec, Role};
+use mtls_sidecar::pki::{DevCa, Issued, LeafSpec, Role};
+use mtls_sidecar::tools::atomic_writer::AtomicDir;
 
 fn publish(dir: &AtomicDir, leaf: &Issued, ca: &str) {
     dir.publish(&[
@@ -194,7 +194,7 @@ fn a_bundle_rewritten_in_place_is_not_applied_half_written() {
     let b = Pki::new("CA B");
     let both = format!("{}{}", a.ca.cert_pem, b.ca.cert_pem);
     let dir = tmp.path().join("plain");
-    mtls_sidecar::ops::pki::write_secret_dir(&dir, &a.leaf(REPLICA, Role::Server), &both).unwrap();
+    mtls_sidecar::pki::write_secret_dir(&dir, &a.leaf(REPLICA, Role::Server), &both).unwrap();
     let store = load(&dir, Duration::ZERO);
     let revision = store.current().revision.clone();
     let shrunk = store.trust_shrunk();
@@ -237,7 +237,7 @@ fn explicit_files_settle_too_and_sighup_judges_at_once() {
     };
     let store = CredentialStore::load(source, provider(), Duration::ZERO).expect("load");
     let next = pki.leaf(REPLICA, Role::Server);
-    mtls_sidecar::ops::pki::write_secret_dir(&dir, &next, &pki.ca.cert_pem).unwrap();
+    mtls_sidecar::pki::write_secret_dir(&dir, &next, &pki.ca.cert_pem).unwrap();
     let t0 = SystemTime::now();
     assert!(matches!(store.poll(t0), Applied::Settling { .. }));
     // SIGHUP: the writer says the files are complete.
@@ -256,7 +256,7 @@ fn the_settle_window_is_at_least_the_poll_interval() {
     let store = load(&dir, Duration::ZERO);
     store.set_settle_window(Duration::from_secs(5));
     let next = pki.leaf(REPLICA, Role::Server);
-    mtls_sidecar::ops::pki::write_secret_dir(&dir, &next, &pki.ca.cert_pem).unwrap();
+    mtls_sidecar::pki::write_secret_dir(&dir, &next, &pki.ca.cert_pem).unwrap();
     let t0 = SystemTime::now();
     let five = Duration::from_secs(5);
     assert!(matches!(store.poll(t0), Applied::Settling { until, .. } if until == t0 + five));
@@ -268,7 +268,7 @@ fn the_settle_window_is_at_least_the_poll_interval() {
     // A shorter interval does not shorten the floor.
     store.set_settle_window(Duration::from_millis(50));
     let later = pki.leaf(REPLICA, Role::Server);
-    mtls_sidecar::ops::pki::write_secret_dir(&dir, &later, &pki.ca.cert_pem).unwrap();
+    mtls_sidecar::pki::write_secret_dir(&dir, &later, &pki.ca.cert_pem).unwrap();
     let t1 = t0 + five + Duration::from_secs(1);
     assert!(matches!(store.poll(t1), Applied::Settling { until, .. } if until == t1 + WINDOW));
 }

@@ -13,8 +13,8 @@ use std::time::{Duration, SystemTime};
 use common::*;
 use mtls_sidecar::credentials::{Applied, CredError, CredentialSource, CredentialStore, CrlScope};
 use mtls_sidecar::identity::{epoch_to_time, CertInfo};
-use mtls_sidecar::ops::atomic_writer::AtomicDir;
-use mtls_sidecar::ops::pki::{CrlSpec, Issued, LeafSpec, Role};
+use mtls_sidecar::pki::{CrlSpec, Issued, LeafSpec, Role};
+use mtls_sidecar::tools::atomic_writer::AtomicDir;
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -106,7 +106,7 @@ fn a_new_crl_signals_routes_and_a_stale_one_is_reported_once() {
 
     // The same leaf and CA with a newer CRL revoking someone else.
     let other = a.leaf(REPLICA, Role::Server);
-    let serial = mtls_sidecar::ops::pki::serial_of(&other.cert_der).unwrap();
+    let serial = mtls_sidecar::pki::serial_of(&other.cert_der).unwrap();
     let second = a.ca.crl(&CrlSpec::new(2, vec![serial], 7)).unwrap();
     publish(&dir, &leaf, &a.ca.cert_pem, Some(&second.pem));
     assert!(matches!(

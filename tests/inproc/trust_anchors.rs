@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 use common::*;
 use mtls_sidecar::credentials::{Anchor, CrlScope, CrlSet, RawFile, Trust, Usage};
 use mtls_sidecar::identity::CertInfo;
-use mtls_sidecar::ops::pki::{serial_of, CrlSpec, DevCa, LeafSpec, Role};
+use mtls_sidecar::pki::{serial_of, CrlSpec, DevCa, LeafSpec, Role};
 use rustls::CertificateError;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, UnixTime};

@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use mtls_sidecar::ops::pki::Role;
+use mtls_sidecar::pki::Role;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -270,7 +270,7 @@ impl App {
                 let to = s
                     .local_addr()
                     .map(|a| mtls_sidecar::proxy::transparent::unmap(a.ip()));
-                if to.ok() != Some(mtls_sidecar::proxy::exposure::CANARY_ADDR.into()) {
+                if to.ok() != Some(mtls_sidecar::target_exposure::CANARY_ADDR.into()) {
                     seen.lock().unwrap().push(peer);
                 }
                 tokio::spawn(async move {
@@ -384,7 +384,7 @@ struct Creds {
     _tmp: tempfile::TempDir,
     /// The CA of both identities, to revoke the replica's with a CRL.
     pki: Pki,
-    replica_leaf: mtls_sidecar::ops::pki::Issued,
+    replica_leaf: mtls_sidecar::pki::Issued,
     replica: String,
     controller: String,
     root: std::path::PathBuf,
@@ -1262,11 +1262,11 @@ async fn a_live_diverted_connection_is_closed_when_the_server_is_revoked() {
     let (c, client, live) = (&w.c, &w.client, &mut w.live);
     let admin = "127.0.0.1:9902";
 
-    let serial = mtls_sidecar::ops::pki::serial_of(&c.replica_leaf.cert_der).unwrap();
+    let serial = mtls_sidecar::pki::serial_of(&c.replica_leaf.cert_der).unwrap();
     let crl = c
         .pki
         .ca
-        .crl(&mtls_sidecar::ops::pki::CrlSpec::new(1, vec![serial], 7))
+        .crl(&mtls_sidecar::pki::CrlSpec::new(1, vec![serial], 7))
         .unwrap();
     std::fs::write(std::path::Path::new(&c.controller).join("ca.crl"), crl.pem).unwrap();
     client.signal(libc::SIGHUP);
@@ -2055,7 +2055,7 @@ async fn a_workload_api_identity_on_a_transparent_route() {
 
     // The agent rotates to another CA: the bundle no longer holds the
     // server's CA, so the live diverted connection is closed now.
-    let next = mtls_sidecar::ops::pki::DevCa::new("prod.test CA 2", 30).unwrap();
+    let next = mtls_sidecar::pki::DevCa::new("prod.test CA 2", 30).unwrap();
     agent.push(&[&Svid::new(&next, CLIENT_ID)], &[]).await;
     assert!(
         read_until_closed(&mut live).await.is_empty(),

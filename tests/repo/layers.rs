@@ -5,7 +5,7 @@
 //! doc states the same order), and no two sibling modules of a folder (files or sub-folders, a
 //! sub-folder counting every file below it) import each other round a
 //! circle. Test modules (`#[cfg(test)]`) may use anything (they mint
-//! certificates with the development PKI in `ops/`); comments and string
+//! certificates with the development PKI, `pki`); comments and string
 //! literals are not code.
 //!
 //! A failure names the file, the import and both layers: move the item the
@@ -22,7 +22,7 @@ const TABLE_END: &str = "<!-- layers: end";
 
 /// The layers, top first, as the markdown table between `TABLE_BEGIN` and
 /// `TABLE_END` in `text` states them: one row a layer, its modules the
-/// backticked names of the row's first cell (`proxy/` a folder, `app.rs`
+/// backticked names of the row's first cell (`proxy/` a folder, `reason.rs`
 /// a file). A file may import from its own top-level module and from any
 /// module in a later row; never from an earlier one, nor from another
 /// module of its own row.
@@ -298,7 +298,7 @@ fn use_tree(
 }
 
 /// `src/proxy/route/client.rs` -> ["proxy", "route", "client"]; `src/proxy/mod.rs` ->
-/// ["proxy"]; `src/ops/check/mod.rs` -> ["ops", "check"].
+/// ["proxy"]; `src/tools/check/mod.rs` -> ["ops", "check"].
 fn module_of(src: &Path, file: &Path) -> Vec<String> {
     let rel = file.strip_prefix(src).unwrap().with_extension("");
     let mut segs: Vec<String> = rel
@@ -441,15 +441,15 @@ fn a_row_removed_from_the_table_leaves_its_module_without_a_layer() {
     assert_eq!(full, layers());
     let row = text
         .lines()
-        .find(|l| l.starts_with("| `copy.rs`"))
-        .expect("the table has a `copy.rs` row");
+        .find(|l| l.starts_with("| `reason.rs`"))
+        .expect("the table has a `reason.rs` row");
     let cut = parse_layers(&text.replacen(&format!("{row}\n"), "", 1)).unwrap();
     assert_eq!(cut.len(), full.len() - 1);
     let unplaced: Vec<String> = declared_modules()
         .into_iter()
         .filter(|m| !cut.iter().flatten().any(|c| c == m))
         .collect();
-    assert_eq!(unplaced, ["copy"]);
+    assert_eq!(unplaced, ["reason"]);
 
     assert!(parse_layers("| `a/` | x |").is_err(), "no markers");
     assert!(
@@ -584,7 +584,7 @@ fn the_checker_sees_what_it_must() {
     // Positive controls: an upward import in code is found, in a group too
     // (nested, or over several lines), or climbing with `super::`; the
     // same in a comment, a string or a test module is not.
-    let code = "use crate::proxy::route::Route;\n// crate::ops::pki\nlet s = \"crate::app\";\n#[cfg(test)]\nmod tests { use crate::ops::pki::DevCa; fn f() { let c = '{'; } }\nfn g() { crate::{tls, app}; }\nuse crate::{\n    identity::{SanPolicy, pin},\n    app::Prepared,\n};\nuse super::super::ops::pki;\n";
+    let code = "use crate::proxy::route::Route;\n// crate::pki\nlet s = \"crate::app\";\n#[cfg(test)]\nmod tests { use crate::pki::DevCa; fn f() { let c = '{'; } }\nfn g() { crate::{tls, app}; }\nuse crate::{\n    identity::{SanPolicy, pin},\n    app::Prepared,\n};\nuse super::super::ops::pki;\n";
     let module = ["tls".to_string(), "resolve".to_string()];
     let cleaned = without_tests(&code_only(code));
     let found: Vec<String> = crate_paths(&cleaned, &module)

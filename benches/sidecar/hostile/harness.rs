@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use mtls_sidecar::ops::pki::{write_secret_dir, DevCa, LeafSpec, Role};
+use mtls_sidecar::pki::{write_secret_dir, DevCa, LeafSpec, Role};
 
 use crate::memory::vm_rss;
 use crate::scenarios::{generator_runtime, one_roundtrip, wait_until_serving};

@@ -212,7 +212,7 @@ fn describe(crl: &CertificateRevocationList<'_>) -> CrlInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::pki::{CrlSpec, DevCa};
+    use crate::pki::{CrlSpec, DevCa};
 
     fn file(bytes: Vec<u8>) -> RawFile {
         RawFile {
@@ -221,7 +221,7 @@ mod tests {
         }
     }
 
-    fn crl(ca: &DevCa, number: u64, serials: Vec<Vec<u8>>) -> crate::ops::pki::IssuedCrl {
+    fn crl(ca: &DevCa, number: u64, serials: Vec<Vec<u8>>) -> crate::pki::IssuedCrl {
         ca.crl(&CrlSpec::new(number, serials, 7)).unwrap()
     }
 

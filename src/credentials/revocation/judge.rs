@@ -78,7 +78,11 @@ fn trust(inputs: &TrustInputs<'_>, scope: CrlScope, now: SystemTime) -> Result<T
         Arc::from(certs("intermediates", inputs.intermediates)?);
     let retired: Arc<[CertificateDer<'static>]> =
         Arc::from(certs("retired ca.crt", inputs.retired_ca)?);
-    let provider = crate::crypto_provider();
+    // Signatures only (chains and CRLs): aws-lc's verification algorithms,
+    // those of every TLS config's provider (`tls::provider`, whose tests
+    // hold the two equal); that provider's key exchange and record
+    // choices play no part here, and it lives a layer above.
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let bare = Trust::build(
         Anchor::bundle(&bundle),
         Arc::new(CrlSet::empty()),

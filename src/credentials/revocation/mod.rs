@@ -286,7 +286,7 @@ impl CrlSet {
 mod tests {
     use super::*;
     use crate::credentials::RawFile;
-    use crate::ops::pki::{CrlSpec, DevCa};
+    use crate::pki::{CrlSpec, DevCa};
 
     fn crl(ca: &DevCa, number: u64) -> Arc<Crl> {
         let pem = ca.crl(&CrlSpec::new(number, Vec::new(), 7)).unwrap().pem;

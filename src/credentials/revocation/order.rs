@@ -302,7 +302,7 @@ fn missing(old: &Crl, new: &Crl) -> Vec<Vec<u8>> {
 mod tests {
     use super::*;
     use crate::credentials::RawFile;
-    use crate::ops::pki::{CrlSpec, DevCa};
+    use crate::pki::{CrlSpec, DevCa};
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::CertificateDer;
 
@@ -333,7 +333,7 @@ mod tests {
         let a = DevCa::new("A", 1).unwrap();
         let k = known(&[&a]);
         let now = crate::identity::epoch_to_time(crate::identity::time_to_epoch(SystemTime::now()));
-        let p = crate::crypto_provider();
+        let p = crate::tls::provider::crypto_provider();
         let at = |t| {
             let c = classify(&crls(&a, 1, t), &k, now, &CrlSet::empty(), &p).unwrap();
             c.set.entries()[0].state.label()
@@ -353,7 +353,7 @@ mod tests {
         let b = DevCa::new("A", 1).unwrap();
         let k = known(&[&a, &b]);
         let now = SystemTime::now();
-        let p = crate::crypto_provider();
+        let p = crate::tls::provider::crypto_provider();
         let in_force = classify(&crls(&a, 5, now), &k, now, &CrlSet::empty(), &p)
             .unwrap()
             .set;

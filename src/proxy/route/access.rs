@@ -6,7 +6,7 @@
 //! `--access-log on` (the default on server routes), whether the peer or the
 //! sidecar ended it. Refused handshakes never reach it: they stay on the
 //! rate-limited WARN path, so an unauthenticated peer cannot fill the log.
-//! Everything the peer chose is escaped and capped ([`crate::logsafe`]).
+//! Everything the peer chose is escaped and capped ([`crate::log`]).
 
 use tracing::info;
 
@@ -35,7 +35,7 @@ impl Route {
         if !self.cfg.access_log {
             return;
         }
-        use crate::logsafe::{clean, clean_list};
+        use crate::log::{clean, clean_list};
         use std::sync::atomic::Ordering::Relaxed;
         let (subject, serial, sans) = conn.peer_fields();
         info!(

@@ -218,7 +218,7 @@ impl Route {
         took: Duration,
     ) -> Option<(Registration, Option<Arc<LiveConn>>)> {
         if let Some(c) = &report.cert {
-            use crate::logsafe::{clean, clean_list};
+            use crate::log::{clean, clean_list};
             debug!(
                 target: LOG_TARGET, route = %self.cfg.name, peer = %peer_addr, subject = %clean(&c.subject),
                 serial = %c.serial, sans = %clean_list(&c.sans()), "handshake complete"
@@ -249,7 +249,7 @@ impl Route {
             self.metrics.closed(CloseReason::of_lost_trust(&e));
             warn!(
                 target: LOG_TARGET, route = %self.cfg.name, peer = %reg.conn.peer_addr,
-                error = %crate::logsafe::clean_display(&e),
+                error = %crate::log::clean_display(&e),
                 "closing connection: its peer lost trust during the handshake"
             );
             return None;

@@ -96,7 +96,7 @@ pub struct Route {
     metrics: RouteMetrics,
     tls: RouteTls,
     /// Rate-limits this route's refusal lines per reason.
-    refusal_log: Arc<crate::logsafe::RefusalLog>,
+    refusal_log: Arc<crate::log::RefusalLog>,
     /// HTTP routes: what the unfinished request heads of all its
     /// connections hold (`--http-max-pending-head-bytes`).
     http_heads: Arc<crate::proxy::http::HeadBudget>,
@@ -211,7 +211,7 @@ impl Route {
         let route = Route {
             http_heads: Arc::new(crate::proxy::http::HeadBudget::new(heads)),
             metrics: RouteMetrics::new(&cfg.name),
-            refusal_log: crate::logsafe::RefusalLog::new(&cfg.name),
+            refusal_log: crate::log::RefusalLog::new(&cfg.name),
             registry: Arc::new(Registry::default()),
             pending: Pending::new(cfg.max_handshakes),
             slots: Arc::new(Semaphore::new(cfg.max_connections)),

@@ -51,7 +51,7 @@ impl Route {
         error: &dyn std::fmt::Display,
         cert: Option<&crate::identity::CertInfo>,
     ) {
-        use crate::logsafe::{clean, clean_display, clean_list};
+        use crate::log::{clean, clean_display, clean_list};
         if !self.refusal_log.admit(reason) {
             return;
         }

@@ -328,7 +328,7 @@ impl Route {
     /// The one WARN line of a live connection closed by the peer
     /// judgement: naming the deny-list entry when one matched.
     fn log_lost_trust(&self, conn: &crate::proxy::conn::LiveConn, e: &rustls::Error) {
-        use crate::logsafe::{clean, clean_display, clean_list};
+        use crate::log::{clean, clean_display, clean_list};
         let (subject, serial, sans) = conn.peer_fields();
         match crate::reason::denied_entry(e) {
             Some(entry) => warn!(

@@ -152,7 +152,7 @@ mod tests {
     use rustls::{ClientConfig, ServerConfig, SupportedProtocolVersion};
     use tokio::io::{duplex, DuplexStream};
 
-    use crate::ops::pki::{DevCa, Issued, LeafSpec, Role};
+    use crate::pki::{DevCa, Issued, LeafSpec, Role};
 
     const NAME: &str = "replica-0.test";
 

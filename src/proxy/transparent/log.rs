@@ -4,7 +4,7 @@
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use crate::logsafe::{RateLimiter, REFUSAL_BURST, REFUSAL_WINDOW};
+use crate::log::{RateLimiter, REFUSAL_BURST, REFUSAL_WINDOW};
 
 use super::lookup::NoDestination;
 
@@ -54,7 +54,7 @@ impl NoDestinationLog {
         if !a.log {
             return;
         }
-        let error = crate::logsafe::clean_display(why);
+        let error = crate::log::clean_display(why);
         match why.original() {
             Some(original) => tracing::warn!(
                 target: "mtls_sidecar::transparent", route = %self.route, peer = %peer, original_dst = %original, reason = KEY,

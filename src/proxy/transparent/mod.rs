@@ -156,7 +156,7 @@ impl Transparent {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::pki::{DevCa, LeafSpec, Role};
+    use crate::pki::{DevCa, LeafSpec, Role};
     use std::time::{Duration, SystemTime};
 
     /// A route of two rules over one trust: the first expects any
@@ -165,11 +165,11 @@ mod tests {
         let me = ca
             .issue(&LeafSpec::dns("controller.svc", Role::Client, 1))
             .expect("leaf");
-        crate::ops::pki::write_secret_dir(dir, &me, &ca.cert_pem).expect("write");
+        crate::pki::write_secret_dir(dir, &me, &ca.cert_pem).expect("write");
         let store = Arc::new(
             CredentialStore::load(
                 crate::credentials::CredentialSource::Dir(dir.to_path_buf()),
-                crate::crypto_provider(),
+                crate::tls::provider::crypto_provider(),
                 Duration::ZERO,
             )
             .expect("load"),

@@ -20,7 +20,7 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::copy;
+use super::copy;
 
 /// The capacity of a pooled buffer: four full TLS records (16 KiB of
 /// plaintext each, with header and tag) and room to spare, so one socket

@@ -11,8 +11,8 @@ use rustls::Error;
 use tokio::io::ReadBuf;
 
 use super::buf::Buf;
+use super::copy;
 use super::{Side, TlsStream};
-use crate::copy;
 
 /// What the caller of [`TlsStream::step`] wants done.
 #[derive(Clone, Copy)]
@@ -48,7 +48,7 @@ fn deliver(payload: &[u8], dst: Option<&mut ReadBuf<'_>>, stash: &mut Buf) {
     let n = match dst {
         Some(d) if stash.is_empty() => {
             let n = payload.len().min(d.remaining());
-            // In pieces, as every bulk copy ([`crate::copy`]).
+            // In pieces, as every bulk copy ([`copy`]).
             for piece in payload[..n].chunks(copy::PIECE) {
                 d.put_slice(piece);
             }

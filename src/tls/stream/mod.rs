@@ -35,6 +35,7 @@
 //!   refused.
 
 mod buf;
+pub mod copy;
 mod engine;
 mod handshake;
 

@@ -15,7 +15,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{SupportedProtocolVersion, ALL_VERSIONS};
 use tokio::io::{duplex, AsyncReadExt, AsyncWriteExt, DuplexStream};
 
-use crate::ops::pki::{DevCa, Issued, LeafSpec, Role};
+use crate::pki::{DevCa, Issued, LeafSpec, Role};
 
 const NAME: &str = "replica-0.test";
 

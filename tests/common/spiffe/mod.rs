@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use mtls_sidecar::identity::Role;
-use mtls_sidecar::ops::pki::{DevCa, Issued, LeafSpec};
+use mtls_sidecar::pki::{DevCa, Issued, LeafSpec};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::PrivateKeyDer;
 use serde_json::{json, Value};

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mtls_sidecar::ops::pki::{DevCa, Issued};
+use mtls_sidecar::pki::{DevCa, Issued};
 use serde_json::Value;
 
 use super::{Agent, Svid};

@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use mtls_sidecar::ops::atomic_writer::AtomicDir;
-use mtls_sidecar::ops::pki::{serial_of, CrlSpec, DevCa, Issued, IssuedCrl, Role};
+use mtls_sidecar::pki::{serial_of, CrlSpec, DevCa, Issued, IssuedCrl, Role};
+use mtls_sidecar::tools::atomic_writer::AtomicDir;
 use tokio::net::TcpStream;
 
 use crate::common::*;
@@ -296,7 +296,7 @@ impl Year {
 }
 
 fn leaf(ca: &DevCa, name: &str, role: Role) -> Issued {
-    ca.issue(&mtls_sidecar::ops::pki::LeafSpec::dns(name, role, 30))
+    ca.issue(&mtls_sidecar::pki::LeafSpec::dns(name, role, 30))
         .expect("issue leaf")
 }
 

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use mtls_sidecar::credentials::CrlScope;
-use mtls_sidecar::ops::atomic_writer::AtomicDir;
+use mtls_sidecar::tools::atomic_writer::AtomicDir;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 

@@ -171,16 +171,16 @@ fn the_systemd_command_line_parses_with_the_example_environment() {
 fn the_binary_tells_systemd_it_is_ready_once_listening() {
     use std::os::unix::net::UnixDatagram;
     let tmp = tempfile::tempdir().unwrap();
-    let ca = mtls_sidecar::ops::pki::DevCa::new("notify CA", 1).unwrap();
+    let ca = mtls_sidecar::pki::DevCa::new("notify CA", 1).unwrap();
     let leaf = ca
-        .issue(&mtls_sidecar::ops::pki::LeafSpec::dns(
+        .issue(&mtls_sidecar::pki::LeafSpec::dns(
             "replica.env-1.svc",
-            mtls_sidecar::ops::pki::Role::Server,
+            mtls_sidecar::pki::Role::Server,
             1,
         ))
         .unwrap();
     let tls = tmp.path().join("tls");
-    mtls_sidecar::ops::pki::write_secret_dir(&tls, &leaf, &ca.cert_pem).unwrap();
+    mtls_sidecar::pki::write_secret_dir(&tls, &leaf, &ca.cert_pem).unwrap();
     let sock_path = tmp.path().join("notify.sock");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
     sock.set_read_timeout(Some(common::DEADLINE)).unwrap();

@@ -54,7 +54,7 @@ pub fn judge(dir: &Path, staged: &Path, now: SystemTime) -> Result<Judged, Publi
     if !CREDENTIAL_FILES.iter().any(|n| staged.join(n).exists()) {
         return Ok(Judged::default());
     }
-    let provider = crate::crypto_provider();
+    let provider = crate::tls::provider::crypto_provider();
     let invalid = |e: CredError| invalid(dir, staged, e);
     let mut raw = CredentialSource::Dir(staged.to_path_buf())
         .read()

@@ -1,5 +1,6 @@
-//! TLS 1.3 record protection with AES-GCM from ring where ring's is the
-//! faster one: on x86-64 CPUs with VAES and VPCLMULQDQ but without
+//! The crypto provider every TLS config and verifier of the process uses
+//! ([`crypto_provider`]): aws-lc-rs, with TLS 1.3 record protection by
+//! AES-GCM from ring where ring's is the faster one: on x86-64 CPUs with VAES and VPCLMULQDQ but without
 //! AVX-512 (AMD Zen 3, Intel's recent client cores).
 //!
 //! Why: forwarding bulk data, a quarter of a sidecar's CPU is AES-GCM
@@ -30,7 +31,49 @@ use rustls::{
     SupportedCipherSuite, Tls13CipherSuite,
 };
 
-use crate::copy;
+use crate::tls::stream::copy;
+
+/// The crypto provider every TLS config and verifier in the process uses:
+/// aws-lc-rs, key exchange preferring the post-quantum hybrid X25519MLKEM768,
+/// then X25519, P-256 and P-384.
+///
+/// The order is our preference; a client sends key shares for the first
+/// group only (plus X25519, which the hybrid contains), so the later groups
+/// grow `supported_groups` by two bytes each, never the key shares: a peer
+/// that takes only P-256 or P-384 costs one HelloRetryRequest. P-384 is
+/// there for CNSA/FIPS-restricted peers that offer nothing else, and
+/// because OpenSSL serves an ECDSA P-384 certificate over TLS 1.2 only to a
+/// client listing that curve (RFC 8422 §5.1). P-521 is not offered:
+/// rustls' aws-lc-rs provider has no P-521 group (we would have to write
+/// one), and CNSA asks for P-384, not P-521.
+///
+/// The TLS 1.3 AES-GCM suites protect records with ring's AES-GCM on CPUs
+/// where that is the faster one ([`records_with_ring`]); the suites are
+/// the same.
+pub fn crypto_provider() -> std::sync::Arc<rustls::crypto::CryptoProvider> {
+    use rustls::crypto::aws_lc_rs::{self, kx_group};
+    let base = aws_lc_rs::default_provider();
+    std::sync::Arc::new(rustls::crypto::CryptoProvider {
+        kx_groups: vec![
+            kx_group::X25519MLKEM768,
+            kx_group::X25519,
+            kx_group::SECP256R1,
+            kx_group::SECP384R1,
+        ],
+        cipher_suites: cipher_suites(&base.cipher_suites),
+        ..base
+    })
+}
+
+/// Which implementation protects TLS 1.3 AES-GCM records here: `ring`
+/// or `aws-lc` (the build-info metric's `aes_gcm` label).
+pub fn aes_gcm() -> &'static str {
+    if records_with_ring() {
+        "ring"
+    } else {
+        "aws-lc"
+    }
+}
 
 /// Whether this CPU has 256-bit AES (VAES) and carry-less multiply
 /// (VPCLMULQDQ) with AVX2, but not AVX-512 (where aws-lc has its own
@@ -404,6 +447,17 @@ mod tests {
         assert!(!prefers_ring(true, true));
         assert!(!prefers_ring(false, false));
         assert!(!prefers_ring(false, true));
+    }
+
+    /// `credentials::revocation::judge` verifies with aws-lc's default
+    /// provider (it sits below this layer): its signature algorithms must
+    /// be this provider's.
+    #[test]
+    fn signatures_are_verified_as_aws_lc_default_verifies_them() {
+        let ours = crypto_provider().signature_verification_algorithms;
+        let base = rustls::crypto::aws_lc_rs::default_provider().signature_verification_algorithms;
+        assert_eq!(ours.supported_schemes(), base.supported_schemes());
+        assert_eq!(format!("{:?}", ours.all), format!("{:?}", base.all));
     }
 
     #[test]

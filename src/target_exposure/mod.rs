@@ -39,8 +39,8 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::addr::Addr;
-use super::settings::{Mode, RouteConfig};
+use crate::proxy::addr::Addr;
+use crate::proxy::settings::{Mode, RouteConfig};
 
 /// 1 while the application behind a server route listens on a non-loopback
 /// address of its target port, else 0.

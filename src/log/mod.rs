@@ -1,5 +1,7 @@
-//! Text a peer controls, made safe to log, and refusal lines kept from
-//! flooding the log.
+//! What the process logs and how: the set-up (`setup`: text or JSON lines
+//! on stderr, level from `RUST_LOG`), and text a peer controls made safe
+//! to log (`escape`) with refusal lines kept from flooding the log
+//! (`ratelimit`).
 //!
 //! An unauthenticated peer chooses its certificate's subject and SANs, and
 //! parts of some TLS error strings. Logged raw, a newline in them forges a
@@ -16,14 +18,14 @@
 //!
 //! The escaped text is the same in the text and the JSON log formats, so a
 //! JSON consumer sees exactly what a reader of the text log sees.
-//!
-//! `escape.rs` holds the escaping, `ratelimit.rs` the rate limits.
 
 mod escape;
 mod ratelimit;
+mod setup;
 
 pub use escape::{
     clean, clean_display, clean_list, is_unsafe_char, parse_list, Clean, CleanDisplay, CleanList,
     MAX_FIELD_CHARS, MAX_LIST_ITEMS,
 };
 pub use ratelimit::{Admission, RateLimiter, RefusalLog, REFUSAL_BURST, REFUSAL_WINDOW};
+pub use setup::{init, init_with_default, JsonLines, LogFormat, LIST_FIELDS};

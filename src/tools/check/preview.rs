@@ -72,7 +72,7 @@ pub struct RevisionFiles {
 impl RevisionFiles {
     /// The trust side of `raw` once the sidecar's own loader validated it.
     pub fn of(raw: &RawRevision, now: SystemTime) -> Result<RevisionFiles, CredError> {
-        let rev = validate(raw, &crate::crypto_provider(), now)?;
+        let rev = validate(raw, &crate::tls::provider::crypto_provider(), now)?;
         let anchors: Vec<_> = rev.anchors.iter().map(|(der, _)| der.clone()).collect();
         Ok(RevisionFiles {
             ca: crate::identity::pem::certificates(&anchors).into_bytes(),
@@ -349,7 +349,7 @@ mod tests {
 
     #[test]
     fn a_chain_expires_with_its_earliest_certificate() {
-        use crate::ops::pki::{DevCa, LeafSpec, Role};
+        use crate::pki::{DevCa, LeafSpec, Role};
         use std::time::Duration;
         let ca = DevCa::new("expiry CA", 30).unwrap();
         let now = SystemTime::now();
@@ -373,7 +373,7 @@ mod tests {
     /// A server route whose running trust is `ca` with these CRLs and
     /// deny entries, and one live connection presenting `peer`.
     fn running(
-        ca: &crate::ops::pki::DevCa,
+        ca: &crate::pki::DevCa,
         crls_pem: String,
         deny: &[String],
         peer: &str,
@@ -424,7 +424,7 @@ mod tests {
 
     #[test]
     fn a_deny_or_crl_alone_is_judged_with_the_running_other_half() {
-        use crate::ops::pki::{serial_of, CrlSpec, DevCa, LeafSpec, Role};
+        use crate::pki::{serial_of, CrlSpec, DevCa, LeafSpec, Role};
         let ca = DevCa::new("preview CA", 30).unwrap();
         let peer = ca
             .issue(&LeafSpec::dns("peer.svc", Role::Client, 1))

@@ -153,7 +153,7 @@ async fn fetch(addr: &Addr, after: Option<&str>) -> Result<Page, AgainstError> {
         Some(c) => format!("/connections?limit={MAX_LIMIT}&after={c}"),
         None => format!("/connections?limit={MAX_LIMIT}"),
     };
-    let a = crate::ops::health::probe(addr, &path, PAGE_TIMEOUT)
+    let a = crate::tools::health::probe(addr, &path, PAGE_TIMEOUT)
         .await
         .map_err(|e| AgainstError::Fetch(e.to_string()))?;
     if a.code != 200 {
@@ -161,7 +161,7 @@ async fn fetch(addr: &Addr, after: Option<&str>) -> Result<Page, AgainstError> {
         return Err(AgainstError::Fetch(format!(
             "{addr}{path}: {} {}",
             a.code,
-            crate::logsafe::clean(body.trim_end())
+            crate::log::clean(body.trim_end())
         )));
     }
     serde_json::from_slice(&a.body)
@@ -276,7 +276,7 @@ fn gone_text(g: &Gone) -> String {
 
 /// The report, one line per route and one per connection cut.
 pub fn render(candidate: &str, addr: &Addr, p: &Preview) -> String {
-    use crate::logsafe::{clean, clean_list};
+    use crate::log::{clean, clean_list};
     let mut s = format!("candidate: {candidate}\nagainst:   {addr}\n");
     for (route, live) in &p.routes {
         if let Some((_, Gone::PerDestination)) = p.gone.iter().find(|(n, _)| n == route) {

@@ -1,7 +1,7 @@
 //! `mtls-sidecar webhook`: the mutating admission webhook. It serves
 //! `POST /inject` over HTTPS (HTTP/2 or HTTP/1.1 by ALPN, no client
 //! certificate: the API server presents none) and answers each
-//! AdmissionReview with what [`crate::ops::inject::inject`] makes of the pod,
+//! AdmissionReview with what [`crate::tools::inject::inject`] makes of the pod,
 //! as a JSON Patch ([`review`]).
 //!
 //! Its serving certificate comes from a credential directory read by the
@@ -32,9 +32,9 @@ use tracing::{debug, info};
 use crate::admin::shared::{ConnectionsAccess, Shared};
 use crate::cli::WebhookArgs;
 use crate::credentials::{CredentialSource, CredentialStore};
-use crate::ops::inject::{self, Options};
 use crate::proxy::addr::Addr;
 use crate::tls::resolve::IdentityResolver;
+use crate::tools::inject::{self, Options};
 use review::{Answer, Namespace, Outcome};
 
 /// The largest AdmissionReview read: above the API server's own 3 MiB
@@ -78,7 +78,7 @@ fn load_store(
 ) -> Result<Arc<CredentialStore>, (u8, String)> {
     let store = CredentialStore::load(
         CredentialSource::Dir(args.tls_dir.clone()),
-        crate::crypto_provider(),
+        crate::tls::provider::crypto_provider(),
         Duration::ZERO,
     )
     .map_err(|e| (2, e.to_string()))?;
@@ -110,6 +110,7 @@ async fn serve(args: &WebhookArgs) -> Result<(), (u8, String)> {
     let store = load_store(args, interval)?;
     let tls = tls_config(&store).map_err(|e| (2, format!("TLS: {e}")))?;
     let metrics = crate::metrics::install();
+    crate::metrics::build_info(crate::tls::provider::aes_gcm());
     crate::metrics::webhook_reviews_zero(Outcome::ALL.map(Outcome::as_str));
     let listener = TcpListener::bind(&args.listen)
         .await

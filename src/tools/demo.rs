@@ -22,10 +22,10 @@ use crate::app::{self, Running};
 use crate::cli::DemoArgs;
 use crate::config::{CredentialSpec, FileSpec, RouteSpec};
 use crate::identity::CertInfo;
-use crate::ops::atomic_writer::AtomicDir;
-use crate::ops::pki::{serial_of, CrlSpec, DevCa, Issued, LeafSpec, Role};
+use crate::pki::{serial_of, CrlSpec, DevCa, Issued, LeafSpec, Role};
 use crate::proxy::addr::Addr;
 use crate::proxy::settings::Mode;
+use crate::tools::atomic_writer::AtomicDir;
 
 const CONTROLLER: &str = "controller.demo.svc";
 const REPLICA: &str = "replica-0.demo.svc";
@@ -344,9 +344,10 @@ fn tls_config(ident: Option<&Issued>, ca_pem: &str) -> Result<Arc<rustls::Client
     for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(c?)?;
     }
-    let builder = rustls::ClientConfig::builder_with_provider(crate::crypto_provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])?
-        .with_root_certificates(roots);
+    let builder =
+        rustls::ClientConfig::builder_with_provider(crate::tls::provider::crypto_provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .with_root_certificates(roots);
     Ok(Arc::new(match ident {
         Some(id) => builder.with_client_auth_cert(
             vec![id.cert_der.clone()],

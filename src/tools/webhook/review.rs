@@ -15,7 +15,7 @@ use base64::Engine;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::ops::inject::{self, Options, Target};
+use crate::tools::inject::{self, Options, Target};
 
 /// The only version of the envelope served.
 pub const API_VERSION: &str = "admission.k8s.io/v1";

@@ -10,6 +10,8 @@
 //! whose workers then inherit it. [`start`] does both steps, unsandboxed,
 //! for in-process callers (the demo, tests).
 
+pub mod serve;
+
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -26,11 +28,11 @@ use crate::config::Settings;
 use crate::credentials::{CredError, CredentialStore};
 use crate::process::systemd::SystemdError;
 use crate::proxy::addr::{Addr, Listener, StdListener};
-use crate::proxy::exposure::TargetExposure;
 use crate::proxy::route::runtimes::Runtimes;
 use crate::proxy::route::{Route, RouteError};
 use crate::proxy::settings::Mode;
 use crate::reason::{CloseReason, FailureReason};
+use crate::target_exposure::TargetExposure;
 
 /// Why the process could not start.
 #[derive(Debug, thiserror::Error)]
@@ -109,8 +111,9 @@ pub struct Prepared {
 /// Loads credentials and binds every route and the admin endpoint, without
 /// a runtime and without serving. Fails before anything is served.
 pub fn prepare(settings: Settings) -> Result<Prepared, StartError> {
-    let provider = crate::crypto_provider();
+    let provider = crate::tls::provider::crypto_provider();
     let metrics = crate::metrics::install();
+    crate::metrics::build_info(crate::tls::provider::aes_gcm());
     let mut stores: Vec<Arc<CredentialStore>> = Vec::new();
     let mut bound = Vec::new();
     for cfg in settings.routes {

@@ -11,8 +11,8 @@ use base64::Engine;
 use serde_json::{Map, Value};
 
 use crate::identity::{normal_dns, CertInfo, SanNames, SanPattern};
-use crate::ops::inject::annotations::{self, Identity, IssuerKind, Request, Routes};
-use crate::ops::inject::{annotations_of, injected_version, manifest, run as inject_run};
+use crate::tools::inject::annotations::{self, Identity, IssuerKind, Request, Routes};
+use crate::tools::inject::{annotations_of, injected_version, manifest, run as inject_run};
 
 /// The namespace of an object that names none.
 const DEFAULT_NAMESPACE: &str = "default";
@@ -272,9 +272,9 @@ fn check_patterns(req: &Request, line: &mut Line) {
 /// The config ConfigMap's file, validated as `run --config` validates it
 /// at start-up.
 fn config_file_valid(cm: &Value) -> Result<(), String> {
-    let file = crate::ops::inject::sidecar::CONFIG_FILE;
+    let file = crate::tools::inject::sidecar::CONFIG_FILE;
     let text = text(cm, &["data", file]).ok_or_else(|| format!("has no data.{file}"))?;
-    let path = std::path::Path::new(crate::ops::inject::sidecar::CONFIG_DIR).join(file);
+    let path = std::path::Path::new(crate::tools::inject::sidecar::CONFIG_DIR).join(file);
     crate::config::FileSpec::parse(text, &path)
         .map(|_| ())
         .map_err(|e| e.to_string())

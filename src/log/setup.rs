@@ -7,9 +7,9 @@
 //! feature), and consumers need `sans` as a real array. So JSON lines are
 //! one object each, `timestamp`, `level`, then the event's fields in order
 //! exactly as tracing-subscriber's flattened JSON wrote them, except that a
-//! [list field](LIST_FIELDS) displayed by [`crate::logsafe::clean_list`]
+//! [list field](LIST_FIELDS) displayed by [`crate::log::clean_list`]
 //! becomes an array of its (escaped) items. Every JSON string is written
-//! with the characters [`crate::logsafe::is_unsafe_char`] names escaped as
+//! with the characters [`crate::log::is_unsafe_char`] names escaped as
 //! `\uXXXX`, so no raw line separator or bidi control reaches the line even
 //! from a field that was not cleaned. The event schema is in
 //! `docs/logging.md`.
@@ -25,8 +25,6 @@ use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::EnvFilter;
-
-use crate::logsafe;
 
 /// The log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -60,7 +58,7 @@ pub fn init_with_default(format: LogFormat, default: &str) {
 }
 
 /// Fields whose value is a list: in JSON, a value displayed by
-/// [`logsafe::clean_list`] is written as an array of its items.
+/// [`crate::log::clean_list`] is written as an array of its items.
 pub const LIST_FIELDS: &[&str] = &["sans"];
 
 /// The JSON event format: one object per line.
@@ -166,7 +164,7 @@ impl Visit for JsonVisitor<'_> {
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         let text = format!("{value:?}");
         if LIST_FIELDS.contains(&field.name()) {
-            if let Some(items) = logsafe::parse_list(&text) {
+            if let Some(items) = crate::log::parse_list(&text) {
                 self.0.entry(field.name(), &items);
                 return;
             }
@@ -188,7 +186,7 @@ impl serde_json::ser::Formatter for SafeStrings {
     ) -> io::Result<()> {
         let mut run = 0;
         for (i, c) in fragment.char_indices() {
-            if logsafe::is_unsafe_char(c) {
+            if crate::log::is_unsafe_char(c) {
                 writer.write_all(&fragment.as_bytes()[run..i])?;
                 let mut units = [0u16; 2];
                 for unit in c.encode_utf16(&mut units) {
@@ -241,7 +239,7 @@ mod tests {
         assert!(out.ends_with('\n'), "{out:?}");
         out.lines()
             .map(|l| {
-                assert!(!l.chars().any(logsafe::is_unsafe_char), "raw in {l:?}");
+                assert!(!l.chars().any(crate::log::is_unsafe_char), "raw in {l:?}");
                 serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))
             })
             .collect()
@@ -254,7 +252,7 @@ mod tests {
             tracing::warn!(
                 route = %"server", n = 3u64, neg = -2i64, ok = true, ratio = 0.5,
                 s = "plain", took = ?std::time::Duration::from_millis(1500),
-                sans = %logsafe::clean_list(&sans), "handshake refused"
+                sans = %crate::log::clean_list(&sans), "handshake refused"
             )
         });
         assert_eq!(v.len(), 1);

@@ -31,7 +31,7 @@ mod revoke;
 
 pub use revoke::revoke;
 
-use crate::ops::pki::{DevCa, LeafSpec};
+use crate::pki::{DevCa, LeafSpec};
 use deny::deny;
 
 /// The CA's private key file written by `certs ca` and read by `certs issue`.
@@ -262,11 +262,11 @@ pub(super) fn increment(n: &[u8]) -> Vec<u8> {
     out
 }
 
-fn role_name(role: crate::ops::pki::Role) -> &'static str {
+fn role_name(role: crate::pki::Role) -> &'static str {
     match role {
-        crate::ops::pki::Role::Server => "server",
-        crate::ops::pki::Role::Client => "client",
-        crate::ops::pki::Role::Both => "both",
+        crate::pki::Role::Server => "server",
+        crate::pki::Role::Client => "client",
+        crate::pki::Role::Both => "both",
     }
 }
 
@@ -366,7 +366,7 @@ fn self_check(
     verify_chain(
         std::slice::from_ref(leaf),
         &roots,
-        &crate::crypto_provider(),
+        &crate::tls::provider::crypto_provider(),
         at,
     )
     .map_err(|detail| CertsError::SelfCheck {

@@ -127,7 +127,7 @@ impl Request {
 
 /// Runs every check against `now`.
 pub fn inspect(req: &Request, now: SystemTime) -> Report {
-    inspect::run(req, &crate::crypto_provider(), now)
+    inspect::run(req, &crate::tls::provider::crypto_provider(), now)
 }
 
 /// Runs the checks and prints them; returns the exit status (0 all passed,

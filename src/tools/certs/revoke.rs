@@ -32,7 +32,7 @@ use crate::cli::CertsRevokeArgs;
 use crate::credentials::revocation::{parse_file, Crl};
 use crate::credentials::{fmt_time, CrlSet, RawFile};
 use crate::identity::{epoch_to_time, time_to_epoch};
-use crate::ops::pki::{CrlSpec, DevCa};
+use crate::pki::{CrlSpec, DevCa};
 
 /// One CA given with `--ca`.
 struct Ca {
@@ -122,7 +122,7 @@ fn requested_serials(args: &CertsRevokeArgs) -> Result<Vec<Vec<u8>>, CertsError>
             why: format!("{}: not a PEM certificate: {e}", path.display()),
         })?;
         serials.push(
-            crate::ops::pki::serial_of(&der).ok_or_else(|| CertsError::Usage {
+            crate::pki::serial_of(&der).ok_or_else(|| CertsError::Usage {
                 flag: "--cert",
                 why: format!("{}: not an X.509 certificate", path.display()),
             })?,
@@ -228,7 +228,7 @@ fn load_ca(dir: &Path, optional: bool) -> Result<Option<Ca>, CertsError> {
 
 /// Which CRL of the file this CA's key signed; two are an error.
 fn own_crl(crls: &[Arc<Crl>], ca: &Ca, out: &Path) -> Result<Option<usize>, CertsError> {
-    let provider = crate::crypto_provider();
+    let provider = crate::tls::provider::crypto_provider();
     let mine: Vec<usize> = (0..crls.len())
         .filter(|&i| CrlSet::signed_by(&crls[i], &ca.der, &provider))
         .collect();
