@@ -16,11 +16,11 @@
 
 mod admission;
 pub mod app_probe;
-pub mod connections;
+pub(crate) mod connections;
 pub mod shared;
-pub mod status;
+pub(crate) mod status;
 mod tracked;
-pub mod workload;
+pub(crate) mod workload;
 
 use std::convert::Infallible;
 use std::io;

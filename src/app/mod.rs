@@ -217,7 +217,7 @@ impl Prepared {
 
     /// Starts serving with an accept loop of every route on each of
     /// `runtimes`, all accepting from the route's one listening socket
-    /// (duplicated descriptors, see [`crate::proxy::route::spread`]). The
+    /// (duplicated descriptors, see [`crate::proxy::route::runtimes`]). The
     /// control tasks (credential pollers, trust watchers, admin endpoint,
     /// metrics upkeep, route supervisors) run on the current runtime, which
     /// should be the first of `runtimes`.

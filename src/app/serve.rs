@@ -118,7 +118,7 @@ pub fn serve(
 /// `--runtime per-core`: `n` single-threaded runtimes, the first on this
 /// thread (the control tasks and its share of the connections), each other
 /// on a thread of its own, created after the sandbox and so inheriting it.
-/// Every route accepts on all of them (see `proxy::route::spread`).
+/// Every route accepts on all of them (see `proxy::route::runtimes`).
 fn per_core(n: usize, prepared: super::Prepared) -> u8 {
     let build = || {
         tokio::runtime::Builder::new_current_thread()

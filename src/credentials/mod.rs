@@ -2,10 +2,10 @@
 //! whole, and held in one store that every route's TLS config reads on each
 //! handshake. Swapping the store's contents is how rotation happens.
 
-pub mod agent_channel;
+pub(crate) mod agent_channel;
 pub mod deny;
 mod grace;
-pub mod reload;
+pub(crate) mod reload;
 pub mod revocation;
 mod source;
 mod store;

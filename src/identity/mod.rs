@@ -11,7 +11,7 @@ use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 mod dns;
-pub mod pem;
+pub(crate) mod pem;
 pub mod pin;
 mod uri;
 

@@ -7,14 +7,14 @@
 //! requests with the peer's identity in a header instead ([`http`]). Everything here reads the
 //! credentials and settings below it; nothing below imports from it.
 
-pub mod addr;
-pub mod conn;
+pub(crate) mod addr;
+pub(crate) mod conn;
 pub mod forward;
 pub mod http;
-pub mod mark;
-pub mod pending;
+pub(crate) mod mark;
+pub(crate) mod pending;
 pub mod preauth;
 pub mod proxy_protocol;
-pub mod route;
+pub(crate) mod route;
 pub mod settings;
 pub mod transparent;

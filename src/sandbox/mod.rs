@@ -10,7 +10,7 @@
 //! * reading its credential directories (whole, so `..data` swaps keep
 //!   working), the directories explicit `--cert/--key/--ca` files live in
 //!   (and those their symlinks point into) unless such a directory is too
-//!   broad to grant whole (see [`Scope`]: then only the file itself), the
+//!   broad to grant whole (see [`Scope`](scope::Scope): then only the file itself), the
 //!   config file, `/proc/self`, and, when a target is a host name, the
 //!   resolver's files;
 //! * creating, writing or removing no file at all (its unix sockets were
@@ -66,9 +66,8 @@ mod seccomp;
 mod status;
 
 pub use mode::SandboxMode;
-pub use plan::{Plan, RESOLVER_FILES};
-pub use scope::Scope;
-pub use status::{Enforcement, SandboxStatus};
+pub use plan::Plan;
+pub use status::SandboxStatus;
 
 use restrict::restrict;
 use status::log;

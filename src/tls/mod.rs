@@ -8,11 +8,11 @@
 
 mod chain_memo;
 pub mod provider;
-pub mod resolve;
-pub mod resumption;
+pub(crate) mod resolve;
+pub(crate) mod resumption;
 mod spiffe;
 pub mod stream;
-pub mod verify;
+pub(crate) mod verify;
 
 use std::sync::Arc;
 

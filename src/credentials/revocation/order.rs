@@ -6,7 +6,7 @@
 //!   another key under that name) rejects the revision
 //!   ([`CredError::CrlSignature`]): it never loads, so it never replaces
 //!   the CRL in force and never un-revokes;
-//! - a CRL dated beyond now + [`CLOCK_SKEW`](super::CLOCK_SKEW) is held
+//! - a CRL dated beyond now + [`CLOCK_SKEW`] is held
 //!   pending; the previous CRL of its key stays in force;
 //! - one CRL per issuer KEY (two CAs of one name each have theirs);
 //! - "older" is judged per key against the VERIFIED CRL in force only: CRL

@@ -145,7 +145,7 @@ impl Route {
     /// success it is counted and the connection registered; on failure it is
     /// counted by reason and logged as one WARN line. A client route's
     /// success is only timed here: it is counted once the server has shown
-    /// it accepted us ([`ServerVerdict`]), or here if we close it first.
+    /// it accepted us ([`ServerVerdict`](super::verdict::ServerVerdict)), or here if we close it first.
     ///
     /// Callers pass the handshake boxed: inline, its TLS state would be laid
     /// out again at each level of futures wrapping it, and a task keeps the

@@ -41,7 +41,7 @@ impl Settle for Stream {
 }
 
 /// What carries a forwarded connection's traffic until it ends: the byte
-/// copy of [`forward`] ([`Bytes`]), or HTTP with the peer's identity in
+/// copy of [`forward`](crate::proxy::forward) ([`Bytes`]), or HTTP with the peer's identity in
 /// each request (`super::http`, a server route with `--http-identity`).
 pub(super) trait Carry: Send {
     /// Carries until the traffic ends or `deadline` comes, counting into

@@ -312,7 +312,7 @@ fn load(
 }
 
 /// The CRLs are fresh and do not refuse the identity itself: our own
-/// chain judged by the handshake's judgement ([`Trust::verify_peer`]) with
+/// chain judged by the handshake's judgement ([`Trust::verify_peer`](crate::credentials::Trust::verify_peer)) with
 /// the revision's trust, as a peer with `--crl-scope chain` would.
 fn crl_verdict(
     rev: &crate::credentials::ValidRevision,

@@ -22,7 +22,7 @@
 //! offline instead: references, SANs between dialing workloads, Service
 //! target ports ([`manifest`]).
 //!
-//! The checks themselves live in [`inspect`]; this file turns arguments into
+//! The checks themselves live in [`inspect`](mod@inspect); this file turns arguments into
 //! a [`Request`] and prints the [`Report`].
 
 pub mod against;
