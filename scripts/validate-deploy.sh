@@ -38,9 +38,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-KV_VERSION=1.37.0
-# approval.py evaluates approver-policy's CEL validations with cel-python.
-CEL_VERSION=0.5.0
+# The pins are scripts/tools.list's (the one list of tools; .ci/run
+# installs them). approval.py and admission.py evaluate CEL with cel-python.
+pin() { awk -v n="$1" '$1 == n { sub(/.*==/, "", $4); print $4 }' scripts/tools.list; }
+KV_VERSION=$(pin kubernetes-validate)
+CEL_VERSION=$(pin cel-python)
+[ -n "$KV_VERSION" ] && [ -n "$CEL_VERSION" ] || { echo "error: scripts/tools.list lacks a pin" >&2; exit 1; }
 PY_PACKAGES=("kubernetes-validate==$KV_VERSION" "cel-python==$CEL_VERSION")
 KUBECTL_PYPI_VERSION=1.37.1
 K8S_VERSIONS=(1.29.0 1.37.0)
