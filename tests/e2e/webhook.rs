@@ -688,3 +688,46 @@ async fn it_stops_on_sigterm_and_will_not_start_without_a_serving_certificate() 
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("server"), "{out}");
 }
+
+/// An HTTP/2 connection left idle after a review is closed by the webhook
+/// (a GOAWAY, then the end of the connection) once it has had no request
+/// open for 10 s, so idle connections cannot hold its connection slots.
+/// (Without the bound it stays open, and this fails at its deadline.)
+#[tokio::test]
+async fn an_idle_http2_connection_is_closed() {
+    use std::time::{Duration, Instant};
+    let wh = Webhook::start().await;
+    let tcp = tokio::net::TcpStream::connect(&wh.addr).await.unwrap();
+    let tls = tokio_rustls::TlsConnector::from(wh.client(true))
+        .connect(ServerName::try_from(SERVICE).unwrap(), tcp)
+        .await
+        .unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .unwrap();
+    let conn = tokio::spawn(conn);
+    let req = hyper::Request::post("/inject")
+        .header("host", SERVICE)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(review_of(&controller_pod(
+            opted_in(),
+        )))))
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.into_body().collect().await.unwrap();
+    let idle = Instant::now();
+    // The sender stays alive: the client side never closes the connection.
+    let ended = tokio::time::timeout(Duration::from_secs(30), conn).await;
+    assert!(
+        ended.is_ok(),
+        "the idle HTTP/2 connection was still open after 30 s"
+    );
+    assert!(
+        idle.elapsed() >= Duration::from_secs(8),
+        "closed after {:?}, before the 10 s idle bound",
+        idle.elapsed()
+    );
+    drop(send);
+}

@@ -34,6 +34,7 @@ use crate::cli::WebhookArgs;
 use crate::credentials::{CredentialSource, CredentialStore};
 use crate::ops::inject::{self, Options};
 use crate::proxy::addr::Addr;
+use crate::proxy::http::serve::{sleep_until_some, Activity};
 use crate::tls::resolve::IdentityResolver;
 use review::{Answer, Namespace, Outcome};
 
@@ -52,6 +53,11 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long reviews in flight may finish after SIGTERM.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// How long a connection may stay open with no request in it: HTTP/1.1's
+/// header-read timeout ([`HEADER_TIMEOUT`]) bounds an idle keep-alive
+/// connection; an HTTP/2 one gets a GOAWAY after this long idle. The API
+/// server opens a new connection when it needs one.
+const IDLE_TIMEOUT: Duration = HEADER_TIMEOUT;
 
 /// What every request handler shares.
 struct State {
@@ -222,14 +228,10 @@ async fn accept_until_signal(
             };
             let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
             let io = TokioIo::new(stream);
-            let svc = service_fn(move |req| handle(req, state.clone()));
             let served = if h2 {
-                hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .timer(TokioTimer::new())
-                    .max_concurrent_streams(MAX_STREAMS)
-                    .serve_connection(io, svc)
-                    .await
+                serve_h2(io, state).await
             } else {
+                let svc = service_fn(move |req| handle(req, state.clone()));
                 hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
                     .header_read_timeout(HEADER_TIMEOUT)
@@ -241,6 +243,65 @@ async fn accept_until_signal(
             }
         });
     }
+}
+
+/// One HTTP/2 connection, closed with a GOAWAY once it has had no request
+/// open for [`IDLE_TIMEOUT`] (hyper's HTTP/2 server has no idle bound of
+/// its own: without this, idle connections would hold every one of the
+/// [`MAX_CONNECTIONS`] slots).
+async fn serve_h2<I>(io: TokioIo<I>, state: Arc<State>) -> Result<(), hyper::Error>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let activity = Arc::new(Activity::default());
+    let svc = {
+        let activity = activity.clone();
+        service_fn(move |req| {
+            // The answer is one small buffered body: the request is over
+            // once it is built.
+            let open = activity.open();
+            let answered = handle(req, state.clone());
+            async move {
+                let r = answered.await;
+                drop(open);
+                r
+            }
+        })
+    };
+    let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(MAX_STREAMS)
+        .serve_connection(io, svc);
+    tokio::pin!(conn);
+    let mut idle_since = Some(tokio::time::Instant::now());
+    loop {
+        let deadline = idle_deadline(idle_since);
+        tokio::select! {
+            r = conn.as_mut() => return r,
+            _ = activity.changed.notified() => {
+                idle_since = activity.idle().then(tokio::time::Instant::now);
+            }
+            _ = sleep_until_some(deadline), if deadline.is_some() => {
+                if !activity.idle() {
+                    idle_since = None;
+                    continue;
+                }
+                debug!("webhook h2 connection idle: GOAWAY");
+                conn.as_mut().graceful_shutdown();
+                // No request is open, so it ends at once; a peer that never
+                // reads the GOAWAY is cut off after the handshake bound.
+                return tokio::time::timeout(HANDSHAKE_TIMEOUT, conn)
+                    .await
+                    .unwrap_or(Ok(()));
+            }
+        }
+    }
+}
+
+/// When an HTTP/2 connection idle since `since` (none: a request is open)
+/// is closed.
+fn idle_deadline(since: Option<tokio::time::Instant>) -> Option<tokio::time::Instant> {
+    since.map(|t| t + IDLE_TIMEOUT)
 }
 
 /// One HTTP request: `POST /inject` or `POST /inject/namespace-enabled`
