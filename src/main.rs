@@ -72,12 +72,29 @@ fn main() -> ExitCode {
         }
         Command::Webhook(args) => {
             logging::init(args.log_format);
-            with_runtime(None, |rt| {
-                rt.block_on(mtls_sidecar::ops::webhook::run(&args))
-            })
+            webhook(&args)
         }
     };
     ExitCode::from(code)
+}
+
+/// `mtls-sidecar webhook`: its listeners bound, then the sandbox applied on
+/// this thread before the runtime's threads exist (Landlock restricts the
+/// threads created afterwards), then served.
+fn webhook(args: &mtls_sidecar::cli::WebhookArgs) -> u8 {
+    use mtls_sidecar::ops::webhook;
+    let bound = match webhook::Bound::bind(args) {
+        Ok(b) => b,
+        Err((code, msg)) => {
+            eprintln!("error: {msg}");
+            return code;
+        }
+    };
+    if let Err(e) = sandbox::apply(&bound.sandbox_plan(args), args.sandbox) {
+        error!("{e}");
+        return 1;
+    }
+    with_runtime(None, |rt| rt.block_on(webhook::run(args, bound)))
 }
 
 fn usage_error(e: &dyn std::fmt::Display) -> u8 {

@@ -731,3 +731,36 @@ async fn an_idle_http2_connection_is_closed() {
     );
     drop(send);
 }
+
+/// The webhook runs sandboxed, as a sidecar does: Landlock lets it read
+/// only its `--tls-dir` and `/proc/self`, bind only its two listeners and
+/// connect nowhere, and `/status` says so; the other tests here (a
+/// certificate renewal among them) run under the same sandbox. (Were it
+/// never applied, `/status` would say so and this would fail.)
+#[tokio::test]
+async fn it_runs_sandboxed_reading_only_its_certificate_and_connecting_nowhere() {
+    let wh = Webhook::start().await;
+    let line = wh.sc.wait_log(&["sandbox applied"]).await;
+    assert!(line.contains(" INFO "), "{line}");
+    let a = common::http::request(&wh.admin, "GET", "/status").await;
+    assert_eq!(a.code, 200, "{}", a.body);
+    let st: Value = serde_json::from_str(&a.body).unwrap();
+    let sandbox = &st["sandbox"];
+    assert_eq!(sandbox["filesystem"], "enforced", "{sandbox}");
+    assert_eq!(sandbox["network"], "enforced", "{sandbox}");
+    assert_eq!(sandbox["seccomp"], "enforced", "{sandbox}");
+    assert_eq!(sandbox["connect_ports"], json!([]), "{sandbox}");
+    let port = |addr: &str| -> u16 { addr.rsplit(':').next().unwrap().parse().unwrap() };
+    let mut bound = vec![port(&wh.addr), port(&wh.admin)];
+    bound.sort_unstable();
+    assert_eq!(sandbox["bind_ports"], json!(bound), "{sandbox}");
+    let tls_dir = wh.dir.path().to_str().unwrap().to_string();
+    let mut readable = vec![tls_dir.as_str(), "/proc/self"];
+    readable.sort_unstable();
+    assert_eq!(sandbox["read_only"], json!(readable), "{sandbox}");
+    // And it still answers a review.
+    assert_eq!(
+        wh.post(review_of(&controller_pod(opted_in()))).await.code,
+        200
+    );
+}

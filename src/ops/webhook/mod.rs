@@ -9,7 +9,9 @@
 //! the identity in force ([`IdentityResolver`]): a renewal is picked up with
 //! no restart and no failed review. `--admin` serves `/livez`, `/readyz`
 //! (503 while the certificate is expired or not yet valid) and `/metrics`
-//! with the reviews by result and their latency.
+//! with the reviews by result and their latency. Its listeners are bound
+//! first ([`Bound`]), so the binary sandboxes it (`--sandbox`) before the
+//! runtime starts, as it does a sidecar.
 
 pub mod review;
 
@@ -33,8 +35,9 @@ use crate::admin::shared::{ConnectionsAccess, Shared};
 use crate::cli::WebhookArgs;
 use crate::credentials::{CredentialSource, CredentialStore};
 use crate::ops::inject::{self, Options};
-use crate::proxy::addr::Addr;
+use crate::proxy::addr::{Addr, StdListener};
 use crate::proxy::http::serve::{sleep_until_some, Activity};
+use crate::sandbox::Plan;
 use crate::tls::resolve::IdentityResolver;
 use review::{Answer, Namespace, Outcome};
 
@@ -65,10 +68,39 @@ struct State {
     reviews: Semaphore,
 }
 
+/// The webhook's listeners, bound before the sandbox is applied and the
+/// runtime started (the sandbox lets the process bind only these ports).
+pub struct Bound {
+    listener: std::net::TcpListener,
+    admin: Option<StdListener>,
+}
+
+impl Bound {
+    /// Binds `--listen` and `--admin`: 2 for an address that does not
+    /// parse, 1 for one that cannot be bound.
+    pub fn bind(args: &WebhookArgs) -> Result<Bound, (u8, String)> {
+        let listener = std::net::TcpListener::bind(&args.listen)
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .map_err(|e| (1, format!("cannot listen on {}: {e}", args.listen)))?;
+        let admin = match &args.admin {
+            Some(a) => Some(bind_admin(a)?),
+            None => None,
+        };
+        Ok(Bound { listener, admin })
+    }
+
+    /// What the sandbox allows: `--tls-dir`, and the ports bound here.
+    pub fn sandbox_plan(&self, args: &WebhookArgs) -> Plan {
+        let webhook = self.listener.local_addr().ok().map(|a| a.port());
+        let admin = self.admin.as_ref().and_then(StdListener::tcp_port);
+        Plan::for_webhook(&args.tls_dir, webhook.into_iter().chain(admin))
+    }
+}
+
 /// `mtls-sidecar webhook`: 0 after SIGTERM/SIGINT, 2 for a configuration
 /// problem (credentials, addresses), 1 for a run-time one.
-pub async fn run(args: &WebhookArgs) -> u8 {
-    match serve(args).await {
+pub async fn run(args: &WebhookArgs, bound: Bound) -> u8 {
+    match serve(args, bound).await {
         Ok(()) => 0,
         Err((code, msg)) => {
             eprintln!("error: {msg}");
@@ -106,7 +138,7 @@ fn tls_config(store: &Arc<CredentialStore>) -> Result<Arc<ServerConfig>, rustls:
     Ok(Arc::new(cfg))
 }
 
-async fn serve(args: &WebhookArgs) -> Result<(), (u8, String)> {
+async fn serve(args: &WebhookArgs, bound: Bound) -> Result<(), (u8, String)> {
     let interval = humantime::parse_duration(&args.reload_interval).map_err(|e| {
         (
             2,
@@ -117,11 +149,13 @@ async fn serve(args: &WebhookArgs) -> Result<(), (u8, String)> {
     let tls = tls_config(&store).map_err(|e| (2, format!("TLS: {e}")))?;
     let metrics = crate::metrics::install();
     crate::metrics::webhook_reviews_zero(Outcome::ALL.map(Outcome::as_str));
-    let listener = TcpListener::bind(&args.listen)
-        .await
+    let listener = TcpListener::from_std(bound.listener)
         .map_err(|e| (1, format!("cannot listen on {}: {e}", args.listen)))?;
-    let admin = match &args.admin {
-        Some(a) => Some(bind_admin(a)?),
+    let admin = match bound.admin {
+        Some(l) => Some(
+            l.into_tokio()
+                .map_err(|e| (1, format!("cannot serve the admin endpoint: {e}")))?,
+        ),
         None => None,
     };
     let (halt, _) = watch::channel(false);
@@ -176,13 +210,12 @@ async fn serve(args: &WebhookArgs) -> Result<(), (u8, String)> {
     Ok(())
 }
 
-fn bind_admin(addr: &str) -> Result<crate::proxy::addr::Listener, (u8, String)> {
+fn bind_admin(addr: &str) -> Result<StdListener, (u8, String)> {
     let parsed: Addr = addr
         .parse()
         .map_err(|e| (2, format!("--admin {addr:?}: {e}")))?;
     parsed
         .bind_std()
-        .and_then(|l| l.into_tokio())
         .map_err(|e| (1, format!("cannot listen on admin address {addr}: {e}")))
 }
 
