@@ -834,42 +834,104 @@ fn an_app_probe_anywhere_but_the_target_port_is_refused() {
     assert!(text.contains("--admin"), "{text}");
 }
 
+/// The shipped annotated `file` (deploy/kubernetes/...), rendered by the
+/// binary's `inject` (the kustomize var of the generated ConfigMap written
+/// as the generator's name, as kustomize would with its hash), and the
+/// hand-written manifest it replaced (tests/e2e/inject/`fixture`).
+fn shipped_and_hand_written(file: &str, fixture: &str) -> (Vec<Value>, Vec<Value>) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |rel: &str| std::fs::read_to_string(root.join(rel)).unwrap();
+    let hand = yaml::load(&read(&format!("tests/e2e/inject/{fixture}"))).unwrap();
+    let shipped = read(&format!("deploy/kubernetes/{file}"))
+        .replace("$(CONTROLLER_MTLS_SIDECAR)", "controller-mtls-sidecar");
+    assert!(
+        !shipped.contains("initContainers"),
+        "{file} holds a hand-written container again"
+    );
+    let rendered = yaml::load(&inject_cli(&shipped)).unwrap();
+    assert_eq!(rendered.len(), hand.len());
+    (rendered, hand)
+}
+
+/// Gives the injected workload of `kind` in `rendered` the hand-written
+/// one's names, after checking injection's: the port `mtls-admin` (was
+/// `admin`) and the probes on it, the volumes and mounts
+/// (`mtls-sidecar-identity` was `mtls`, `mtls-sidecar-config` was
+/// `config`), and the pod template's labels and annotations (checking the
+/// label the PodMonitor selects).
+fn named_as_hand_written(rendered: &mut [Value], hand: &[Value], kind: &str) {
+    let w = rendered.iter_mut().find(|d| d["kind"] == kind).unwrap();
+    let hand_w = hand.iter().find(|d| d["kind"] == kind).unwrap();
+    let template = &mut w["spec"]["template"];
+    assert_eq!(
+        template["metadata"]["labels"][INJECTED_LABEL], "true",
+        "{kind}: the label the PodMonitor selects"
+    );
+    template["metadata"] = hand_w["spec"]["template"]["metadata"].clone();
+    let spec = &mut template["spec"];
+    let sidecar = &mut spec["initContainers"][0];
+    let admin = sidecar["ports"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|p| p["name"] == "mtls-admin")
+        .expect("a port mtls-admin");
+    admin["name"] = json!("admin");
+    for probe in ["startupProbe", "readinessProbe", "livenessProbe"] {
+        assert_eq!(sidecar[probe]["httpGet"]["port"], "mtls-admin", "{probe}");
+        sidecar[probe]["httpGet"]["port"] = json!("admin");
+    }
+    let rename = |v: &mut Value| {
+        let hand_name = match v["name"].as_str() {
+            Some("mtls-sidecar-identity") => "mtls",
+            Some("mtls-sidecar-config") => "config",
+            other => panic!("{kind}: an unexpected volume {other:?}"),
+        };
+        v["name"] = json!(hand_name);
+    };
+    sidecar["volumeMounts"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .for_each(rename);
+    spec["volumes"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .for_each(rename);
+}
+
+fn assert_same_documents(rendered: &[Value], hand: &[Value]) {
+    for (ours, theirs) in rendered.iter().zip(hand) {
+        assert_eq!(
+            ours, theirs,
+            "{} {}: rendered (left) against hand-written (right)",
+            theirs["kind"], theirs["metadata"]["name"]
+        );
+    }
+}
+
 /// The shipped replica (deploy/kubernetes/replica.yaml) is an annotated
 /// template; rendered by the binary's `inject`, it is the hand-written
 /// replica it replaced (kept as tests/e2e/inject/replica-hand-written.yaml)
-/// in every field but the names injection gives (the `mtls-admin` port, the
-/// `mtls-sidecar-identity` volume), the pod template's labels and
-/// annotations, and a drain derived from the grace period: the same
+/// in every field but the names injection gives, the pod template's labels
+/// and annotations, and a drain derived from the grace period: the same
 /// arguments (`--exclusive` and `--allow-san` included), image,
 /// securityContext of pod and sidecar, probes, resources (a 64Mi limit),
 /// projected sources, mounts and application container. The other objects
 /// of the file pass through unchanged.
 #[test]
 fn the_shipped_replica_migrated_injects_into_the_same_shape() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let read = |rel: &str| std::fs::read_to_string(root.join(rel)).unwrap();
-    let hand = yaml::load(&read("tests/e2e/inject/replica-hand-written.yaml")).unwrap();
-    let shipped = read("deploy/kubernetes/replica.yaml");
-    assert!(
-        !shipped.contains("initContainers"),
-        "the shipped replica holds a hand-written container again"
-    );
-    let mut rendered = yaml::load(&inject_cli(&shipped)).unwrap();
-    assert_eq!(rendered.len(), hand.len());
+    let (mut rendered, hand) =
+        shipped_and_hand_written("replica.yaml", "replica-hand-written.yaml");
+    named_as_hand_written(&mut rendered, &hand, "StatefulSet");
     let set = rendered
         .iter_mut()
         .find(|d| d["kind"] == "StatefulSet")
-        .expect("a StatefulSet");
-    let hand_set = hand.iter().find(|d| d["kind"] == "StatefulSet").unwrap();
-    let template = &mut set["spec"]["template"];
-    assert_eq!(
-        template["metadata"]["labels"][INJECTED_LABEL], "true",
-        "the label the PodMonitor selects"
-    );
-    template["metadata"] = hand_set["spec"]["template"]["metadata"].clone();
-    let spec = &mut template["spec"];
-    let sidecar = &mut spec["initContainers"][0];
-    let args = sidecar["args"].as_array_mut().unwrap();
+        .unwrap();
+    let args = set["spec"]["template"]["spec"]["initContainers"][0]["args"]
+        .as_array_mut()
+        .unwrap();
     let drain = args
         .iter_mut()
         .find(|a| {
@@ -880,23 +942,21 @@ fn the_shipped_replica_migrated_injects_into_the_same_shape() {
     // A grace period of 60 s leaves a 55 s drain (the hand-written 30 s).
     assert_eq!(*drain, json!("--drain-timeout=55s"));
     *drain = json!("--drain-timeout=30s");
-    assert_eq!(sidecar["ports"][1]["name"], "mtls-admin");
-    sidecar["ports"][1]["name"] = json!("admin");
-    for probe in ["startupProbe", "readinessProbe", "livenessProbe"] {
-        assert_eq!(sidecar[probe]["httpGet"]["port"], "mtls-admin", "{probe}");
-        sidecar[probe]["httpGet"]["port"] = json!("admin");
-    }
-    assert_eq!(sidecar["volumeMounts"][0]["name"], "mtls-sidecar-identity");
-    sidecar["volumeMounts"][0]["name"] = json!("mtls");
-    assert_eq!(spec["volumes"][0]["name"], "mtls-sidecar-identity");
-    spec["volumes"][0]["name"] = json!("mtls");
-    for (ours, theirs) in rendered.iter().zip(&hand) {
-        assert_eq!(
-            ours, theirs,
-            "{} {}: rendered (left) against hand-written (right)",
-            theirs["kind"], theirs["metadata"]["name"]
-        );
-    }
+    assert_same_documents(&rendered, &hand);
+}
+
+/// The shipped controller (deploy/kubernetes/controller.yaml), rendered
+/// by `inject`, is the hand-written controller it replaced
+/// (tests/e2e/inject/controller-hand-written.yaml) but for the names
+/// injection gives: `run --config` from the same ConfigMap mounted whole
+/// at the same path, the same projected credentials, securityContext,
+/// probes and resources (the 32Mi limit its annotation asks for).
+#[test]
+fn the_shipped_controller_migrated_injects_into_the_same_shape() {
+    let (mut rendered, hand) =
+        shipped_and_hand_written("controller.yaml", "controller-hand-written.yaml");
+    named_as_hand_written(&mut rendered, &hand, "Deployment");
+    assert_same_documents(&rendered, &hand);
 }
 
 /// A gRPC application (h2c on loopback) whose health service answers
