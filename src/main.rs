@@ -71,9 +71,7 @@ fn main() -> ExitCode {
         }
         Command::Webhook(args) => {
             log::init(args.log_format);
-            with_runtime(None, |rt| {
-                rt.block_on(mtls_sidecar::tools::webhook::run(&args))
-            })
+            mtls_sidecar::tools::webhook::start(&args)
         }
     };
     ExitCode::from(code)

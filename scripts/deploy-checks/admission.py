@@ -45,6 +45,7 @@ fixtures/ whose `# expect: RULE TEXT` lines name what it must report
                            applies Namespaces first) or an earlier one, or
                            by a prerequisite install (PREREQUISITE_NAMESPACES)
     docs.apply-order       every step is a documented `kubectl apply -k PATH`
+                           (or `kubectl kustomize PATH | mtls-sidecar inject`)
                            (README.md, docs/*.md) and the docs give the
                            scenario's order (rendered overlays under target/
                            stand for a user's own and are exempt)
@@ -187,7 +188,9 @@ def check_certificates(sc):
                 sc.report(rule, step, ident(o), message)
 
 
-APPLY = re.compile(r"kubectl apply -k (\S+)")
+# `kubectl apply -k PATH`, or PATH rendered through inject and applied
+# (`kubectl kustomize PATH | mtls-sidecar inject -f - | kubectl apply -f -`).
+APPLY = re.compile(r"kubectl apply -k (\S+)|kubectl kustomize (\S+) \| mtls-sidecar inject")
 
 
 def documented_orders():
@@ -195,7 +198,7 @@ def documented_orders():
     out = {}
     for doc in [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))):
         with open(doc) as f:
-            paths = [p.rstrip("/`") for p in APPLY.findall(f.read())]
+            paths = [(a or b).rstrip("/`") for a, b in APPLY.findall(f.read())]
         if paths:
             out[os.path.relpath(doc, ROOT)] = paths
     return out

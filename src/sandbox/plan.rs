@@ -107,6 +107,19 @@ impl Plan {
         plan
     }
 
+    /// The allow-list of `mtls-sidecar webhook`: reading its serving
+    /// certificate's directory (whole, as a sidecar's) and `/proc/self`,
+    /// binding its listen and admin ports; it writes nothing and connects
+    /// to nothing (the API server calls it).
+    pub fn for_webhook(tls_dir: &Path, bind_ports: impl IntoIterator<Item = u16>) -> Plan {
+        let scope = Scope::of_process();
+        let mut plan = Plan::default();
+        plan.allow_credential_dir(tls_dir, &scope);
+        plan.read_dirs.insert(PathBuf::from("/proc/self"));
+        plan.bind_ports.extend(bind_ports);
+        plan
+    }
+
     fn allow_credentials(&mut self, source: &CredentialSource, scope: &Scope) {
         match source {
             CredentialSource::Dir(dir) => self.allow_credential_dir(dir, scope),
@@ -208,6 +221,20 @@ fn parent_dir(p: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_webhook_reads_its_certificate_binds_its_ports_and_connects_nowhere() {
+        let dir = tempfile::tempdir().unwrap();
+        let plan = Plan::for_webhook(dir.path(), [8443, 9901]);
+        assert_eq!(
+            plan.read_dirs,
+            BTreeSet::from([dir.path().to_path_buf(), PathBuf::from("/proc/self")])
+        );
+        assert!(plan.read_files.is_empty());
+        assert_eq!(plan.bind_ports, BTreeSet::from([8443, 9901]));
+        assert!(plan.connect_ports.is_empty() && plan.hostname_targets.is_empty());
+        assert!(plan.socket_dirs.is_empty());
+    }
 
     #[test]
     fn targets_give_connect_ports_and_host_names() {

@@ -354,23 +354,8 @@ fn a_config_configmap_is_present_and_valid() {
 
 /// `check --manifest -` with `input` on stdin: the exit code and stdout.
 fn check_stdin(input: &str) -> (Option<i32>, String) {
-    use std::io::Write;
-    use std::process::{Command, Stdio};
-    let mut child = Command::new(common::bin())
-        .args(["check", "--manifest", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut stdin = child.stdin.take().expect("stdin");
-    stdin.write_all(input.as_bytes()).expect("write");
-    drop(stdin);
-    let out = child.wait_with_output().expect("wait");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
+    let (code, out, _) = common::run_bin_stdin(&["check", "--manifest", "-"], input);
+    (Some(code).filter(|c| *c >= 0), out)
 }
 
 #[test]

@@ -8,15 +8,15 @@
 
 use crate::common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use common::{client_config, get, get_until, refused, tls_connect, Pki, CONTROLLER, DEADLINE};
 use mtls_sidecar::pki::{Issued, LeafSpec, Role};
 use mtls_sidecar::tools::atomic_writer::AtomicDir;
+use mtls_sidecar::tools::inject::annotations::INJECTED_LABEL;
 use mtls_sidecar::tools::inject::manifest::{apply, Action};
 use mtls_sidecar::tools::inject::{yaml, Options, VERSION};
 use serde_json::{json, Value};
@@ -25,25 +25,7 @@ use tokio::net::TcpListener;
 
 /// Runs the binary with `args`, `input` on stdin: (exit code, stdout, stderr).
 fn run(args: &[&str], input: &str) -> (i32, String, String) {
-    let mut child = Command::new(common::bin())
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the binary");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input.as_bytes())
-        .expect("write stdin");
-    let out = child.wait_with_output().expect("wait");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::run_bin_stdin(args, input)
 }
 
 fn inject_cli(input: &str) -> String {
@@ -852,68 +834,129 @@ fn an_app_probe_anywhere_but_the_target_port_is_refused() {
     assert!(text.contains("--admin"), "{text}");
 }
 
-/// The shipped hand-written replica (deploy/kubernetes/replica.yaml),
-/// migrated as docs/injection.md says (its sidecar, volume and fsGroup
-/// removed, the template annotated), injects into the same shape: the
-/// same projected sources, securityContext, probe paths and timing,
-/// native-sidecar placement and the same arguments but the ones the
-/// shorthands do not express.
+/// The shipped annotated `file` (deploy/kubernetes/...), rendered by the
+/// binary's `inject` (the kustomize var of the generated ConfigMap written
+/// as the generator's name, as kustomize would with its hash), and the
+/// hand-written manifest it replaced (tests/e2e/inject/`fixture`).
+fn shipped_and_hand_written(file: &str, fixture: &str) -> (Vec<Value>, Vec<Value>) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |rel: &str| std::fs::read_to_string(root.join(rel)).unwrap();
+    let hand = yaml::load(&read(&format!("tests/e2e/inject/{fixture}"))).unwrap();
+    let shipped = read(&format!("deploy/kubernetes/{file}"))
+        .replace("$(CONTROLLER_MTLS_SIDECAR)", "controller-mtls-sidecar");
+    assert!(
+        !shipped.contains("initContainers"),
+        "{file} holds a hand-written container again"
+    );
+    let rendered = yaml::load(&inject_cli(&shipped)).unwrap();
+    assert_eq!(rendered.len(), hand.len());
+    (rendered, hand)
+}
+
+/// Gives the injected workload of `kind` in `rendered` the hand-written
+/// one's names, after checking injection's: the port `mtls-admin` (was
+/// `admin`) and the probes on it, the volumes and mounts
+/// (`mtls-sidecar-identity` was `mtls`, `mtls-sidecar-config` was
+/// `config`), and the pod template's labels and annotations (checking the
+/// label the PodMonitor selects).
+fn named_as_hand_written(rendered: &mut [Value], hand: &[Value], kind: &str) {
+    let w = rendered.iter_mut().find(|d| d["kind"] == kind).unwrap();
+    let hand_w = hand.iter().find(|d| d["kind"] == kind).unwrap();
+    let template = &mut w["spec"]["template"];
+    assert_eq!(
+        template["metadata"]["labels"][INJECTED_LABEL], "true",
+        "{kind}: the label the PodMonitor selects"
+    );
+    template["metadata"] = hand_w["spec"]["template"]["metadata"].clone();
+    let spec = &mut template["spec"];
+    let sidecar = &mut spec["initContainers"][0];
+    let admin = sidecar["ports"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|p| p["name"] == "mtls-admin")
+        .expect("a port mtls-admin");
+    admin["name"] = json!("admin");
+    for probe in ["startupProbe", "readinessProbe", "livenessProbe"] {
+        assert_eq!(sidecar[probe]["httpGet"]["port"], "mtls-admin", "{probe}");
+        sidecar[probe]["httpGet"]["port"] = json!("admin");
+    }
+    let rename = |v: &mut Value| {
+        let hand_name = match v["name"].as_str() {
+            Some("mtls-sidecar-identity") => "mtls",
+            Some("mtls-sidecar-config") => "config",
+            other => panic!("{kind}: an unexpected volume {other:?}"),
+        };
+        v["name"] = json!(hand_name);
+    };
+    sidecar["volumeMounts"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .for_each(rename);
+    spec["volumes"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .for_each(rename);
+}
+
+fn assert_same_documents(rendered: &[Value], hand: &[Value]) {
+    for (ours, theirs) in rendered.iter().zip(hand) {
+        assert_eq!(
+            ours, theirs,
+            "{} {}: rendered (left) against hand-written (right)",
+            theirs["kind"], theirs["metadata"]["name"]
+        );
+    }
+}
+
+/// The shipped replica (deploy/kubernetes/replica.yaml) is an annotated
+/// template; rendered by the binary's `inject`, it is the hand-written
+/// replica it replaced (kept as tests/e2e/inject/replica-hand-written.yaml)
+/// in every field but the names injection gives, the pod template's labels
+/// and annotations, and a drain derived from the grace period: the same
+/// arguments (`--exclusive` and `--allow-san` included), image,
+/// securityContext of pod and sidecar, probes, resources (a 64Mi limit),
+/// projected sources, mounts and application container. The other objects
+/// of the file pass through unchanged.
 #[test]
 fn the_shipped_replica_migrated_injects_into_the_same_shape() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(root.join("deploy/kubernetes/replica.yaml")).unwrap();
-    let docs = yaml::load(&text).unwrap();
-    let shipped = docs
-        .iter()
+    let (mut rendered, hand) =
+        shipped_and_hand_written("replica.yaml", "replica-hand-written.yaml");
+    named_as_hand_written(&mut rendered, &hand, "StatefulSet");
+    let set = rendered
+        .iter_mut()
         .find(|d| d["kind"] == "StatefulSet")
-        .unwrap()
-        .clone();
-    let hand = shipped["spec"]["template"]["spec"]["initContainers"][0].clone();
-    let hand_volume = shipped["spec"]["template"]["spec"]["volumes"][0].clone();
+        .unwrap();
+    let args = set["spec"]["template"]["spec"]["initContainers"][0]["args"]
+        .as_array_mut()
+        .unwrap();
+    let drain = args
+        .iter_mut()
+        .find(|a| {
+            a.as_str()
+                .is_some_and(|a| a.starts_with("--drain-timeout="))
+        })
+        .expect("--drain-timeout");
+    // A grace period of 60 s leaves a 55 s drain (the hand-written 30 s).
+    assert_eq!(*drain, json!("--drain-timeout=55s"));
+    *drain = json!("--drain-timeout=30s");
+    assert_same_documents(&rendered, &hand);
+}
 
-    let mut migrated = shipped.clone();
-    let t = &mut migrated["spec"]["template"];
-    let spec = t["spec"].as_object_mut().unwrap();
-    spec.shift_remove("initContainers");
-    spec.shift_remove("volumes");
-    spec["securityContext"]
-        .as_object_mut()
-        .unwrap()
-        .shift_remove("fsGroup");
-    t["metadata"]["annotations"] = json!({
-        "mtls-sidecar.dev/inject": "enabled",
-        "mtls-sidecar.dev/server": "6877:2100",
-        "mtls-sidecar.dev/allow-san": "controller.env-1.svc",
-        "mtls-sidecar.dev/identity": "secret:replica-mtls",
-    });
-    let out = apply(&migrated, Action::Inject, &Options::default()).unwrap();
-    let spec = &out["spec"]["template"]["spec"];
-    let ours = &spec["initContainers"][0];
-    for field in ["restartPolicy", "imagePullPolicy", "securityContext"] {
-        assert_eq!(ours[field], hand[field], "{field}");
-    }
-    for probe in ["startupProbe", "readinessProbe", "livenessProbe"] {
-        let mut h = hand[probe].clone();
-        h["httpGet"]["port"] = json!("mtls-admin");
-        assert_eq!(ours[probe], h, "{probe}");
-    }
-    assert_eq!(spec["volumes"][0]["projected"], hand_volume["projected"]);
-    assert_eq!(spec["securityContext"]["fsGroup"], 65532);
-    let args = |c: &Value| -> Vec<String> {
-        c["args"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap().replace("/etc/mtls", "DIR"))
-            .filter(|a| !a.starts_with("--drain-timeout=") && a != "--exclusive")
-            .collect()
-    };
-    assert_eq!(args(ours), args(&hand));
-    // The grace period of 60 s leaves a 55 s drain (the shipped 30 s fits too).
-    assert!(ours["args"]
-        .as_array()
-        .unwrap()
-        .contains(&json!("--drain-timeout=55s")));
+/// The shipped controller (deploy/kubernetes/controller.yaml), rendered
+/// by `inject`, is the hand-written controller it replaced
+/// (tests/e2e/inject/controller-hand-written.yaml) but for the names
+/// injection gives: `run --config` from the same ConfigMap mounted whole
+/// at the same path, the same projected credentials, securityContext,
+/// probes and resources (the 32Mi limit its annotation asks for).
+#[test]
+fn the_shipped_controller_migrated_injects_into_the_same_shape() {
+    let (mut rendered, hand) =
+        shipped_and_hand_written("controller.yaml", "controller-hand-written.yaml");
+    named_as_hand_written(&mut rendered, &hand, "Deployment");
+    assert_same_documents(&rendered, &hand);
 }
 
 /// A gRPC application (h2c on loopback) whose health service answers

@@ -200,7 +200,7 @@ async fn the_page_carries_the_running_crls_and_deny_list_a_lone_candidate_keeps(
     // The running sidecar holds a CRL (revoking a bystander) and a deny
     // entry (naming another): `/connections` hands both to the preview, so
     // a CRL alone is judged with this deny-list and a deny file alone with
-    // this CRL (the judgement itself: the unit test in ops::check::preview).
+    // this CRL (the judgement itself: the unit test in tools::check::preview).
     let r = Running::prepared(
         "127.0.0.1:0",
         |_| None,

@@ -688,3 +688,79 @@ async fn it_stops_on_sigterm_and_will_not_start_without_a_serving_certificate() 
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("server"), "{out}");
 }
+
+/// An HTTP/2 connection left idle after a review is closed by the webhook
+/// (a GOAWAY, then the end of the connection) once it has had no request
+/// open for 10 s, so idle connections cannot hold its connection slots.
+/// (Without the bound it stays open, and this fails at its deadline.)
+#[tokio::test]
+async fn an_idle_http2_connection_is_closed() {
+    use std::time::{Duration, Instant};
+    let wh = Webhook::start().await;
+    let tcp = tokio::net::TcpStream::connect(&wh.addr).await.unwrap();
+    let tls = tokio_rustls::TlsConnector::from(wh.client(true))
+        .connect(ServerName::try_from(SERVICE).unwrap(), tcp)
+        .await
+        .unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .unwrap();
+    let conn = tokio::spawn(conn);
+    let req = hyper::Request::post("/inject")
+        .header("host", SERVICE)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(review_of(&controller_pod(
+            opted_in(),
+        )))))
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.into_body().collect().await.unwrap();
+    let idle = Instant::now();
+    // The sender stays alive: the client side never closes the connection.
+    let ended = tokio::time::timeout(Duration::from_secs(30), conn).await;
+    assert!(
+        ended.is_ok(),
+        "the idle HTTP/2 connection was still open after 30 s"
+    );
+    assert!(
+        idle.elapsed() >= Duration::from_secs(8),
+        "closed after {:?}, before the 10 s idle bound",
+        idle.elapsed()
+    );
+    drop(send);
+}
+
+/// The webhook runs sandboxed, as a sidecar does: Landlock lets it read
+/// only its `--tls-dir` and `/proc/self`, bind only its two listeners and
+/// connect nowhere, and `/status` says so; the other tests here (a
+/// certificate renewal among them) run under the same sandbox. (Were it
+/// never applied, `/status` would say so and this would fail.)
+#[tokio::test]
+async fn it_runs_sandboxed_reading_only_its_certificate_and_connecting_nowhere() {
+    let wh = Webhook::start().await;
+    let line = wh.sc.wait_log(&["sandbox applied"]).await;
+    assert!(line.contains(" INFO "), "{line}");
+    let a = common::http::request(&wh.admin, "GET", "/status").await;
+    assert_eq!(a.code, 200, "{}", a.body);
+    let st: Value = serde_json::from_str(&a.body).unwrap();
+    let sandbox = &st["sandbox"];
+    assert_eq!(sandbox["filesystem"], "enforced", "{sandbox}");
+    assert_eq!(sandbox["network"], "enforced", "{sandbox}");
+    assert_eq!(sandbox["seccomp"], "enforced", "{sandbox}");
+    assert_eq!(sandbox["connect_ports"], json!([]), "{sandbox}");
+    let port = |addr: &str| -> u16 { addr.rsplit(':').next().unwrap().parse().unwrap() };
+    let mut bound = vec![port(&wh.addr), port(&wh.admin)];
+    bound.sort_unstable();
+    assert_eq!(sandbox["bind_ports"], json!(bound), "{sandbox}");
+    let tls_dir = wh.dir.path().to_str().unwrap().to_string();
+    let mut readable = vec![tls_dir.as_str(), "/proc/self"];
+    readable.sort_unstable();
+    assert_eq!(sandbox["read_only"], json!(readable), "{sandbox}");
+    // And it still answers a review.
+    assert_eq!(
+        wh.post(review_of(&controller_pod(opted_in()))).await.code,
+        200
+    );
+}

@@ -346,19 +346,27 @@ fn bare_flag_reads_spiffe_endpoint_socket_and_the_variable_alone_changes_nothing
 fn the_spiffe_csi_example_parses_with_the_real_cli_and_mounts_the_socket_it_dials() {
     use clap::Parser;
     use mtls_sidecar::cli::{Cli, Command};
-    use yaml_rust2::YamlLoader;
+    use mtls_sidecar::tools::inject::manifest::{apply, Action};
+    use mtls_sidecar::tools::inject::{yaml, Options};
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/spiffe/replica.yaml");
-    let docs = YamlLoader::load_from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let set = docs
+    let docs = yaml::load(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let template = docs
         .iter()
-        .find(|d| d["kind"].as_str() == Some("StatefulSet"))
+        .find(|d| d["kind"] == "StatefulSet")
         .expect("a StatefulSet");
+    // The example is an annotated template: judge what injection makes of it.
+    let set = apply(template, Action::Inject, &Options::default()).expect("it injects");
     let spec = &set["spec"]["template"]["spec"];
     let sidecar = &spec["initContainers"][0];
+    assert_eq!(sidecar["name"], "mtls-sidecar");
+    assert!(sidecar["args"]
+        .as_array()
+        .unwrap()
+        .contains(&serde_json::json!("--exclusive")));
     let args: Vec<String> = std::iter::once("mtls-sidecar".to_string())
         .chain(
             sidecar["args"]
-                .as_vec()
+                .as_array()
                 .unwrap()
                 .iter()
                 .map(|a| a.as_str().unwrap().to_string()),
@@ -384,7 +392,7 @@ fn the_spiffe_csi_example_parses_with_the_real_cli_and_mounts_the_socket_it_dial
     let mount = &sidecar["volumeMounts"][0];
     assert_eq!(mount["mountPath"].as_str(), Some(socket_dir.as_str()));
     let volume = spec["volumes"]
-        .as_vec()
+        .as_array()
         .unwrap()
         .iter()
         .find(|v| v["name"] == mount["name"])

@@ -985,7 +985,7 @@ fn the_kubernetes_example_loads_the_shipped_rules() {
     };
     let mut want = rules(OUTBOUND_NFT);
     let at = want.iter().position(|l| l == MARK_SKIP).expect("mark skip") + 1;
-    want.insert(at, "meta skuid 1337 return".to_string());
+    want.insert(at, "meta skuid 65532 return".to_string());
     assert_eq!(rules(K8S_OUTBOUND_NFT), want);
     let k8s = defines(K8S_OUTBOUND_NFT);
     let names = |d: &[(String, String)]| d.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
@@ -1023,7 +1023,7 @@ fn the_kubernetes_example_loads_the_shipped_rules() {
     let ns = Netns::new("k");
     ns.nft(K8S_OUTBOUND_NFT);
     let loaded = ns.nft_list(&["table", "inet", "mtls_sidecar_out"]);
-    assert!(loaded.contains("meta skuid 1337 return"), "{loaded}");
+    assert!(loaded.contains("meta skuid 65532 return"), "{loaded}");
 }
 
 /// Runs the binary with `args` without CAP_NET_ADMIN and CAP_NET_RAW and

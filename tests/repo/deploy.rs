@@ -4,7 +4,9 @@
 //! container's probes and hardening, no `subPath` mounts, identities that
 //! line up across files, and every command line they contain parsing and
 //! validating with the real CLI, the image's paths (deploy/image.rs) and
-//! the sizing figures (deploy/sizing.rs). scripts/validate-deploy.sh
+//! the sizing figures (deploy/sizing.rs). The example workloads are
+//! annotated pod templates; the tests judge them as the binary's `inject`
+//! renders them (deploy/yaml.rs). scripts/validate-deploy.sh
 //! validates the core Kubernetes objects against their schemas, and
 //! scripts/deploy-checks/admission.py what admission would refuse.
 
@@ -19,8 +21,10 @@ use std::collections::BTreeSet;
 use clap::Parser;
 use mtls_sidecar::cli::{Cli, Command};
 use mtls_sidecar::config::FileSpec;
+use mtls_sidecar::tools::inject::annotations::INJECTED_LABEL;
+use mtls_sidecar::tools::inject::sidecar::PORT_ADMIN;
 use yaml::{at, manifests, of_kind, strs, text, Doc};
-use yaml_rust2::Yaml;
+use yaml_rust2::{Yaml, YamlLoader};
 
 const CERT_MANAGER: &str = "cert-manager.io/v1";
 const MONITORING: &str = "monitoring.coreos.com/v1";
@@ -200,7 +204,7 @@ fn issuers_form_a_private_ca() {
 }
 
 #[test]
-fn pod_monitor_selects_both_workloads_on_the_admin_port() {
+fn pod_monitor_selects_injected_pods_on_the_admin_port() {
     let docs = manifests();
     let pm = of_kind(&docs, "PodMonitor");
     assert_eq!(pm.len(), 1);
@@ -209,7 +213,21 @@ fn pod_monitor_selects_both_workloads_on_the_admin_port() {
     let selector = at(pm, "spec.selector.matchLabels")
         .as_hash()
         .expect("spec.selector.matchLabels");
-    assert!(!selector.is_empty());
+    // Exactly the label injection adds: every injected pod, and only those.
+    let injected = YamlLoader::load_from_str(&format!("{INJECTED_LABEL}: \"true\""))
+        .unwrap()
+        .remove(0);
+    assert_eq!(Some(selector), injected.as_hash());
+    assert_eq!(endpoint_port(pm), PORT_ADMIN);
+    // The NetworkPolicy opens the admin port to the same pods.
+    let metrics = of_kind(&docs, "NetworkPolicy")
+        .into_iter()
+        .find(|p| text(p, "metadata.name") == "mtls-sidecar-metrics")
+        .expect("the metrics policy");
+    assert_eq!(
+        at(metrics, "spec.podSelector.matchLabels").as_hash(),
+        Some(selector)
+    );
     let endpoints = at(pm, "spec.podMetricsEndpoints")
         .as_vec()
         .expect("podMetricsEndpoints");
@@ -237,6 +255,14 @@ fn pod_monitor_selects_both_workloads_on_the_admin_port() {
             w.file
         );
     }
+}
+
+fn endpoint_port(pm: &Doc) -> String {
+    let endpoints = at(pm, "spec.podMetricsEndpoints").as_vec().unwrap();
+    endpoints[0]["port"]
+        .as_str()
+        .expect("a named port")
+        .to_string()
 }
 
 #[test]
@@ -296,7 +322,7 @@ fn the_sidecar_is_a_hardened_native_sidecar_with_probes() {
             .as_vec()
             .unwrap()
             .iter()
-            .find(|p| p["name"].as_str() == Some("admin"))
+            .find(|p| p["name"].as_str() == Some(PORT_ADMIN))
             .unwrap_or_else(|| panic!("{f}: an admin port"));
         assert_eq!(admin_port["containerPort"].as_i64(), Some(9901));
         for (probe, path) in [
@@ -306,7 +332,7 @@ fn the_sidecar_is_a_hardened_native_sidecar_with_probes() {
         ] {
             let get = &c[probe]["httpGet"];
             assert_eq!(get["path"].as_str(), Some(path), "{f}: {probe}");
-            assert_eq!(get["port"].as_str(), Some("admin"), "{f}: {probe} port");
+            assert_eq!(get["port"].as_str(), Some(PORT_ADMIN), "{f}: {probe} port");
         }
         let sc = &c["securityContext"];
         assert_eq!(sc["runAsNonRoot"].as_bool(), Some(true), "{f}");
@@ -460,6 +486,8 @@ fn sidecar_command_lines_parse_and_the_identities_line_up() {
     let settings = server.to_spec().validate().expect("server args validate");
     assert_eq!(server.allow_san, controller_sans);
     assert!(!server.allow_any_san);
+    // One controller at a time: a newcomer displaces the incumbent.
+    assert!(server.exclusive, "the replica's sidecar lost --exclusive");
     assert_eq!(
         settings.admin.map(|a| a.to_string()).as_deref(),
         Some("0.0.0.0:9901")

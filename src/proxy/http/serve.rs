@@ -287,7 +287,7 @@ where
 }
 
 /// Sleeps until `deadline` (forever without one).
-async fn sleep_until_some(deadline: Option<Instant>) {
+pub async fn sleep_until_some(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
@@ -295,26 +295,27 @@ async fn sleep_until_some(deadline: Option<Instant>) {
 }
 
 /// The requests an h2 connection has open: from a complete header block
-/// to the end of its response body.
+/// to the end of its response body (also the webhook's, which closes an
+/// idle h2 connection the same way).
 #[derive(Debug, Default)]
-struct Activity {
+pub struct Activity {
     open: AtomicUsize,
     /// Woken at every open and close.
-    changed: Notify,
+    pub changed: Notify,
 }
 
 /// One open request; closes it when dropped.
-struct Open(Arc<Activity>);
+pub struct Open(Arc<Activity>);
 
 impl Activity {
-    fn open(self: &Arc<Self>) -> Open {
+    pub fn open(self: &Arc<Self>) -> Open {
         self.open.fetch_add(1, Ordering::AcqRel);
         self.changed.notify_one();
         Open(self.clone())
     }
 
     /// True when no request is open.
-    fn idle(&self) -> bool {
+    pub fn idle(&self) -> bool {
         self.open.load(Ordering::Acquire) == 0
     }
 }

@@ -22,6 +22,7 @@ pub const CPU_REQUEST: &str = "mtls-sidecar.dev/cpu-request";
 pub const CPU_LIMIT: &str = "mtls-sidecar.dev/cpu-limit";
 pub const MEMORY_REQUEST: &str = "mtls-sidecar.dev/memory-request";
 pub const MEMORY_LIMIT: &str = "mtls-sidecar.dev/memory-limit";
+pub const EXCLUSIVE: &str = "mtls-sidecar.dev/exclusive";
 /// Written by injection: the version that injected the template.
 pub const INJECTED: &str = "mtls-sidecar.dev/injected";
 /// Written by injection: a pod label (value `true`) that monitoring selects
@@ -49,6 +50,7 @@ const KNOWN: &[&str] = &[
     CPU_LIMIT,
     MEMORY_REQUEST,
     MEMORY_LIMIT,
+    EXCLUSIVE,
 ];
 
 /// The default trust ConfigMap (trust-manager's bundle in the shipped PKI).
@@ -91,6 +93,9 @@ pub enum Routes {
         listen: u16,
         target: u16,
         allow_san: Vec<String>,
+        /// `exclusive: "true"`: one connection at a time, an authenticated
+        /// newcomer displaces the incumbent (`--exclusive`).
+        exclusive: bool,
     },
     /// `client`: plaintext on `127.0.0.1:local` to TLS at `host:port`.
     Client {
@@ -258,14 +263,17 @@ fn routes(annotations: &Map<String, Value>) -> Result<Routes, Refusal> {
             only(EXPECT_SAN, CLIENT)?;
             let (listen, target) = server_ports(s).map_err(|e| Refusal::of(SERVER, e))?;
             let allow_san = list(required(annotations, ALLOW_SAN, SERVER)?);
+            let exclusive = exclusive(annotations)?;
             Ok(Routes::Server {
                 listen,
                 target,
                 allow_san,
+                exclusive,
             })
         }
         (None, Some(c), None) => {
             only(ALLOW_SAN, SERVER)?;
+            only(EXCLUSIVE, SERVER)?;
             let (local, host, port) = client_route(c).map_err(|e| Refusal::of(CLIENT, e))?;
             let expect_san = list(required(annotations, EXPECT_SAN, CLIENT)?);
             Ok(Routes::Client {
@@ -277,6 +285,7 @@ fn routes(annotations: &Map<String, Value>) -> Result<Routes, Refusal> {
         }
         (None, None, Some(c)) => {
             only(ALLOW_SAN, SERVER)?;
+            only(EXCLUSIVE, SERVER)?;
             only(EXPECT_SAN, CLIENT)?;
             let configmap = configmap(c).map_err(|e| Refusal::of(CONFIG, e))?;
             Ok(Routes::Config { configmap })
@@ -284,6 +293,19 @@ fn routes(annotations: &Map<String, Value>) -> Result<Routes, Refusal> {
         (None, None, None) => Err(Refusal::of(
             SERVER,
             format!("the template opted in ({INJECT}: enabled) but names no route: give {SERVER}, {CLIENT} or {CONFIG}"),
+        )),
+    }
+}
+
+/// `exclusive`: `"true"` or `"false"` (absent: false). A config file says
+/// it per route (`exclusive = true`).
+fn exclusive(annotations: &Map<String, Value>) -> Result<bool, Refusal> {
+    match text(annotations, EXCLUSIVE)? {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => Err(Refusal::of(
+            EXCLUSIVE,
+            format!("{other:?}: expected \"true\" or \"false\""),
         )),
     }
 }
@@ -542,7 +564,8 @@ mod tests {
             Routes::Server {
                 listen: 6877,
                 target: 2100,
-                allow_san: vec!["a.svc".into(), "b.svc".into()]
+                allow_san: vec!["a.svc".into(), "b.svc".into()],
+                exclusive: false,
             }
         );
         assert_eq!(r.identity, Identity::Secret("replica-mtls".into()));
@@ -583,6 +606,7 @@ mod tests {
             (with(ADMIN_PORT, "70000"), ADMIN_PORT),
             (with(MEMORY_LIMIT, "lots"), MEMORY_LIMIT),
             (with(DURATION, "1d"), DURATION),
+            (with(EXCLUSIVE, "yes"), EXCLUSIVE),
         ];
         for (input, key) in cases {
             let r = refusal(input.clone());
@@ -604,6 +628,40 @@ mod tests {
                 .annotation,
             Some(INJECT)
         );
+    }
+
+    #[test]
+    fn exclusive_is_a_server_route_flag() {
+        let server = |v: &str| {
+            read(&map(json!({
+                SERVER: "6877:2100", ALLOW_SAN: "a", IDENTITY: "secret:s", EXCLUSIVE: v
+            })))
+        };
+        let on = server("true").unwrap();
+        assert!(matches!(
+            on.routes,
+            Routes::Server {
+                exclusive: true,
+                ..
+            }
+        ));
+        let off = server("false").unwrap();
+        assert!(matches!(
+            off.routes,
+            Routes::Server {
+                exclusive: false,
+                ..
+            }
+        ));
+        assert_eq!(server("1").unwrap_err().annotation, Some(EXCLUSIVE));
+        let client = refusal(json!({
+            CLIENT: "1:h:2", EXPECT_SAN: "a", IDENTITY: "secret:s", EXCLUSIVE: "true"
+        }));
+        assert_eq!(client.annotation, Some(EXCLUSIVE), "{client:?}");
+        let config = refusal(json!({
+            CONFIG: "configmap:c", IDENTITY: "secret:s", EXCLUSIVE: "true"
+        }));
+        assert_eq!(config.annotation, Some(EXCLUSIVE), "{config:?}");
     }
 
     #[test]

@@ -56,12 +56,16 @@ pub fn args(req: &Request, ctx: &Context) -> Vec<String> {
             listen,
             target,
             allow_san,
+            exclusive,
         } => {
             a.push("server".into());
             a.push(format!("--listen=0.0.0.0:{listen}"));
             a.push(format!("--target=127.0.0.1:{target}"));
             a.extend(credential_args(&req.identity));
             a.extend(allow_san.iter().map(|s| format!("--allow-san={s}")));
+            if *exclusive {
+                a.push("--exclusive".into());
+            }
         }
         Routes::Client {
             local,
@@ -284,12 +288,16 @@ pub fn csi_attributes(req: &Request, ctx: &Context) -> Value {
 /// Memory the sizing formula asks for, in MiB (docs/injection.md):
 /// baseline 6 + allocator slack 4, plus per route what hostile peers can
 /// pin (1,024 pending handshakes x 45 KiB on a TLS listener) and what
-/// authenticated ones can (4,096 idle connections x 9 KiB).
+/// authenticated ones can (4,096 idle connections x 9 KiB; one with
+/// `exclusive`, which keeps one connection at a time).
 pub fn memory_limit_mib(routes: &Routes) -> u64 {
     const BASELINE: u64 = 6 + 4;
     const HANDSHAKES_KIB: u64 = 1024 * 45;
     const CONNECTIONS_KIB: u64 = 4096 * 9;
     let kib = match routes {
+        Routes::Server {
+            exclusive: true, ..
+        } => HANDSHAKES_KIB + 9,
         Routes::Server { .. } => HANDSHAKES_KIB + CONNECTIONS_KIB,
         // The listener is loopback: only the application connects.
         Routes::Client { .. } => CONNECTIONS_KIB,
@@ -344,13 +352,16 @@ mod tests {
 
     #[test]
     fn the_memory_limit_follows_the_sizing_formula() {
-        let server = Routes::Server {
+        let server = |exclusive| Routes::Server {
             listen: 1,
             target: 2,
             allow_san: vec![],
+            exclusive,
         };
         // 6 + 4 + 45 + 36 = 91 MiB, rounded up to 96.
-        assert_eq!(memory_limit_mib(&server), 96);
+        assert_eq!(memory_limit_mib(&server(false)), 96);
+        // One connection at a time: 6 + 4 + 45 + 1 = 56 MiB, rounded up to 64.
+        assert_eq!(memory_limit_mib(&server(true)), 64);
         let client = Routes::Client {
             local: 1,
             host: "h".into(),

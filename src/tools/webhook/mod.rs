@@ -9,7 +9,9 @@
 //! the identity in force ([`IdentityResolver`]): a renewal is picked up with
 //! no restart and no failed review. `--admin` serves `/livez`, `/readyz`
 //! (503 while the certificate is expired or not yet valid) and `/metrics`
-//! with the reviews by result and their latency.
+//! with the reviews by result and their latency. Its listeners are bound
+//! first ([`Bound`]), so the binary sandboxes it (`--sandbox`) before the
+//! runtime starts, as it does a sidecar.
 
 pub mod review;
 
@@ -32,7 +34,9 @@ use tracing::{debug, info};
 use crate::admin::shared::{ConnectionsAccess, Shared};
 use crate::cli::WebhookArgs;
 use crate::credentials::{CredentialSource, CredentialStore};
-use crate::proxy::addr::Addr;
+use crate::proxy::addr::{Addr, StdListener};
+use crate::proxy::http::serve::{sleep_until_some, Activity};
+use crate::sandbox::Plan;
 use crate::tls::resolve::IdentityResolver;
 use crate::tools::inject::{self, Options};
 use review::{Answer, Namespace, Outcome};
@@ -52,6 +56,11 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long reviews in flight may finish after SIGTERM.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// How long a connection may stay open with no request in it: HTTP/1.1's
+/// header-read timeout ([`HEADER_TIMEOUT`]) bounds an idle keep-alive
+/// connection; an HTTP/2 one gets a GOAWAY after this long idle. The API
+/// server opens a new connection when it needs one.
+const IDLE_TIMEOUT: Duration = HEADER_TIMEOUT;
 
 /// What every request handler shares.
 struct State {
@@ -59,10 +68,58 @@ struct State {
     reviews: Semaphore,
 }
 
+/// The webhook's listeners, bound before the sandbox is applied and the
+/// runtime started (the sandbox lets the process bind only these ports).
+pub struct Bound {
+    listener: std::net::TcpListener,
+    admin: Option<StdListener>,
+}
+
+impl Bound {
+    /// Binds `--listen` and `--admin`: 2 for an address that does not
+    /// parse, 1 for one that cannot be bound.
+    pub fn bind(args: &WebhookArgs) -> Result<Bound, (u8, String)> {
+        let listener = std::net::TcpListener::bind(&args.listen)
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .map_err(|e| (1, format!("cannot listen on {}: {e}", args.listen)))?;
+        let admin = match &args.admin {
+            Some(a) => Some(bind_admin(a)?),
+            None => None,
+        };
+        Ok(Bound { listener, admin })
+    }
+
+    /// What the sandbox allows: `--tls-dir`, and the ports bound here.
+    pub fn sandbox_plan(&self, args: &WebhookArgs) -> Plan {
+        let webhook = self.listener.local_addr().ok().map(|a| a.port());
+        let admin = self.admin.as_ref().and_then(StdListener::tcp_port);
+        Plan::for_webhook(&args.tls_dir, webhook.into_iter().chain(admin))
+    }
+}
+
+/// `mtls-sidecar webhook` as a process: its listeners bound, then the
+/// sandbox applied on this thread before the runtime's threads exist
+/// (Landlock restricts the threads created afterwards), then served
+/// ([`run`]).
+pub fn start(args: &WebhookArgs) -> u8 {
+    let bound = match Bound::bind(args) {
+        Ok(b) => b,
+        Err((code, msg)) => {
+            eprintln!("error: {msg}");
+            return code;
+        }
+    };
+    if let Err(e) = crate::sandbox::apply(&bound.sandbox_plan(args), args.sandbox) {
+        tracing::error!("{e}");
+        return 1;
+    }
+    crate::app::serve::with_runtime(None, |rt| rt.block_on(run(args, bound)))
+}
+
 /// `mtls-sidecar webhook`: 0 after SIGTERM/SIGINT, 2 for a configuration
 /// problem (credentials, addresses), 1 for a run-time one.
-pub async fn run(args: &WebhookArgs) -> u8 {
-    match serve(args).await {
+pub async fn run(args: &WebhookArgs, bound: Bound) -> u8 {
+    match serve(args, bound).await {
         Ok(()) => 0,
         Err((code, msg)) => {
             eprintln!("error: {msg}");
@@ -100,7 +157,7 @@ fn tls_config(store: &Arc<CredentialStore>) -> Result<Arc<ServerConfig>, rustls:
     Ok(Arc::new(cfg))
 }
 
-async fn serve(args: &WebhookArgs) -> Result<(), (u8, String)> {
+async fn serve(args: &WebhookArgs, bound: Bound) -> Result<(), (u8, String)> {
     let interval = humantime::parse_duration(&args.reload_interval).map_err(|e| {
         (
             2,
@@ -112,11 +169,13 @@ async fn serve(args: &WebhookArgs) -> Result<(), (u8, String)> {
     let metrics = crate::metrics::install();
     crate::metrics::build_info(crate::tls::provider::aes_gcm());
     crate::metrics::webhook_reviews_zero(Outcome::ALL.map(Outcome::as_str));
-    let listener = TcpListener::bind(&args.listen)
-        .await
+    let listener = TcpListener::from_std(bound.listener)
         .map_err(|e| (1, format!("cannot listen on {}: {e}", args.listen)))?;
-    let admin = match &args.admin {
-        Some(a) => Some(bind_admin(a)?),
+    let admin = match bound.admin {
+        Some(l) => Some(
+            l.into_tokio()
+                .map_err(|e| (1, format!("cannot serve the admin endpoint: {e}")))?,
+        ),
         None => None,
     };
     let (halt, _) = watch::channel(false);
@@ -171,13 +230,12 @@ async fn serve(args: &WebhookArgs) -> Result<(), (u8, String)> {
     Ok(())
 }
 
-fn bind_admin(addr: &str) -> Result<crate::proxy::addr::Listener, (u8, String)> {
+fn bind_admin(addr: &str) -> Result<StdListener, (u8, String)> {
     let parsed: Addr = addr
         .parse()
         .map_err(|e| (2, format!("--admin {addr:?}: {e}")))?;
     parsed
         .bind_std()
-        .and_then(|l| l.into_tokio())
         .map_err(|e| (1, format!("cannot listen on admin address {addr}: {e}")))
 }
 
@@ -223,14 +281,10 @@ async fn accept_until_signal(
             };
             let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
             let io = TokioIo::new(stream);
-            let svc = service_fn(move |req| handle(req, state.clone()));
             let served = if h2 {
-                hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .timer(TokioTimer::new())
-                    .max_concurrent_streams(MAX_STREAMS)
-                    .serve_connection(io, svc)
-                    .await
+                serve_h2(io, state).await
             } else {
+                let svc = service_fn(move |req| handle(req, state.clone()));
                 hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
                     .header_read_timeout(HEADER_TIMEOUT)
@@ -242,6 +296,65 @@ async fn accept_until_signal(
             }
         });
     }
+}
+
+/// One HTTP/2 connection, closed with a GOAWAY once it has had no request
+/// open for [`IDLE_TIMEOUT`] (hyper's HTTP/2 server has no idle bound of
+/// its own: without this, idle connections would hold every one of the
+/// [`MAX_CONNECTIONS`] slots).
+async fn serve_h2<I>(io: TokioIo<I>, state: Arc<State>) -> Result<(), hyper::Error>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let activity = Arc::new(Activity::default());
+    let svc = {
+        let activity = activity.clone();
+        service_fn(move |req| {
+            // The answer is one small buffered body: the request is over
+            // once it is built.
+            let open = activity.open();
+            let answered = handle(req, state.clone());
+            async move {
+                let r = answered.await;
+                drop(open);
+                r
+            }
+        })
+    };
+    let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(MAX_STREAMS)
+        .serve_connection(io, svc);
+    tokio::pin!(conn);
+    let mut idle_since = Some(tokio::time::Instant::now());
+    loop {
+        let deadline = idle_deadline(idle_since);
+        tokio::select! {
+            r = conn.as_mut() => return r,
+            _ = activity.changed.notified() => {
+                idle_since = activity.idle().then(tokio::time::Instant::now);
+            }
+            _ = sleep_until_some(deadline), if deadline.is_some() => {
+                if !activity.idle() {
+                    idle_since = None;
+                    continue;
+                }
+                debug!("webhook h2 connection idle: GOAWAY");
+                conn.as_mut().graceful_shutdown();
+                // No request is open, so it ends at once; a peer that never
+                // reads the GOAWAY is cut off after the handshake bound.
+                return tokio::time::timeout(HANDSHAKE_TIMEOUT, conn)
+                    .await
+                    .unwrap_or(Ok(()));
+            }
+        }
+    }
+}
+
+/// When an HTTP/2 connection idle since `since` (none: a request is open)
+/// is closed.
+fn idle_deadline(since: Option<tokio::time::Instant>) -> Option<tokio::time::Instant> {
+    since.map(|t| t + IDLE_TIMEOUT)
 }
 
 /// One HTTP request: `POST /inject` or `POST /inject/namespace-enabled`

@@ -1,7 +1,11 @@
 //! Loading the Kubernetes manifests and walking them by dotted path, with
-//! failures that name the file and the missing field.
+//! failures that name the file and the missing field. The example
+//! workloads are annotated pod templates: they are loaded as the binary's
+//! `inject` renders them, so what is judged is the sidecar it adds.
 
 use std::path::PathBuf;
+
+use crate::common;
 
 use yaml_rust2::{Yaml, YamlLoader};
 
@@ -41,7 +45,8 @@ fn yaml_files(root: &std::path::Path, skip: &[&str]) -> Vec<PathBuf> {
 }
 
 /// Every document of every `*.yaml` file (subdirectories included, as
-/// `pki/ca.yaml`, except `injector/`), in path order.
+/// `pki/ca.yaml`, except `injector/`), in path order; a file with a pod
+/// template that opted in is rendered by `mtls-sidecar inject` first.
 pub fn manifests() -> Vec<Doc> {
     load(yaml_files(&dir(), &[INJECTOR]))
 }
@@ -56,7 +61,7 @@ fn load(mut files: Vec<PathBuf>) -> Vec<Doc> {
     let mut docs = Vec::new();
     for f in files {
         let name = f.strip_prefix(dir()).unwrap().to_string_lossy().to_string();
-        let src = std::fs::read_to_string(&f).unwrap();
+        let src = rendered(&name, std::fs::read_to_string(&f).unwrap());
         let parsed = YamlLoader::load_from_str(&src).unwrap_or_else(|e| panic!("{name}: {e}"));
         for y in parsed.into_iter().filter(|y| !y.is_null()) {
             docs.push(Doc {
@@ -66,6 +71,42 @@ fn load(mut files: Vec<PathBuf>) -> Vec<Doc> {
         }
     }
     docs
+}
+
+/// What the pod template annotation marks as opted in.
+const OPTED_IN: &str = "mtls-sidecar.dev/inject: enabled";
+
+/// A file as it is applied: with an opted-in pod template, the output of
+/// the binary's `inject`, after the root kustomization's `vars` are
+/// replaced by the generated object's name (kustomize adds a content hash
+/// to it; a test cannot, and finds the generator by this name).
+fn rendered(name: &str, src: String) -> String {
+    if !src.contains(OPTED_IN) {
+        return src;
+    }
+    let mut src = src;
+    for (var, object) in kustomize_vars() {
+        src = src.replace(&format!("$({var})"), &object);
+    }
+    let (code, out, err) = common::run_bin_stdin(&["inject", "-f", "-"], &src);
+    assert_eq!(code, 0, "{name}: mtls-sidecar inject refused it: {err}");
+    out
+}
+
+/// (name, object name) of each of the root kustomization's `vars`.
+fn kustomize_vars() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(dir().join("kustomization.yaml")).unwrap();
+    let k = YamlLoader::load_from_str(&text).unwrap().remove(0);
+    k["vars"]
+        .as_vec()
+        .into_iter()
+        .flatten()
+        .map(|v| {
+            let name = v["name"].as_str().expect("vars[].name");
+            let object = v["objref"]["name"].as_str().expect("vars[].objref.name");
+            (name.to_string(), object.to_string())
+        })
+        .collect()
 }
 
 /// The documents of one kind.
