@@ -142,6 +142,14 @@ for k in "${KUSTOMIZATIONS[@]}"; do
     fi
     rm -f "$out.kustomized"
 done
+# The example workloads preflighted as `check --manifest` judges a
+# GitOps tree: the trust Bundle (deploy/kubernetes/pki) and the
+# Certificates stand for the ConfigMap and the Secrets they write, and
+# each side's certificate must satisfy the other's SAN patterns.
+if ! "$SIDECAR" check --manifest "$built/deploy_kubernetes.yaml" "$built/deploy_kubernetes_pki.yaml"; then
+    echo "error: check --manifest refused the example workloads" >&2
+    status=1
+fi
 cp deploy/kubernetes/secret-example.yaml "$built/"
 # Sort files into core-API ones (validated) and custom-resource ones
 # (skipped here, tested in tests/repo/deploy.rs). A file must not mix the two, so

@@ -2,7 +2,9 @@
 //! rendered workloads judged offline through the binary. A replica and a
 //! controller that fit pass; each broken fact (a missing Secret, SANs
 //! refused in either direction, a Service aimed at the application's port)
-//! is a FAIL naming it, exit 1; unreadable input is exit 2.
+//! is a FAIL naming it, exit 1; unreadable input is exit 2. A cert-manager
+//! `Certificate` and a trust-manager `Bundle` count as the Secret and the
+//! ConfigMap they write.
 
 use crate::common;
 
@@ -171,6 +173,68 @@ fn a_missing_secret_fails_naming_it() {
     assert!(
         line_of(&out, "Deployment env-1/controller").contains("ConfigMap env-1/mtls-ca (trust)")
     );
+}
+
+/// A cert-manager `Certificate` with this `secretName` and `dnsNames`.
+fn certificate(secret: &str, namespace: &str, dns: &[&str]) -> Value {
+    json!({"apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+        "metadata": {"name": secret, "namespace": namespace},
+        "spec": {"secretName": secret, "dnsNames": dns,
+            "issuerRef": {"name": "mtls-ca", "kind": "ClusterIssuer"}}})
+}
+
+/// The shipped way: cert-manager writes the Secrets and trust-manager the
+/// trust ConfigMap, so the manifests hold a `Certificate` and a `Bundle`,
+/// not the objects they write. Their SANs are the Certificate's.
+#[test]
+fn a_certificate_and_a_bundle_provide_what_they_write() {
+    let pki = Pki::new("manifest-ca");
+    let bundle = json!({"apiVersion": "trust.cert-manager.io/v1alpha1", "kind": "Bundle",
+        "metadata": {"name": "mtls-ca"},
+        "spec": {"sources": [{"secret": {"name": "mtls-ca", "key": "tls.crt"}}],
+            "target": {"configMap": {"key": "ca.crt"}}}});
+    let written = |replica_dns: &[&str], replica_ns: &str| {
+        let docs = replace(good(&pki), "ConfigMap", "mtls-ca", Some(bundle.clone()));
+        let docs = replace(
+            docs,
+            "Secret",
+            "controller-mtls",
+            Some(certificate("controller-mtls", NS, &[CONTROLLER_SAN])),
+        );
+        replace(
+            docs,
+            "Secret",
+            "replica-mtls",
+            Some(certificate("replica-mtls", replica_ns, replica_dns)),
+        )
+    };
+    let (code, out) = check(&written(&[REPLICA_SAN], NS));
+    assert_eq!(code, 0, "{out}");
+    let c = line_of(&out, "Deployment env-1/controller");
+    assert!(
+        c.starts_with("PASS") && c.contains("match expect-san"),
+        "{c}"
+    );
+    // The Certificate's dnsNames are the SANs judged.
+    let (code, out) = check(&written(&["other.env-1.svc"], NS));
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        line_of(&out, "Deployment env-1/controller").starts_with("FAIL"),
+        "{out}"
+    );
+    // A Certificate in another namespace writes no Secret here.
+    let (code, out) = check(&written(&[REPLICA_SAN], "elsewhere"));
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        line_of(&out, "StatefulSet env-1/replica").contains("Secret env-1/replica-mtls (identity)"),
+        "{out}"
+    );
+    // Another group's `Certificate` is not cert-manager's.
+    let mut foreign = certificate("replica-mtls", NS, &[REPLICA_SAN]);
+    foreign["apiVersion"] = json!("example.com/v1");
+    let docs = replace(good(&pki), "Secret", "replica-mtls", Some(foreign));
+    let (code, out) = check(&docs);
+    assert_eq!(code, 1, "{out}");
 }
 
 #[test]

@@ -1,6 +1,9 @@
 //! `check --manifest FILE...`: rendered workloads preflighted offline.
 //! For each opted-in (or injected) pod template: the Secrets and
-//! ConfigMaps its annotations reference are among the manifests; its
+//! ConfigMaps its annotations reference are among the manifests (a
+//! cert-manager `Certificate` counts as the Secret it writes, its
+//! `dnsNames` and `uris` as that Secret's SANs; a trust-manager `Bundle`
+//! as its ConfigMap); its
 //! certificate's SANs satisfy the patterns of the workloads it dials or
 //! that dial it (a client route's `<host>:<port>` → Service → selector →
 //! the server workload); and Services reach the `mtls` port, not the
@@ -95,6 +98,14 @@ fn kind(v: &Value) -> &str {
     text(v, &["kind"]).unwrap_or_default()
 }
 
+/// The group of an object's `apiVersion` (`cert-manager.io/v1` ->
+/// `cert-manager.io`; empty for the core group).
+fn api_group(v: &Value) -> &str {
+    text(v, &["apiVersion"])
+        .and_then(|a| a.rsplit_once('/'))
+        .map_or("", |(group, _)| group)
+}
+
 fn name(v: &Value) -> &str {
     text(v, &["metadata", "name"]).unwrap_or_default()
 }
@@ -121,6 +132,35 @@ impl Objects {
         self.all.iter().find(|o| {
             kind(o) == kind_ && name(o) == name_ && ns.is_none_or(|ns| namespace(o) == ns)
         })
+    }
+
+    /// The cert-manager `Certificate` in `ns` that writes Secret `secret`.
+    fn certificate_for(&self, ns: &str, secret: &str) -> Option<&Value> {
+        self.all.iter().find(|o| {
+            kind(o) == "Certificate"
+                && api_group(o) == "cert-manager.io"
+                && namespace(o) == ns
+                && text(o, &["spec", "secretName"]) == Some(secret)
+        })
+    }
+
+    /// Whether Secret `name` in `ns` is among the manifests, or a
+    /// cert-manager `Certificate` there writes it.
+    fn has_secret(&self, ns: &str, name_: &str) -> bool {
+        self.find("Secret", Some(ns), name_).is_some() || self.certificate_for(ns, name_).is_some()
+    }
+
+    /// Whether ConfigMap `name` in `ns` is among the manifests, or a
+    /// trust-manager `Bundle` of that name (cluster-scoped: it writes its
+    /// ConfigMap in the namespaces it targets) writes one.
+    fn has_configmap(&self, ns: &str, name_: &str) -> bool {
+        self.find("ConfigMap", Some(ns), name_).is_some()
+            || self.all.iter().any(|o| {
+                kind(o) == "Bundle"
+                    && api_group(o) == "trust.cert-manager.io"
+                    && name(o) == name_
+                    && o.pointer("/spec/target/configMap").is_some()
+            })
     }
 
     fn services(&self) -> impl Iterator<Item = &Value> {
@@ -237,14 +277,39 @@ fn secret_sans(secret: &Value) -> Result<Sans, String> {
     })
 }
 
+/// The SANs a cert-manager `Certificate` asks for (`dnsNames`, `uris`):
+/// those of the Secret it writes.
+fn certificate_sans(cert: &Value) -> Sans {
+    let list = |key: &str| -> Vec<String> {
+        cert.pointer(&format!("/spec/{key}"))
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    Sans {
+        dns: list("dnsNames").iter().map(|d| normal_dns(d)).collect(),
+        uris: list("uris"),
+    }
+}
+
 /// The SANs `w` presents, or why they are unknown (`None`: reported
 /// elsewhere, e.g. a missing Secret).
 fn sans_of(w: &Workload, req: &Request, objects: &Objects) -> Result<Sans, Option<String>> {
     match &req.identity {
-        Identity::Secret(s) => {
-            let secret = objects.find("Secret", Some(&w.namespace), s).ok_or(None)?;
-            secret_sans(secret).map_err(|e| Some(format!("Secret {}/{s} {e}", w.namespace)))
-        }
+        Identity::Secret(s) => match objects.find("Secret", Some(&w.namespace), s) {
+            Some(secret) => {
+                secret_sans(secret).map_err(|e| Some(format!("Secret {}/{s} {e}", w.namespace)))
+            }
+            None => objects
+                .certificate_for(&w.namespace, s)
+                .map(certificate_sans)
+                .ok_or(None),
+        },
         Identity::Csi { sans, .. } => {
             let sa = text(&w.template, &["spec", "serviceAccountName"]).unwrap_or("default");
             Ok(expand_csi(sans, &w.namespace, sa))
@@ -284,7 +349,12 @@ fn config_file_valid(cm: &Value) -> Result<(), String> {
 fn check_references(w: &Workload, req: &Request, objects: &Objects, line: &mut Line) {
     let ns = w.namespace.as_str();
     let mut need = |kind_: &str, name_: &str, what: &str| {
-        if objects.find(kind_, Some(ns), name_).is_none() {
+        let present = match kind_ {
+            "Secret" => objects.has_secret(ns, name_),
+            "ConfigMap" => objects.has_configmap(ns, name_),
+            _ => objects.find(kind_, Some(ns), name_).is_some(),
+        };
+        if !present {
             line.fails.push(format!(
                 "{kind_} {ns}/{name_} ({what}) is not among the manifests"
             ));
@@ -310,7 +380,7 @@ fn check_references(w: &Workload, req: &Request, objects: &Objects, line: &mut L
     let explicit_revocation =
         annotations_of(&w.template).is_some_and(|a| a.contains_key(annotations::REVOCATION));
     if let Some(r) = &req.revocation {
-        if objects.find("ConfigMap", Some(ns), r).is_none() {
+        if !objects.has_configmap(ns, r) {
             let msg = format!("ConfigMap {ns}/{r} (revocation) is not among the manifests");
             if explicit_revocation {
                 line.fails.push(msg);
