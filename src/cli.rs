@@ -149,6 +149,9 @@ pub struct CommonArgs {
     /// Which certificates of a peer chain are checked against the CRLs: the leaf, or every CA-issued one.
     #[arg(long, value_name = "SCOPE", default_value = "leaf", value_parser = ["leaf", "chain"])]
     pub crl_scope: String,
+    /// How long ago a serial must have been revoked for a CRL at a higher CRL number that omits it to prune it (its certificate expired) rather than un-revoke it [default: 720h, the shipped CRL job's --prune-expired].
+    #[arg(long, value_name = "DUR")]
+    pub crl_prune_age: Option<String>,
     /// Close connections older than this [default: off].
     #[arg(long, value_name = "DUR")]
     pub max_connection_lifetime: Option<String>,
@@ -530,6 +533,7 @@ impl CommonArgs {
             trust_grace: Some(self.trust_grace.clone()),
             workload_api_keepalive: Some(self.workload_api_keepalive.clone()),
             crl_scope: Some(self.crl_scope.clone()),
+            crl_prune_age: self.crl_prune_age.clone(),
             drain_timeout: Some(self.drain_timeout.clone()),
             worker_threads: self.worker_threads,
             runtime: self.runtime.clone(),
@@ -620,6 +624,9 @@ pub struct PublishArgs {
     /// Publish even a credential revision the sidecar would reject.
     #[arg(long)]
     pub no_check: bool,
+    /// The sidecars' --crl-prune-age, to say which serials a CRL at a higher CRL number prunes and which it un-revokes [default: 720h].
+    #[arg(long, value_name = "DUR")]
+    pub crl_prune_age: Option<String>,
 }
 
 /// `inject -f FILE|-...`.

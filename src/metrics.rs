@@ -36,10 +36,12 @@ pub const WORKLOAD_API_DOWN_SINCE: &str = "mtls_sidecar_workload_api_down_since_
 /// The earliest nextUpdate (Unix time) among the CRLs in force.
 pub const CRL_NEXT_UPDATE: &str = "mtls_sidecar_crl_next_update_timestamp_seconds";
 /// Revisions applied that made revoked serials admissible again (a CRL in
-/// force removed, or one listing fewer serials without a higher number).
+/// force removed, one listing fewer serials without a higher number, or
+/// one at a higher number omitting serials revoked within the prune age).
 pub const CRL_REMOVALS: &str = "mtls_sidecar_crl_removals_total";
-/// Revoked serials a CRL's issuer pruned (dropped at a higher CRL number),
-/// counted apart from un-revocations.
+/// Revoked serials a CRL's issuer pruned (dropped at a higher CRL number,
+/// revoked longer ago than the prune age), counted apart from
+/// un-revocations.
 pub const CRL_PRUNED: &str = "mtls_sidecar_crl_entries_pruned_total";
 /// CRLs held pending (thisUpdate in the future beyond the clock skew).
 pub const CRL_PENDING: &str = "mtls_sidecar_crl_pending";
@@ -147,12 +149,12 @@ fn describe() {
     describe_counter!(
         CRL_REMOVALS,
         Unit::Count,
-        "Credential revisions applied that made revoked serials admissible again: a CRL in force removed while its CA is trusted, or a CRL listing fewer serials without a higher CRL number."
+        "Credential revisions applied that made revoked serials admissible again: a CRL in force removed while its CA is trusted, a CRL listing fewer serials without a higher CRL number, or a CRL at a higher CRL number omitting serials revoked within --crl-prune-age."
     );
     describe_counter!(
         CRL_PRUNED,
         Unit::Count,
-        "Revoked serials a CRL's issuer dropped from its CRL at a higher CRL number (certs revoke --prune-expired, once their certificates expired), and CRLs listing nothing removed: counted apart from mtls_sidecar_crl_removals_total, no alert."
+        "Revoked serials a CRL's issuer dropped from its CRL at a higher CRL number and that were revoked longer ago than --crl-prune-age (certs revoke --prune-expired: their certificates expired), and CRLs listing nothing removed: counted apart from mtls_sidecar_crl_removals_total, no alert."
     );
     describe_gauge!(
         CRL_PENDING,

@@ -29,6 +29,9 @@ pub struct FileSpec {
     pub workload_api_keepalive: Option<String>,
     /// `leaf` (default) or `chain`.
     pub crl_scope: Option<String>,
+    /// `--crl-prune-age`: how long ago a serial a higher CRL number omits
+    /// must have been revoked to count as pruned.
+    pub crl_prune_age: Option<String>,
     pub drain_timeout: Option<String>,
     pub worker_threads: Option<u64>,
     /// `multi` or `per-core` (`--runtime`).
@@ -135,6 +138,7 @@ impl FileSpec {
                 bounds::WORKLOAD_API_KEEPALIVE,
             )?,
             crl_scope,
+            crl_prune_age: super::crl_prune_age(self.crl_prune_age.as_deref())?,
             drain_timeout: opt_duration(
                 "--drain-timeout",
                 &self.drain_timeout,

@@ -503,9 +503,24 @@ async fn bad_crls_are_rejected_and_the_last_good_one_stays_in_force() {
     assert_eq!(roundtrip(&mut back, b"back").await, b"back");
 }
 
-/// Serials the CRL's issuer drops at a higher CRL number (what `certs
-/// revoke --prune-expired` does once their certificates expired), and a
-/// CRL listing nothing removed, are counted apart
+/// CRL `number` of `pki`'s CA listing each leaf revoked `ago` before now
+/// (as `certs revoke` keeps an entry's date across re-signings).
+fn crl_dated(pki: &Pki, number: u64, revoked: &[(&Issued, Duration)]) -> IssuedCrl {
+    let now = std::time::SystemTime::now();
+    let mut spec = CrlSpec::new(number, Vec::new(), 7);
+    spec.kept = revoked
+        .iter()
+        .map(|(l, ago)| (serial_of(&l.cert_der).expect("serial"), now - *ago))
+        .collect();
+    pki.ca.crl(&spec).expect("sign CRL")
+}
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// Serials the CRL's issuer drops at a higher CRL number that were revoked
+/// longer ago than `--crl-prune-age` (720h by default: what `certs revoke
+/// --prune-expired 720h` drops once their certificates expired), and a CRL
+/// listing nothing removed, are counted apart
 /// (`mtls_sidecar_crl_entries_pruned_total`): no WARN, no count on the
 /// counter `MtlsSidecarCrlEntriesRemoved` reads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -519,7 +534,8 @@ async fn serials_pruned_by_the_issuer_are_counted_apart_from_unrevocations() {
     );
     let dir = AtomicDir::new(&tmp.path().join("replica")).unwrap();
     let ca = &pki.ca.cert_pem;
-    publish(&dir, &replica, ca, Some(&crl(&pki, 1, &[&old, &kept]).der));
+    let both = [(&old, 40 * DAY), (&kept, 31 * DAY)];
+    publish(&dir, &replica, ca, Some(&crl_dated(&pki, 1, &both).der));
     let (_echo, sc) = serve_with_admin(&dir).await;
     let admin = sc.admin();
     let (removals, pruned) = (
@@ -527,7 +543,12 @@ async fn serials_pruned_by_the_issuer_are_counted_apart_from_unrevocations() {
         "mtls_sidecar_crl_entries_pruned_total",
     );
     assert_eq!(metric_plain(&admin, pruned).await, 0);
-    publish(&dir, &replica, ca, Some(&crl(&pki, 2, &[&kept]).der));
+    publish(
+        &dir,
+        &replica,
+        ca,
+        Some(&crl_dated(&pki, 2, &both[1..]).der),
+    );
     let line = sc.wait_log(&["pruned serials"]).await;
     assert!(
         line.contains(&serial(&old)) && line.contains("CN=test CA"),
@@ -544,6 +565,56 @@ async fn serials_pruned_by_the_issuer_are_counted_apart_from_unrevocations() {
     assert_eq!(metric_plain(&admin, pruned).await, 2);
     assert_eq!(metric_plain(&admin, removals).await, 0);
     assert_eq!(sc.log_count("un-revokes certificates"), 0);
+}
+
+/// A CRL re-signed at a higher number that omits a serial revoked within
+/// `--crl-prune-age` un-revokes it (whoever holds the CA key, or replays
+/// its signing job with a bad input, cannot quietly re-admit a peer whose
+/// certificate may still be valid): WARNed and counted on
+/// `mtls_sidecar_crl_removals_total`, and the peer, refused before, is
+/// admitted. A serial revoked longer ago, dropped by the same CRL, is
+/// counted as pruned only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_higher_crl_number_omitting_a_recent_serial_is_an_unrevocation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("test CA");
+    let replica = pki.leaf(REPLICA, Role::Server);
+    let (recent, expired) = (
+        pki.leaf(CONTROLLER, Role::Client),
+        pki.leaf(CONTROLLER, Role::Client),
+    );
+    let dir = AtomicDir::new(&tmp.path().join("replica")).unwrap();
+    let ca = &pki.ca.cert_pem;
+    let first = crl_dated(&pki, 1, &[(&recent, DAY), (&expired, 40 * DAY)]);
+    publish(&dir, &replica, ca, Some(&first.der));
+    let (_echo, sc) = serve_with_admin(&dir).await;
+    let (admin, addr) = (sc.admin(), sc.addr("server"));
+    assert!(is_refused(&addr, ca, &recent).await, "revoked before");
+
+    publish(&dir, &replica, ca, Some(&crl(&pki, 2, &[]).der));
+    let warn = sc.wait_log(&["un-revokes certificates"]).await;
+    assert!(
+        warn.contains(&serial(&recent)) && !warn.contains(&serial(&expired)),
+        "{warn}"
+    );
+    assert!(warn.contains("revoked within --crl-prune-age"), "{warn}");
+    let line = sc.wait_log(&["pruned serials"]).await;
+    assert!(
+        line.contains(&serial(&expired)) && !line.contains(&serial(&recent)),
+        "{line}"
+    );
+    assert_eq!(
+        metric_plain(&admin, "mtls_sidecar_crl_removals_total").await,
+        1
+    );
+    assert_eq!(
+        metric_plain(&admin, "mtls_sidecar_crl_entries_pruned_total").await,
+        1
+    );
+    let mut back = tls_connect(&addr, REPLICA, client_config(Some(&recent), ca))
+        .await
+        .expect("handshake");
+    assert_eq!(roundtrip(&mut back, b"back").await, b"back");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -266,8 +266,9 @@ fn dropping_a_crl_never_silently_readmits() {
 
 /// Listing fewer serials at a CRL number not higher than the one in force
 /// applies with a notice naming what became admissible; at a higher number
-/// the notice says the issuer pruned them (counted apart, no alert); a
-/// lower number is refused as older.
+/// too when they were revoked within the prune age, and the notice says
+/// the issuer pruned them (counted apart, no alert) when revoked longer
+/// ago; a lower number is refused as older.
 #[test]
 fn a_shrinking_crl_is_reported_and_an_older_one_refused() {
     let tmp = tempfile::tempdir().unwrap();
@@ -286,7 +287,21 @@ fn a_shrinking_crl_is_reported_and_an_older_one_refused() {
             if d.len() == 1 && !d[0].removed && !d[0].pruned && d[0].serials == [serial(&r2)]),
         "{notices:?}"
     );
+    // r1 was revoked a minute ago (the CRL's thisUpdate): within the
+    // default prune age, so a higher number without it un-revokes it.
     publish(&dir, &me, &a.cert_pem, Some(&crl(&a, 6, &[])));
+    applied(store.poll(now));
+    let notices = store.take_crl_notices();
+    assert!(
+        matches!(notices.as_slice(), [CrlNotice::Unrevoked(d)]
+            if d.len() == 1 && !d[0].removed && d[0].higher && !d[0].pruned && d[0].serials == [serial(&r1)]),
+        "{notices:?}"
+    );
+    publish(&dir, &me, &a.cert_pem, Some(&crl(&a, 7, &[&r1])));
+    applied(store.poll(now));
+    store.take_crl_notices();
+    store.set_crl_prune_age(Duration::from_secs(1));
+    publish(&dir, &me, &a.cert_pem, Some(&crl(&a, 8, &[])));
     applied(store.poll(now));
     let notices = store.take_crl_notices();
     assert!(
@@ -294,7 +309,7 @@ fn a_shrinking_crl_is_reported_and_an_older_one_refused() {
             if d.len() == 1 && !d[0].removed && d[0].pruned && d[0].serials == [serial(&r1)]),
         "{notices:?}"
     );
-    publish(&dir, &me, &a.cert_pem, Some(&crl(&a, 7, &[])));
+    publish(&dir, &me, &a.cert_pem, Some(&crl(&a, 9, &[])));
     applied(store.poll(now));
     assert!(store.take_crl_notices().is_empty());
     publish(&dir, &me, &a.cert_pem, Some(&crl(&a, 4, &[&r1])));
