@@ -230,6 +230,10 @@ pub struct ServerArgs {
     /// connection) [default: 30s].
     #[arg(long, value_name = "DURATION", requires = "http_identity")]
     pub http_header_timeout: Option<String>,
+    /// With --http-identity: answer 408 and end a request (HTTP/1.1: close the connection; h2:
+    /// the stream) whose body has not sent its next part for this long [default: 60s].
+    #[arg(long, value_name = "DURATION", requires = "http_identity")]
+    pub http_body_timeout: Option<String>,
     /// With --http-identity: close a connection whose unfinished HTTP/1.1 request head would take
     /// the route's unfinished heads, all connections together, past this [default: 4194304].
     #[arg(long, value_name = "BYTES", requires = "http_identity")]
@@ -559,6 +563,7 @@ impl ServerArgs {
             http_max_header_bytes: self.http_max_header_bytes,
             http_max_headers: self.http_max_headers,
             http_header_timeout: self.http_header_timeout.clone(),
+            http_body_timeout: self.http_body_timeout.clone(),
             http_max_pending_head_bytes: self.http_max_pending_head_bytes,
             ..self.common.route_spec(Mode::Server)
         };

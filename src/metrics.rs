@@ -26,6 +26,9 @@ pub const CONNECTIONS: &str = "mtls_sidecar_connections_total";
 pub const CONNECTIONS_CLOSED: &str = "mtls_sidecar_connections_closed_total";
 pub const BYTES: &str = "mtls_sidecar_bytes_total";
 pub const TARGET_CONNECT_FAILURES: &str = "mtls_sidecar_target_connect_failures_total";
+/// HTTP routes: requests whose body stopped arriving for
+/// `--http-body-timeout` (each answered 408 and ended).
+pub const HTTP_BODY_TIMEOUTS: &str = "mtls_sidecar_http_body_timeouts_total";
 pub const CREDENTIAL_RELOADS: &str = "mtls_sidecar_credential_reloads_total";
 pub const CERT_NOT_AFTER: &str = "mtls_sidecar_cert_not_after_timestamp_seconds";
 /// The notBefore of the same certificates: with [`CERT_NOT_AFTER`] it gives
@@ -140,6 +143,11 @@ fn describe() {
         TARGET_CONNECT_FAILURES,
         Unit::Count,
         "Failed connections to the route's target."
+    );
+    describe_counter!(
+        HTTP_BODY_TIMEOUTS,
+        Unit::Count,
+        "HTTP routes: requests whose body stopped arriving for --http-body-timeout, answered 408 (HTTP/1.1: the connection closes as http_timeout; h2: the stream ends)."
     );
     describe_counter!(
         CREDENTIAL_RELOADS,
@@ -324,6 +332,7 @@ pub struct RouteMetrics {
     pub to_target: Counter,
     pub from_target: Counter,
     pub target_connect_failures: Counter,
+    pub http_body_timeouts: Counter,
 }
 
 impl std::fmt::Debug for RouteMetrics {
@@ -356,6 +365,7 @@ impl RouteMetrics {
             to_target: counter!(BYTES, "route" => r.clone(), "direction" => "to_target"),
             from_target: counter!(BYTES, "route" => r.clone(), "direction" => "from_target"),
             target_connect_failures: counter!(TARGET_CONNECT_FAILURES, "route" => r.clone()),
+            http_body_timeouts: counter!(HTTP_BODY_TIMEOUTS, "route" => r.clone()),
             route: r,
         };
         m.handshakes.increment(0);
@@ -364,6 +374,7 @@ impl RouteMetrics {
         m.to_target.increment(0);
         m.from_target.increment(0);
         m.target_connect_failures.increment(0);
+        m.http_body_timeouts.increment(0);
         m.active.increment(0.0);
         m
     }

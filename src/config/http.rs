@@ -10,13 +10,14 @@ use super::{invalid, ConfigError};
 
 /// A route's HTTP options as written: `http_identity`,
 /// `http_max_header_bytes`, `http_max_headers`, `http_header_timeout`,
-/// `http_max_pending_head_bytes`.
+/// `http_body_timeout`, `http_max_pending_head_bytes`.
 #[derive(Debug, Clone, Default)]
 pub struct HttpSpec<'a> {
     pub identity: Option<&'a str>,
     pub max_header_bytes: Option<u64>,
     pub max_headers: Option<u64>,
     pub header_timeout: Option<String>,
+    pub body_timeout: Option<String>,
     pub max_pending_head_bytes: Option<u64>,
 }
 
@@ -26,6 +27,7 @@ impl HttpSpec<'_> {
         self.max_header_bytes.is_some()
             || self.max_headers.is_some()
             || self.header_timeout.is_some()
+            || self.body_timeout.is_some()
             || self.max_pending_head_bytes.is_some()
     }
 }
@@ -43,7 +45,7 @@ pub(super) fn validate(
             return Err(invalid(
                 p(
                     "--http-max-header-bytes/--http-max-headers/--http-header-timeout/\
-                   --http-max-pending-head-bytes",
+                   --http-body-timeout/--http-max-pending-head-bytes",
                 ),
                 "only valid with --http-identity",
             ));
@@ -87,6 +89,13 @@ pub(super) fn validate(
         http::MIN_HEADER_TIMEOUT,
         http::MAX_HEADER_TIMEOUT,
     )?;
+    let body_timeout = opt_duration(
+        &p("--http-body-timeout"),
+        &spec.body_timeout,
+        http::DEFAULT_BODY_TIMEOUT,
+        http::MIN_BODY_TIMEOUT,
+        http::MAX_BODY_TIMEOUT,
+    )?;
     let max_pending_head_bytes = bounded_count(
         &p("--http-max-pending-head-bytes"),
         spec.max_pending_head_bytes,
@@ -117,6 +126,7 @@ pub(super) fn validate(
         max_header_bytes,
         max_headers,
         header_timeout,
+        body_timeout,
         max_pending_head_bytes,
     }))
 }
