@@ -74,7 +74,12 @@ async fn revoked_failures(admin: &str, route: &str) -> u64 {
 /// True when the server sidecar refuses `ident` (the handshake fails, or,
 /// in TLS 1.3, the first read after it does).
 async fn is_refused(addr: &str, ca_pem: &str, ident: &Issued) -> bool {
-    match tls_connect(addr, REPLICA, client_config(Some(ident), ca_pem)).await {
+    refuses(addr, client_config(Some(ident), ca_pem)).await
+}
+
+/// True when the server sidecar refuses a client configured by `cfg`.
+async fn refuses(addr: &str, cfg: std::sync::Arc<rustls::ClientConfig>) -> bool {
+    match tls_connect(addr, REPLICA, cfg).await {
         Ok(mut s) => refused(&mut s).await,
         Err(_) => true,
     }
@@ -794,4 +799,62 @@ async fn crl_scope_chain_judges_the_intermediate_and_leaf_does_not() {
         .expect("leaf scope handshake");
     assert_eq!(roundtrip(&mut s, b"leaf scope").await, b"leaf scope");
     assert_eq!(echo.accepted(), 1);
+}
+
+/// An intermediate re-keyed under its own name, through the real binary:
+/// the `intermediates` file moves from I to I' (same name, another key)
+/// while I's CRL is still in `ca.crl`. The renewal applies (it was
+/// rejected: no key of I's name in the revision verifies that CRL), a
+/// peer that I revoked, presenting I, is still refused inside the
+/// handshake, and a peer of I' is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rekeyed_intermediate_neither_blocks_renewals_nor_readmits() {
+    use mtls_sidecar::ops::pki::LeafSpec;
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("test CA");
+    let (i, i2) = (
+        pki.ca.intermediate("issuing CA", 30).unwrap(),
+        pki.ca.intermediate("issuing CA", 30).unwrap(),
+    );
+    let client = |ca: &mtls_sidecar::ops::pki::DevCa| {
+        ca.issue(&LeafSpec::dns(CONTROLLER, Role::Client, 1))
+            .unwrap()
+    };
+    let (revoked, fresh) = (client(&i), client(&i2));
+    let replica = pki.leaf(REPLICA, Role::Server);
+    let ca = &pki.ca.cert_pem;
+    let crl_i = i
+        .crl(&CrlSpec::new(
+            1,
+            vec![serial_of(&revoked.cert_der).unwrap()],
+            7,
+        ))
+        .unwrap();
+    let dir = AtomicDir::new(&tmp.path().join("replica")).unwrap();
+    let publish_via = |inter: &str| {
+        dir.publish(&[
+            ("tls.crt", replica.cert_pem.as_bytes()),
+            ("tls.key", replica.key_pem.as_bytes()),
+            ("ca.crt", ca.as_bytes()),
+            ("intermediates", inter.as_bytes()),
+            ("ca.crl", &crl_i.der),
+        ])
+        .expect("publish revision")
+    };
+    publish_via(&i.cert_pem);
+    let (_echo, sc) = serve_with_admin(&dir).await;
+    let addr = sc.addr("server");
+    assert!(refuses(&addr, chain_client(&revoked, &i.cert_pem, ca)).await);
+    publish_via(&i2.cert_pem);
+    sc.wait_log(&["applied credential revision"]).await;
+    assert!(
+        refuses(&addr, chain_client(&revoked, &i.cert_pem, ca)).await,
+        "the re-key re-admitted a revoked peer"
+    );
+    let mut ok = tls_connect(&addr, REPLICA, chain_client(&fresh, &i2.cert_pem, ca))
+        .await
+        .expect("handshake");
+    assert_eq!(roundtrip(&mut ok, b"fresh").await, b"fresh");
+    let st = crl_status(&sc.admin()).await;
+    assert_eq!(st[0]["state"], "verified", "{st:?}");
 }

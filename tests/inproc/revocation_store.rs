@@ -360,6 +360,113 @@ fn an_intermediates_crl_removed_with_the_file_is_reported() {
     assert_eq!(dropped[0].serials, [serial(&revoked)]);
 }
 
+/// How the trust in force judges a client presenting `l` with `via`'s
+/// certificate as its chain.
+fn verdict_via(store: &CredentialStore, l: &Issued, via: &DevCa) -> Result<(), rustls::Error> {
+    use rustls_pki_types::pem::PemObject;
+    let inter = rustls_pki_types::CertificateDer::from_pem_slice(via.cert_pem.as_bytes()).unwrap();
+    store
+        .current()
+        .trust
+        .verify_peer(&l.cert_der, &[inter], UnixTime::now(), Usage::ClientAuth)
+}
+
+/// An intermediate re-keyed under its own name: the `intermediates` file
+/// moves from I to I' (same name, another key) while I's CRL is still
+/// shipped. The store held I, so it knows that CRL's key: the renewal
+/// applies (it used to be refused: no key of I's name in the revision
+/// verifies that CRL) and I's CRL stays enforced, since I's certificate
+/// still chains to the root and a peer that sends it is still judged by
+/// it; later renewals apply too. A CRL under I's name that no key the store
+/// ever held verifies is still refused, and an older CRL of I is refused
+/// as older (no rollback).
+#[test]
+fn a_rekeyed_intermediates_crl_stays_enforced_across_renewals() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = ca("A");
+    let (i, i2, stranger) = (
+        a.intermediate("I", 30).expect("intermediate"),
+        a.intermediate("I", 30).expect("intermediate"),
+        a.intermediate("I", 30).expect("intermediate"),
+    );
+    let (me, revoked) = (leaf(&a), leaf(&i));
+    let dir = AtomicDir::new(tmp.path()).unwrap();
+    let files = |me: &Issued, inter: &DevCa, crl: &str| {
+        let files: Vec<(&str, Vec<u8>)> = vec![
+            ("tls.crt", me.cert_pem.clone().into_bytes()),
+            ("tls.key", me.key_pem.clone().into_bytes()),
+            ("ca.crt", a.cert_pem.clone().into_bytes()),
+            ("intermediates", inter.cert_pem.clone().into_bytes()),
+            ("ca.crl", crl.as_bytes().to_vec()),
+        ];
+        let borrowed: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (*n, b.as_slice())).collect();
+        dir.publish(&borrowed).expect("publish");
+    };
+    let crl_i = crl(&i, 2, &[&revoked]);
+    files(&me, &i, &crl_i);
+    let store = load(tmp.path());
+    assert_eq!(verdict_via(&store, &revoked, &i), REVOKED);
+    let now = SystemTime::now();
+    // `publish` judges the renewal as the store does.
+    let staged = tempfile::tempdir().unwrap();
+    for (name, bytes) in [
+        ("tls.crt", &me.cert_pem),
+        ("tls.key", &me.key_pem),
+        ("ca.crt", &a.cert_pem),
+        ("intermediates", &i2.cert_pem),
+        ("ca.crl", &crl_i),
+    ] {
+        std::fs::write(staged.path().join(name), bytes).unwrap();
+    }
+    let judged = mtls_sidecar::ops::publish::verdict::judge(
+        tmp.path(),
+        staged.path(),
+        now,
+        Duration::from_secs(3600),
+    )
+    .expect("publish accepts the renewal");
+    assert!(
+        judged
+            .lines
+            .iter()
+            .any(|l| l.starts_with("ca.crl: CRL from CN=I") && l.contains("verified")),
+        "{judged:?}"
+    );
+    files(&me, &i2, &crl_i);
+    applied(store.poll(now));
+    assert_eq!(states(&store), [("CN=I".into(), "verified", None)]);
+    assert_eq!(
+        verdict_via(&store, &revoked, &i),
+        REVOKED,
+        "the re-key re-admits no one"
+    );
+    files(&leaf(&a), &i2, &crl_i);
+    applied(store.poll(now));
+    assert_eq!(verdict_via(&store, &revoked, &i), REVOKED);
+    files(&me, &i2, &crl(&i, 1, &[]));
+    assert!(
+        matches!(
+            store.poll(now),
+            Applied::Rejected {
+                error: CredError::CrlOlder { .. },
+                ..
+            }
+        ),
+        "an older CRL of the key held before"
+    );
+    files(&me, &i2, &crl(&stranger, 3, &[]));
+    assert!(
+        matches!(
+            store.poll(now),
+            Applied::Rejected {
+                error: CredError::CrlSignature { .. },
+                ..
+            }
+        ),
+        "a CRL no key ever held verifies"
+    );
+}
+
 /// CRLs without a CRL number (`openssl ca` with no `crlnumber` file) are
 /// ordered by thisUpdate: an earlier one is refused as older, one of the
 /// same thisUpdate (a serial added) or a later one applies. Kills `<` to

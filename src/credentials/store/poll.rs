@@ -198,14 +198,15 @@ impl CredentialStore {
         crls: &[Arc<Crl>],
         now: SystemTime,
     ) -> Result<(Trust, Vec<Dropped>), CredError> {
-        let retired = current.trust.retired_after(&anchors);
+        let history = current.trust.history_after(&anchors, &intermediates, now);
         let bare = Trust::build(
             anchors,
             Arc::new(CrlSet::empty()),
             current.trust.scope,
             &self.provider,
         )?
-        .with_issuers(intermediates, retired);
+        .with_issuers(intermediates, history.retired)
+        .with_former(history.former);
         let in_force = &current.trust.crls;
         let classified = classify_over(
             crls,

@@ -128,14 +128,22 @@ fn after(
     prune_age: Duration,
 ) -> Result<(CrlSet, Vec<Dropped>), CredError> {
     let anchors = Anchor::bundle(&next.anchors);
-    let retired = in_force.map_or_else(|| Arc::from(Vec::new()), |t| t.retired_after(&anchors));
+    let none = || Arc::from(Vec::new());
+    let (retired, former) = match in_force {
+        Some(t) => {
+            let h = t.history_after(&anchors, &next.intermediates, now);
+            (h.retired, h.former)
+        }
+        None => (none(), none()),
+    };
     let bare = Trust::build(
         anchors,
         Arc::new(CrlSet::empty()),
         CrlScope::default(),
         provider,
     )?
-    .with_issuers(next.intermediates.clone(), retired);
+    .with_issuers(next.intermediates.clone(), retired)
+    .with_former(former);
     let empty = CrlSet::empty();
     let previous = in_force.map_or(&empty, |t| &*t.crls);
     let c = classify_over(
