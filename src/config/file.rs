@@ -426,4 +426,33 @@ mod tests {
         assert_eq!(s.routes[0].name, "replica");
         assert!(toml::from_str::<FileSpec>("bogus = 1").is_err());
     }
+
+    /// `crl_prune_age`: 720h by default, any non-zero duration up to the
+    /// bound, 0 refused naming the key.
+    #[test]
+    fn crl_prune_age_defaults_to_the_crl_jobs_and_refuses_zero() {
+        let text = r#"
+            tls_dir = "/etc/mtls"
+            [[route]]
+            mode = "server"
+            listen = "0.0.0.0:6877"
+            target = "127.0.0.1:2100"
+            allow_any_san = true
+        "#;
+        let with = |extra: &str| {
+            toml::from_str::<FileSpec>(&format!("{extra}\n{text}"))
+                .unwrap()
+                .validate()
+        };
+        let age = |extra: &str| with(extra).unwrap().crl_prune_age;
+        assert_eq!(age(""), Duration::from_secs(720 * 3600));
+        assert_eq!(
+            age("crl_prune_age = \"90d\""),
+            Duration::from_secs(90 * 86_400)
+        );
+        for bad in ["0s", "36501d", "soon"] {
+            let e = with(&format!("crl_prune_age = \"{bad}\"")).unwrap_err();
+            assert!(e.to_string().contains("--crl-prune-age"), "{bad}: {e}");
+        }
+    }
 }

@@ -157,6 +157,7 @@ mod tests {
         assert!(e.to_string().contains("only h2 and http/1.1"), "{e}");
         let timed = HttpSpec {
             header_timeout: Some("250ms".into()),
+            body_timeout: Some("2s".into()),
             max_pending_head_bytes: Some(65536),
             ..spec(Some("xfcc"))
         };
@@ -164,6 +165,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(s.header_timeout, std::time::Duration::from_millis(250));
+        assert_eq!(s.body_timeout, std::time::Duration::from_secs(2));
         assert_eq!(s.max_pending_head_bytes, 65536);
         let mut h11 = vec![b"http/1.1".to_vec()];
         validate(&spec(Some("xfcc")), Mode::Server, &mut h11, &p).unwrap();
@@ -223,6 +225,30 @@ mod tests {
             (
                 HttpSpec {
                     header_timeout: Some("2h".into()),
+                    ..spec(Some("xfcc"))
+                },
+                Mode::Server,
+                "at most 1h",
+            ),
+            (
+                HttpSpec {
+                    body_timeout: Some("10s".into()),
+                    ..spec(None)
+                },
+                Mode::Server,
+                "only valid with --http-identity",
+            ),
+            (
+                HttpSpec {
+                    body_timeout: Some("50ms".into()),
+                    ..spec(Some("xfcc"))
+                },
+                Mode::Server,
+                "at least 100ms",
+            ),
+            (
+                HttpSpec {
+                    body_timeout: Some("61m".into()),
                     ..spec(Some("xfcc"))
                 },
                 Mode::Server,
