@@ -133,8 +133,11 @@ pub(crate) fn classify_over(
     for new in &entries {
         not_older(new, previous)?;
     }
-    let cutoff = prune_cutoff(now, prune_age);
-    let dropped = dropped(previous, &entries, known, cutoff, provider);
+    let pruning = Pruning {
+        now: time_to_epoch(now),
+        age: prune_age,
+    };
+    let dropped = dropped(previous, &entries, known, pruning, provider);
     entries.extend(kept(previous, &entries, known));
     Ok(Classified {
         set: CrlSet::from_entries(entries),
@@ -272,14 +275,22 @@ fn kept(previous: &CrlSet, entries: &[Entry], known: &Known) -> Vec<Entry> {
     out
 }
 
+/// When serials count as pruned: revoked `age` before the moment judged
+/// from (epoch seconds `now`, or a successor's later thisUpdate).
+#[derive(Debug, Clone, Copy)]
+struct Pruning {
+    now: i64,
+    age: Duration,
+}
+
 /// The un-revocations `entries` makes, compared with the verified CRLs in
-/// force whose signer is still trusted; serials revoked before `cutoff`
-/// (epoch seconds) that a higher CRL number omits are reported as pruned.
+/// force whose signer is still trusted; serials revoked longer than the
+/// prune age ago that a higher CRL number omits are reported as pruned.
 fn dropped(
     previous: &CrlSet,
     entries: &[Entry],
     known: &Known,
-    cutoff: i64,
+    pruning: Pruning,
     provider: &CryptoProvider,
 ) -> Vec<Dropped> {
     let mut out = Vec::new();
@@ -323,6 +334,7 @@ fn dropped(
             continue;
         };
         let higher = successor.is_some_and(|e| higher_number(&e.crl, &old.crl));
+        let cutoff = prune_cutoff(pruning, successor.map(|e| e.crl.info.this_update));
         out.extend(reports(&old.crl, serials, removed, higher, cutoff));
     }
     out
@@ -356,12 +368,17 @@ fn reports(
     out
 }
 
-/// The revocation time before which an entry's certificate has expired:
-/// `prune_age` before `now`, in epoch seconds (saturating: a prune age out
-/// of range prunes nothing).
-fn prune_cutoff(now: SystemTime, prune_age: Duration) -> i64 {
-    let age = i64::try_from(prune_age.as_secs()).unwrap_or(i64::MAX);
-    time_to_epoch(now).saturating_sub(age)
+/// The revocation time before which an entry's certificate has expired,
+/// in epoch seconds: the prune age before the later of now and the
+/// successor's thisUpdate (`certs revoke --prune-expired` judges from the
+/// moment it signs, its thisUpdate: a signer's clock ahead of ours, by at
+/// most the clock-skew tolerance since a CRL dated later is held pending,
+/// must not turn its pruning into an un-revocation). Saturating: a prune
+/// age out of range prunes nothing.
+fn prune_cutoff(p: Pruning, successor_this_update: Option<i64>) -> i64 {
+    let age = i64::try_from(p.age.as_secs()).unwrap_or(i64::MAX);
+    let from = successor_this_update.map_or(p.now, |t| t.max(p.now));
+    from.saturating_sub(age)
 }
 
 /// Splits the serials a revision drops from `old` into (pruned,
@@ -496,6 +513,17 @@ mod tests {
         next: Option<&[(u8, SystemTime)]>,
         now: SystemTime,
     ) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, usize) {
+        drops_dated(first, number, next, now, now)
+    }
+
+    /// [`drops`] with the revision's CRL dated `next_at`.
+    fn drops_dated(
+        first: &[(u8, SystemTime)],
+        number: u64,
+        next: Option<&[(u8, SystemTime)]>,
+        now: SystemTime,
+        next_at: SystemTime,
+    ) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, usize) {
         let a = DevCa::new("A", 1).unwrap();
         let k = known(&[&a]);
         let p = crate::crypto_provider();
@@ -503,7 +531,7 @@ mod tests {
         let in_force = classify(&revoking(&a, 5, now - DAY, first), &k, now, &p)
             .unwrap()
             .set;
-        let revision = next.map_or_else(Vec::new, |n| revoking(&a, number, now, n));
+        let revision = next.map_or_else(Vec::new, |n| revoking(&a, number, next_at, n));
         let c = classify_over(&revision, &k, now, &in_force, age, &p).unwrap();
         let of = |pruned: bool| -> Vec<Vec<u8>> {
             c.dropped
@@ -564,13 +592,36 @@ mod tests {
         assert_eq!(drops(&[], 5, None, now), (vec![], vec![], 1));
     }
 
+    /// A successor dated ahead of our clock (within the skew) is judged
+    /// from its thisUpdate, as `certs revoke` pruned it; one dated earlier
+    /// from now.
+    #[test]
+    fn pruning_is_judged_from_the_later_of_now_and_the_successors_date() {
+        let now = crate::identity::epoch_to_time(crate::identity::time_to_epoch(SystemTime::now()));
+        let ahead = now + Duration::from_secs(60);
+        let entry = [(7, now - 30 * DAY + Duration::from_secs(30))];
+        assert_eq!(
+            drops_dated(&entry, 6, Some(&[]), now, ahead).0,
+            vec![vec![7]]
+        );
+        assert_eq!(drops(&entry, 6, Some(&[]), now).0, Vec::<Vec<u8>>::new());
+        let behind = now - Duration::from_secs(3600);
+        let old = [(7, now - 30 * DAY - Duration::from_secs(1))];
+        assert_eq!(
+            drops_dated(&old, 6, Some(&[]), now, behind).0,
+            vec![vec![7]]
+        );
+    }
+
     #[test]
     fn the_cutoff_saturates() {
-        let now = SystemTime::now();
-        assert!(prune_cutoff(now, Duration::MAX) < -(1 << 62));
-        assert_eq!(
-            prune_cutoff(now, DAY),
-            crate::identity::time_to_epoch(now) - 86_400
-        );
+        let p = |age| Pruning {
+            now: 1_000_000,
+            age,
+        };
+        assert!(prune_cutoff(p(Duration::MAX), None) < -(1 << 62));
+        assert_eq!(prune_cutoff(p(DAY), None), 1_000_000 - 86_400);
+        assert_eq!(prune_cutoff(p(DAY), Some(1_000_060)), 1_000_060 - 86_400);
+        assert_eq!(prune_cutoff(p(DAY), Some(999_000)), 1_000_000 - 86_400);
     }
 }
