@@ -10,7 +10,10 @@
 //! `check` FAILs it, and the last good one stays in force (`/status` names
 //! the CRL in force: issuer, number, thisUpdate, nextUpdate, revoked
 //! count, state); a CRL re-issued with fewer serials un-revokes, WARNed
-//! and counted; removing `ca.crl` re-admits.
+//! and counted, as does one at a higher number omitting a serial revoked
+//! within `--crl-prune-age` (older ones are counted as pruned); removing
+//! `ca.crl` re-admits; an intermediate re-keyed under its own name keeps
+//! its old key's CRL enforced and renewals applying.
 
 use crate::common;
 

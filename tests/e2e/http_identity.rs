@@ -4,8 +4,9 @@
 //! ours, whatever the client forged (any case, `_` for `-`, named in
 //! `Connection`, or as a chunked trailer); smuggling shapes get 400 and
 //! never reach the target; the header limits give 431; the header
-//! timeout closes unfinished heads and idle keep-alives, and a route's
-//! unfinished heads share a byte budget.
+//! timeout closes unfinished heads and idle keep-alives, the body timeout
+//! answers 408 to a stalled body and closes, and a route's unfinished
+//! heads share a byte budget.
 
 use crate::common;
 use crate::common::http_identity as support;

@@ -4,7 +4,9 @@
 //! connection stays under the route's live-connection machinery: a
 //! displacement (`--exclusive`) and `--max-connection-lifetime` close it
 //! mid-keep-alive; `--http-header-timeout` closes one with no request
-//! (an unfinished header block, none at all, or idle after its answers).
+//! (an unfinished header block, none at all, or idle after its answers)
+//! and one with a header block unfinished beside an open request;
+//! `--http-body-timeout` ends a stalled request's stream only.
 
 use crate::common;
 use crate::common::http_identity as support;
