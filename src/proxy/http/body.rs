@@ -55,9 +55,9 @@ impl std::error::Error for BodyError {
 pub struct Idle<B> {
     inner: B,
     timeout: Duration,
-    /// The deadline of the read in progress (reset when a read starts
-    /// waiting).
-    sleep: Pin<Box<Sleep>>,
+    /// The deadline of the read in progress (set when a read starts
+    /// waiting; none until one first does: most bodies never wait).
+    sleep: Option<Pin<Box<Sleep>>>,
     /// True while a read is waiting (the clock runs).
     waiting: bool,
     stalled: Arc<AtomicBool>,
@@ -73,7 +73,7 @@ impl<B> Idle<B> {
         Idle {
             inner,
             timeout,
-            sleep: Box::pin(tokio::time::sleep(timeout)),
+            sleep: None,
             waiting: false,
             stalled,
             count,
@@ -83,11 +83,15 @@ impl<B> Idle<B> {
     /// A read found nothing: start the clock if it is not running, and
     /// say whether the wait has passed the timeout.
     fn waited_too_long(&mut self, cx: &mut Context<'_>) -> bool {
+        let deadline = Instant::now() + self.timeout;
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
         if !self.waiting {
             self.waiting = true;
-            self.sleep.as_mut().reset(Instant::now() + self.timeout);
+            sleep.as_mut().reset(deadline);
         }
-        self.sleep.as_mut().poll(cx).is_ready()
+        sleep.as_mut().poll(cx).is_ready()
     }
 }
 
