@@ -149,6 +149,9 @@ pub struct CommonArgs {
     /// Which certificates of a peer chain are checked against the CRLs: the leaf, or every CA-issued one.
     #[arg(long, value_name = "SCOPE", default_value = "leaf", value_parser = ["leaf", "chain"])]
     pub crl_scope: String,
+    /// How long ago a serial must have been revoked for a CRL at a higher CRL number that omits it to prune it (its certificate expired) rather than un-revoke it [default: 720h, the shipped CRL job's --prune-expired].
+    #[arg(long, value_name = "DUR")]
+    pub crl_prune_age: Option<String>,
     /// Close connections older than this [default: off].
     #[arg(long, value_name = "DUR")]
     pub max_connection_lifetime: Option<String>,
@@ -227,6 +230,10 @@ pub struct ServerArgs {
     /// connection) [default: 30s].
     #[arg(long, value_name = "DURATION", requires = "http_identity")]
     pub http_header_timeout: Option<String>,
+    /// With --http-identity: answer 408 and end a request (HTTP/1.1: close the connection; h2:
+    /// the stream) whose body has not sent its next part for this long [default: 60s].
+    #[arg(long, value_name = "DURATION", requires = "http_identity")]
+    pub http_body_timeout: Option<String>,
     /// With --http-identity: close a connection whose unfinished HTTP/1.1 request head would take
     /// the route's unfinished heads, all connections together, past this [default: 4194304].
     #[arg(long, value_name = "BYTES", requires = "http_identity")]
@@ -530,6 +537,7 @@ impl CommonArgs {
             trust_grace: Some(self.trust_grace.clone()),
             workload_api_keepalive: Some(self.workload_api_keepalive.clone()),
             crl_scope: Some(self.crl_scope.clone()),
+            crl_prune_age: self.crl_prune_age.clone(),
             drain_timeout: Some(self.drain_timeout.clone()),
             worker_threads: self.worker_threads,
             runtime: self.runtime.clone(),
@@ -555,6 +563,7 @@ impl ServerArgs {
             http_max_header_bytes: self.http_max_header_bytes,
             http_max_headers: self.http_max_headers,
             http_header_timeout: self.http_header_timeout.clone(),
+            http_body_timeout: self.http_body_timeout.clone(),
             http_max_pending_head_bytes: self.http_max_pending_head_bytes,
             ..self.common.route_spec(Mode::Server)
         };
@@ -620,6 +629,9 @@ pub struct PublishArgs {
     /// Publish even a credential revision the sidecar would reject.
     #[arg(long)]
     pub no_check: bool,
+    /// The sidecars' --crl-prune-age, to say which serials a CRL at a higher CRL number prunes and which it un-revokes [default: 720h].
+    #[arg(long, value_name = "DUR")]
+    pub crl_prune_age: Option<String>,
 }
 
 /// `inject -f FILE|-...`.

@@ -256,7 +256,9 @@ pub enum CloseReason {
     /// A deny-list entry now matches the peer.
     Denied,
     /// HTTP routes: no complete request head within
-    /// `--http-header-timeout` (none yet, or none after the last answer).
+    /// `--http-header-timeout` (none yet, or none after the last answer;
+    /// on h2 also one header block taking that long), or an HTTP/1.1
+    /// request body waited on for `--http-body-timeout`.
     HttpTimeout,
 }
 

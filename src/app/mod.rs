@@ -127,6 +127,7 @@ pub fn prepare(settings: Settings) -> Result<Prepared, StartError> {
                 )?;
                 s.set_settle_window(settings.reload_interval);
                 s.set_crl_scope(settings.crl_scope)?;
+                s.set_crl_prune_age(settings.crl_prune_age);
                 stores.push(s.clone());
                 s
             }

@@ -29,6 +29,9 @@ pub struct FileSpec {
     pub workload_api_keepalive: Option<String>,
     /// `leaf` (default) or `chain`.
     pub crl_scope: Option<String>,
+    /// `--crl-prune-age`: how long ago a serial a higher CRL number omits
+    /// must have been revoked to count as pruned.
+    pub crl_prune_age: Option<String>,
     pub drain_timeout: Option<String>,
     pub worker_threads: Option<u64>,
     /// `multi` or `per-core` (`--runtime`).
@@ -135,6 +138,7 @@ impl FileSpec {
                 bounds::WORKLOAD_API_KEEPALIVE,
             )?,
             crl_scope,
+            crl_prune_age: super::crl_prune_age(self.crl_prune_age.as_deref())?,
             drain_timeout: opt_duration(
                 "--drain-timeout",
                 &self.drain_timeout,
@@ -421,5 +425,34 @@ mod tests {
         let s = spec.validate().unwrap();
         assert_eq!(s.routes[0].name, "replica");
         assert!(toml::from_str::<FileSpec>("bogus = 1").is_err());
+    }
+
+    /// `crl_prune_age`: 720h by default, any non-zero duration up to the
+    /// bound, 0 refused naming the key.
+    #[test]
+    fn crl_prune_age_defaults_to_the_crl_jobs_and_refuses_zero() {
+        let text = r#"
+            tls_dir = "/etc/mtls"
+            [[route]]
+            mode = "server"
+            listen = "0.0.0.0:6877"
+            target = "127.0.0.1:2100"
+            allow_any_san = true
+        "#;
+        let with = |extra: &str| {
+            toml::from_str::<FileSpec>(&format!("{extra}\n{text}"))
+                .unwrap()
+                .validate()
+        };
+        let age = |extra: &str| with(extra).unwrap().crl_prune_age;
+        assert_eq!(age(""), Duration::from_secs(720 * 3600));
+        assert_eq!(
+            age("crl_prune_age = \"90d\""),
+            Duration::from_secs(90 * 86_400)
+        );
+        for bad in ["0s", "36501d", "soon"] {
+            let e = with(&format!("crl_prune_age = \"{bad}\"")).unwrap_err();
+            assert!(e.to_string().contains("--crl-prune-age"), "{bad}: {e}");
+        }
     }
 }

@@ -10,13 +10,14 @@ use super::{invalid, ConfigError};
 
 /// A route's HTTP options as written: `http_identity`,
 /// `http_max_header_bytes`, `http_max_headers`, `http_header_timeout`,
-/// `http_max_pending_head_bytes`.
+/// `http_body_timeout`, `http_max_pending_head_bytes`.
 #[derive(Debug, Clone, Default)]
 pub struct HttpSpec<'a> {
     pub identity: Option<&'a str>,
     pub max_header_bytes: Option<u64>,
     pub max_headers: Option<u64>,
     pub header_timeout: Option<String>,
+    pub body_timeout: Option<String>,
     pub max_pending_head_bytes: Option<u64>,
 }
 
@@ -26,6 +27,7 @@ impl HttpSpec<'_> {
         self.max_header_bytes.is_some()
             || self.max_headers.is_some()
             || self.header_timeout.is_some()
+            || self.body_timeout.is_some()
             || self.max_pending_head_bytes.is_some()
     }
 }
@@ -43,7 +45,7 @@ pub(super) fn validate(
             return Err(invalid(
                 p(
                     "--http-max-header-bytes/--http-max-headers/--http-header-timeout/\
-                   --http-max-pending-head-bytes",
+                   --http-body-timeout/--http-max-pending-head-bytes",
                 ),
                 "only valid with --http-identity",
             ));
@@ -87,6 +89,13 @@ pub(super) fn validate(
         http::MIN_HEADER_TIMEOUT,
         http::MAX_HEADER_TIMEOUT,
     )?;
+    let body_timeout = opt_duration(
+        &p("--http-body-timeout"),
+        &spec.body_timeout,
+        http::DEFAULT_BODY_TIMEOUT,
+        http::MIN_BODY_TIMEOUT,
+        http::MAX_BODY_TIMEOUT,
+    )?;
     let max_pending_head_bytes = bounded_count(
         &p("--http-max-pending-head-bytes"),
         spec.max_pending_head_bytes,
@@ -117,6 +126,7 @@ pub(super) fn validate(
         max_header_bytes,
         max_headers,
         header_timeout,
+        body_timeout,
         max_pending_head_bytes,
     }))
 }
@@ -147,6 +157,7 @@ mod tests {
         assert!(e.to_string().contains("only h2 and http/1.1"), "{e}");
         let timed = HttpSpec {
             header_timeout: Some("250ms".into()),
+            body_timeout: Some("2s".into()),
             max_pending_head_bytes: Some(65536),
             ..spec(Some("xfcc"))
         };
@@ -154,6 +165,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(s.header_timeout, std::time::Duration::from_millis(250));
+        assert_eq!(s.body_timeout, std::time::Duration::from_secs(2));
         assert_eq!(s.max_pending_head_bytes, 65536);
         let mut h11 = vec![b"http/1.1".to_vec()];
         validate(&spec(Some("xfcc")), Mode::Server, &mut h11, &p).unwrap();
@@ -213,6 +225,30 @@ mod tests {
             (
                 HttpSpec {
                     header_timeout: Some("2h".into()),
+                    ..spec(Some("xfcc"))
+                },
+                Mode::Server,
+                "at most 1h",
+            ),
+            (
+                HttpSpec {
+                    body_timeout: Some("10s".into()),
+                    ..spec(None)
+                },
+                Mode::Server,
+                "only valid with --http-identity",
+            ),
+            (
+                HttpSpec {
+                    body_timeout: Some("50ms".into()),
+                    ..spec(Some("xfcc"))
+                },
+                Mode::Server,
+                "at least 100ms",
+            ),
+            (
+                HttpSpec {
+                    body_timeout: Some("61m".into()),
                     ..spec(Some("xfcc"))
                 },
                 Mode::Server,

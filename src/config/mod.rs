@@ -27,7 +27,7 @@ mod values;
 pub use credentials::CredentialSpec;
 pub use file::FileSpec;
 pub use route::RouteSpec;
-pub use values::{parse_duration, MAX_ALPN};
+pub use values::{crl_prune_age, parse_duration, MAX_ALPN};
 
 /// How long a connection half-closed by one side may stay quiet before it
 /// is reaped (so it never lingers in CLOSE_WAIT).
@@ -54,6 +54,8 @@ pub mod bounds {
     pub const WORKER_THREADS: usize = 1024;
     /// `--handshake-timeout`, `--connect-timeout`.
     pub const TIMEOUT: Duration = HOUR;
+    /// `--crl-prune-age`: longer than any certificate lifetime.
+    pub const CRL_PRUNE_AGE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
     /// `--reload-interval`.
     pub const RELOAD_INTERVAL: Duration = HOUR;
     /// `--drain-timeout`.
@@ -86,6 +88,9 @@ pub struct Settings {
     pub workload_api_keepalive: Duration,
     /// Which certificates of a peer chain are checked against the CRLs.
     pub crl_scope: CrlScope,
+    /// `--crl-prune-age`: a serial a higher CRL number omits is pruned (not
+    /// un-revoked) only when revoked longer ago than this.
+    pub crl_prune_age: Duration,
     pub drain_timeout: Duration,
     /// Runtime worker threads; `None`: the CPUs the process may use, at most 4.
     pub worker_threads: Option<usize>,

@@ -76,6 +76,9 @@ pub struct RouteSpec {
     /// With `http_identity`: the wait for a complete request head, idle
     /// time between requests included (`--http-header-timeout`).
     pub http_header_timeout: Option<String>,
+    /// With `http_identity`: how long each read of a request body may wait
+    /// (`--http-body-timeout`).
+    pub http_body_timeout: Option<String>,
     /// With `http_identity`: the bytes all unfinished HTTP/1.1 request
     /// heads of the route may hold (`--http-max-pending-head-bytes`).
     pub http_max_pending_head_bytes: Option<u64>,
@@ -337,6 +340,7 @@ impl RouteSpec {
             max_header_bytes: self.http_max_header_bytes,
             max_headers: self.http_max_headers,
             header_timeout: self.http_header_timeout.clone(),
+            body_timeout: self.http_body_timeout.clone(),
             max_pending_head_bytes: self.http_max_pending_head_bytes,
         }
     }

@@ -14,6 +14,18 @@ pub fn parse_duration(field: &str, s: &str) -> Result<Duration, ConfigError> {
     humantime::parse_duration(s).map_err(|e| invalid(field, format!("{s:?}: {e}")))
 }
 
+/// `--crl-prune-age` (`run` and `publish`): default 720h, the shipped CRL
+/// job's `--prune-expired`.
+pub fn crl_prune_age(s: Option<&str>) -> Result<Duration, ConfigError> {
+    opt_duration(
+        "--crl-prune-age",
+        &s.map(str::to_string),
+        crate::credentials::revocation::DEFAULT_CRL_PRUNE_AGE,
+        NONZERO,
+        super::bounds::CRL_PRUNE_AGE,
+    )
+}
+
 /// Parses an optional duration that must lie in `min..=max`.
 pub(super) fn opt_duration(
     field: &str,

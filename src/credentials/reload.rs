@@ -261,7 +261,7 @@ fn report_dropped(store: &CredentialStore, dropped: &[Dropped]) {
         info!(
             target: "mtls_sidecar::reload", source = %store.source(),
             pruned = %what.join("; "),
-            "applied a revision whose CRL issuer pruned serials (a higher CRL number without them, e.g. their certificates expired)"
+            "applied a revision whose CRL issuer pruned serials (a higher CRL number without them, revoked longer ago than --crl-prune-age: their certificates expired)"
         );
     }
 }
@@ -269,13 +269,12 @@ fn report_dropped(store: &CredentialStore, dropped: &[Dropped]) {
 /// One issuer's un-revoked serials, for the WARN line.
 fn describe_dropped(d: &Dropped) -> String {
     let serials: Vec<String> = d.serials.iter().map(|s| hex(s)).collect();
-    let how = match (d.removed, d.pruned) {
-        (true, true) => "a CRL listing nothing removed",
-        (true, false) => "CRL removed",
-        (false, true) => "CRL re-issued at a higher CRL number without them",
-        (false, false) => "CRL lists fewer serials without a higher CRL number",
-    };
-    format!("{} ({how}): serials [{}]", d.issuer, serials.join(", "))
+    format!(
+        "{} ({}): serials [{}]",
+        d.issuer,
+        d.how(),
+        serials.join(", ")
+    )
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -93,8 +93,14 @@ pub struct Trust {
     /// `tls.crt` chain): CRL signers, never anchors.
     pub intermediates: Arc<[CertificateDer<'static>]>,
     /// Anchors no longer trusted at all, newest last, at most
-    /// `MAX_RETIRED`.
+    /// `MAX_RETIRED` (with the intermediates held before that expired).
     pub retired: Arc<[CertificateDer<'static>]>,
+    /// Intermediates held before (an `intermediates` file or `tls.crt`
+    /// chain of an earlier revision) that the one in force no longer
+    /// lists and that have not expired: still CRL signers, since their
+    /// certificates still chain to a root (an intermediate re-keyed under
+    /// its own name), at most `MAX_RETIRED`.
+    pub former: Arc<[CertificateDer<'static>]>,
     /// The deny-list in force (part of the trust: a changed list is a new
     /// trust, so nothing verified under the old one is reused).
     pub deny: Arc<DenyList>,
@@ -126,6 +132,7 @@ impl Trust {
             scope,
             intermediates: Arc::from(Vec::new()),
             retired: Arc::from(Vec::new()),
+            former: Arc::from(Vec::new()),
             deny: Arc::new(DenyList::default()),
             provider: provider.clone(),
             memo: SigMemo::default(),
@@ -140,6 +147,12 @@ impl Trust {
     ) -> Trust {
         self.intermediates = intermediates;
         self.retired = retired;
+        self
+    }
+
+    /// The same trust knowing these intermediates held before.
+    pub fn with_former(mut self, former: Arc<[CertificateDer<'static>]>) -> Trust {
+        self.former = former;
         self
     }
 
@@ -163,6 +176,7 @@ impl Trust {
         Ok(
             Trust::build(self.anchors.clone(), self.crls.clone(), scope, provider)?
                 .with_issuers(self.intermediates.clone(), self.retired.clone())
+                .with_former(self.former.clone())
                 .with_deny(self.deny.clone()),
         )
     }
@@ -172,6 +186,7 @@ impl Trust {
         Ok(
             Trust::build(self.anchors.clone(), crls, self.scope, &self.provider)?
                 .with_issuers(self.intermediates.clone(), self.retired.clone())
+                .with_former(self.former.clone())
                 .with_deny(self.deny.clone()),
         )
     }
@@ -189,6 +204,7 @@ impl Trust {
         known.add(&ders(in_force), SignerKind::Anchor);
         known.add(&ders(graced), SignerKind::Graced);
         known.add(&self.intermediates, SignerKind::Intermediate);
+        known.add(&self.former, SignerKind::Intermediate);
         known.add(&self.retired, SignerKind::Retired);
         known
     }
@@ -471,9 +487,7 @@ mod tests {
         };
         let crls = revocation::parse_file(&file).unwrap();
         let t = trust(&ca);
-        let empty = CrlSet::empty();
-        let c = revocation::classify(&crls, &t.known(), SystemTime::now(), &empty, &t.provider)
-            .unwrap();
+        let c = revocation::classify(&crls, &t.known(), SystemTime::now(), &t.provider).unwrap();
         assert_eq!(c.set.entries()[0].state.label(), "verified");
     }
 }

@@ -250,7 +250,7 @@ impl ParsedRevision {
         }
         let trust = bare_trust(&self.anchors, &self.intermediates, provider)?;
         let known = trust.known().partial();
-        Ok(classify(&self.crl_list, &known, now, &CrlSet::empty(), provider)?.set)
+        Ok(classify(&self.crl_list, &known, now, provider)?.set)
     }
 
     /// Judges the revision at `now`: the leaf's validity window, then the
@@ -317,13 +317,7 @@ impl ValidRevision {
         now: SystemTime,
     ) -> Result<Trust, CredError> {
         let bare = bare_trust(&self.anchors, &self.intermediates, provider)?;
-        let crls = classify(
-            &self.crl_list,
-            &bare.known(),
-            now,
-            &CrlSet::empty(),
-            provider,
-        )?;
+        let crls = classify(&self.crl_list, &bare.known(), now, provider)?;
         bare.with_crls(Arc::new(crls.set))
             .map(|t| t.with_deny(self.deny.clone()))
     }

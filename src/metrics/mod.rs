@@ -26,6 +26,9 @@ pub const CONNECTIONS: &str = "mtls_sidecar_connections_total";
 pub const CONNECTIONS_CLOSED: &str = "mtls_sidecar_connections_closed_total";
 pub const BYTES: &str = "mtls_sidecar_bytes_total";
 pub const TARGET_CONNECT_FAILURES: &str = "mtls_sidecar_target_connect_failures_total";
+/// HTTP routes: requests whose body stopped arriving for
+/// `--http-body-timeout` (each answered 408 and ended).
+pub const HTTP_BODY_TIMEOUTS: &str = "mtls_sidecar_http_body_timeouts_total";
 pub const CREDENTIAL_RELOADS: &str = "mtls_sidecar_credential_reloads_total";
 pub const CERT_NOT_AFTER: &str = "mtls_sidecar_cert_not_after_timestamp_seconds";
 /// The notBefore of the same certificates: with [`CERT_NOT_AFTER`] it gives
@@ -36,10 +39,12 @@ pub const WORKLOAD_API_DOWN_SINCE: &str = "mtls_sidecar_workload_api_down_since_
 /// The earliest nextUpdate (Unix time) among the CRLs in force.
 pub const CRL_NEXT_UPDATE: &str = "mtls_sidecar_crl_next_update_timestamp_seconds";
 /// Revisions applied that made revoked serials admissible again (a CRL in
-/// force removed, or one listing fewer serials without a higher number).
+/// force removed, one listing fewer serials without a higher number, or
+/// one at a higher number omitting serials revoked within the prune age).
 pub const CRL_REMOVALS: &str = "mtls_sidecar_crl_removals_total";
-/// Revoked serials a CRL's issuer pruned (dropped at a higher CRL number),
-/// counted apart from un-revocations.
+/// Revoked serials a CRL's issuer pruned (dropped at a higher CRL number,
+/// revoked longer ago than the prune age), counted apart from
+/// un-revocations.
 pub const CRL_PRUNED: &str = "mtls_sidecar_crl_entries_pruned_total";
 /// CRLs held pending (thisUpdate in the future beyond the clock skew).
 pub const CRL_PENDING: &str = "mtls_sidecar_crl_pending";
@@ -139,6 +144,11 @@ fn describe() {
         "Failed connections to the route's target."
     );
     describe_counter!(
+        HTTP_BODY_TIMEOUTS,
+        Unit::Count,
+        "HTTP routes: requests whose body stopped arriving for --http-body-timeout, answered 408 (HTTP/1.1: the connection closes as http_timeout; h2: the stream ends)."
+    );
+    describe_counter!(
         CREDENTIAL_RELOADS,
         Unit::Count,
         "Credential revisions applied or rejected."
@@ -146,12 +156,12 @@ fn describe() {
     describe_counter!(
         CRL_REMOVALS,
         Unit::Count,
-        "Credential revisions applied that made revoked serials admissible again: a CRL in force removed while its CA is trusted, or a CRL listing fewer serials without a higher CRL number."
+        "Credential revisions applied that made revoked serials admissible again: a CRL in force removed while its CA is trusted, a CRL listing fewer serials without a higher CRL number, or a CRL at a higher CRL number omitting serials revoked within --crl-prune-age."
     );
     describe_counter!(
         CRL_PRUNED,
         Unit::Count,
-        "Revoked serials a CRL's issuer dropped from its CRL at a higher CRL number (certs revoke --prune-expired, once their certificates expired), and CRLs listing nothing removed: counted apart from mtls_sidecar_crl_removals_total, no alert."
+        "Revoked serials a CRL's issuer dropped from its CRL at a higher CRL number and that were revoked longer ago than --crl-prune-age (certs revoke --prune-expired: their certificates expired), and CRLs listing nothing removed: counted apart from mtls_sidecar_crl_removals_total, no alert."
     );
     describe_gauge!(
         CRL_PENDING,
@@ -321,6 +331,7 @@ pub struct RouteMetrics {
     pub to_target: Counter,
     pub from_target: Counter,
     pub target_connect_failures: Counter,
+    pub http_body_timeouts: Counter,
 }
 
 impl std::fmt::Debug for RouteMetrics {
@@ -353,6 +364,7 @@ impl RouteMetrics {
             to_target: counter!(BYTES, "route" => r.clone(), "direction" => "to_target"),
             from_target: counter!(BYTES, "route" => r.clone(), "direction" => "from_target"),
             target_connect_failures: counter!(TARGET_CONNECT_FAILURES, "route" => r.clone()),
+            http_body_timeouts: counter!(HTTP_BODY_TIMEOUTS, "route" => r.clone()),
             route: r,
         };
         m.handshakes.increment(0);
@@ -361,6 +373,7 @@ impl RouteMetrics {
         m.to_target.increment(0);
         m.from_target.increment(0);
         m.target_connect_failures.increment(0);
+        m.http_body_timeouts.increment(0);
         m.active.increment(0.0);
         m
     }

@@ -10,7 +10,10 @@
 //! `check` FAILs it, and the last good one stays in force (`/status` names
 //! the CRL in force: issuer, number, thisUpdate, nextUpdate, revoked
 //! count, state); a CRL re-issued with fewer serials un-revokes, WARNed
-//! and counted; removing `ca.crl` re-admits.
+//! and counted, as does one at a higher number omitting a serial revoked
+//! within `--crl-prune-age` (older ones are counted as pruned); removing
+//! `ca.crl` re-admits; an intermediate re-keyed under its own name keeps
+//! its old key's CRL enforced and renewals applying.
 
 use crate::common;
 
@@ -74,7 +77,12 @@ async fn revoked_failures(admin: &str, route: &str) -> u64 {
 /// True when the server sidecar refuses `ident` (the handshake fails, or,
 /// in TLS 1.3, the first read after it does).
 async fn is_refused(addr: &str, ca_pem: &str, ident: &Issued) -> bool {
-    match tls_connect(addr, REPLICA, client_config(Some(ident), ca_pem)).await {
+    refuses(addr, client_config(Some(ident), ca_pem)).await
+}
+
+/// True when the server sidecar refuses a client configured by `cfg`.
+async fn refuses(addr: &str, cfg: std::sync::Arc<rustls::ClientConfig>) -> bool {
+    match tls_connect(addr, REPLICA, cfg).await {
         Ok(mut s) => refused(&mut s).await,
         Err(_) => true,
     }
@@ -503,9 +511,24 @@ async fn bad_crls_are_rejected_and_the_last_good_one_stays_in_force() {
     assert_eq!(roundtrip(&mut back, b"back").await, b"back");
 }
 
-/// Serials the CRL's issuer drops at a higher CRL number (what `certs
-/// revoke --prune-expired` does once their certificates expired), and a
-/// CRL listing nothing removed, are counted apart
+/// CRL `number` of `pki`'s CA listing each leaf revoked `ago` before now
+/// (as `certs revoke` keeps an entry's date across re-signings).
+fn crl_dated(pki: &Pki, number: u64, revoked: &[(&Issued, Duration)]) -> IssuedCrl {
+    let now = std::time::SystemTime::now();
+    let mut spec = CrlSpec::new(number, Vec::new(), 7);
+    spec.kept = revoked
+        .iter()
+        .map(|(l, ago)| (serial_of(&l.cert_der).expect("serial"), now - *ago))
+        .collect();
+    pki.ca.crl(&spec).expect("sign CRL")
+}
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// Serials the CRL's issuer drops at a higher CRL number that were revoked
+/// longer ago than `--crl-prune-age` (720h by default: what `certs revoke
+/// --prune-expired 720h` drops once their certificates expired), and a CRL
+/// listing nothing removed, are counted apart
 /// (`mtls_sidecar_crl_entries_pruned_total`): no WARN, no count on the
 /// counter `MtlsSidecarCrlEntriesRemoved` reads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -519,7 +542,8 @@ async fn serials_pruned_by_the_issuer_are_counted_apart_from_unrevocations() {
     );
     let dir = AtomicDir::new(&tmp.path().join("replica")).unwrap();
     let ca = &pki.ca.cert_pem;
-    publish(&dir, &replica, ca, Some(&crl(&pki, 1, &[&old, &kept]).der));
+    let both = [(&old, 40 * DAY), (&kept, 31 * DAY)];
+    publish(&dir, &replica, ca, Some(&crl_dated(&pki, 1, &both).der));
     let (_echo, sc) = serve_with_admin(&dir).await;
     let admin = sc.admin();
     let (removals, pruned) = (
@@ -527,7 +551,12 @@ async fn serials_pruned_by_the_issuer_are_counted_apart_from_unrevocations() {
         "mtls_sidecar_crl_entries_pruned_total",
     );
     assert_eq!(metric_plain(&admin, pruned).await, 0);
-    publish(&dir, &replica, ca, Some(&crl(&pki, 2, &[&kept]).der));
+    publish(
+        &dir,
+        &replica,
+        ca,
+        Some(&crl_dated(&pki, 2, &both[1..]).der),
+    );
     let line = sc.wait_log(&["pruned serials"]).await;
     assert!(
         line.contains(&serial(&old)) && line.contains("CN=test CA"),
@@ -544,6 +573,56 @@ async fn serials_pruned_by_the_issuer_are_counted_apart_from_unrevocations() {
     assert_eq!(metric_plain(&admin, pruned).await, 2);
     assert_eq!(metric_plain(&admin, removals).await, 0);
     assert_eq!(sc.log_count("un-revokes certificates"), 0);
+}
+
+/// A CRL re-signed at a higher number that omits a serial revoked within
+/// `--crl-prune-age` un-revokes it (whoever holds the CA key, or replays
+/// its signing job with a bad input, cannot quietly re-admit a peer whose
+/// certificate may still be valid): WARNed and counted on
+/// `mtls_sidecar_crl_removals_total`, and the peer, refused before, is
+/// admitted. A serial revoked longer ago, dropped by the same CRL, is
+/// counted as pruned only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_higher_crl_number_omitting_a_recent_serial_is_an_unrevocation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("test CA");
+    let replica = pki.leaf(REPLICA, Role::Server);
+    let (recent, expired) = (
+        pki.leaf(CONTROLLER, Role::Client),
+        pki.leaf(CONTROLLER, Role::Client),
+    );
+    let dir = AtomicDir::new(&tmp.path().join("replica")).unwrap();
+    let ca = &pki.ca.cert_pem;
+    let first = crl_dated(&pki, 1, &[(&recent, DAY), (&expired, 40 * DAY)]);
+    publish(&dir, &replica, ca, Some(&first.der));
+    let (_echo, sc) = serve_with_admin(&dir).await;
+    let (admin, addr) = (sc.admin(), sc.addr("server"));
+    assert!(is_refused(&addr, ca, &recent).await, "revoked before");
+
+    publish(&dir, &replica, ca, Some(&crl(&pki, 2, &[]).der));
+    let warn = sc.wait_log(&["un-revokes certificates"]).await;
+    assert!(
+        warn.contains(&serial(&recent)) && !warn.contains(&serial(&expired)),
+        "{warn}"
+    );
+    assert!(warn.contains("revoked within --crl-prune-age"), "{warn}");
+    let line = sc.wait_log(&["pruned serials"]).await;
+    assert!(
+        line.contains(&serial(&expired)) && !line.contains(&serial(&recent)),
+        "{line}"
+    );
+    assert_eq!(
+        metric_plain(&admin, "mtls_sidecar_crl_removals_total").await,
+        1
+    );
+    assert_eq!(
+        metric_plain(&admin, "mtls_sidecar_crl_entries_pruned_total").await,
+        1
+    );
+    let mut back = tls_connect(&addr, REPLICA, client_config(Some(&recent), ca))
+        .await
+        .expect("handshake");
+    assert_eq!(roundtrip(&mut back, b"back").await, b"back");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -723,4 +802,62 @@ async fn crl_scope_chain_judges_the_intermediate_and_leaf_does_not() {
         .expect("leaf scope handshake");
     assert_eq!(roundtrip(&mut s, b"leaf scope").await, b"leaf scope");
     assert_eq!(echo.accepted(), 1);
+}
+
+/// An intermediate re-keyed under its own name, through the real binary:
+/// the `intermediates` file moves from I to I' (same name, another key)
+/// while I's CRL is still in `ca.crl`. The renewal applies (it was
+/// rejected: no key of I's name in the revision verifies that CRL), a
+/// peer that I revoked, presenting I, is still refused inside the
+/// handshake, and a peer of I' is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rekeyed_intermediate_neither_blocks_renewals_nor_readmits() {
+    use mtls_sidecar::pki::LeafSpec;
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new("test CA");
+    let (i, i2) = (
+        pki.ca.intermediate("issuing CA", 30).unwrap(),
+        pki.ca.intermediate("issuing CA", 30).unwrap(),
+    );
+    let client = |ca: &mtls_sidecar::pki::DevCa| {
+        ca.issue(&LeafSpec::dns(CONTROLLER, Role::Client, 1))
+            .unwrap()
+    };
+    let (revoked, fresh) = (client(&i), client(&i2));
+    let replica = pki.leaf(REPLICA, Role::Server);
+    let ca = &pki.ca.cert_pem;
+    let crl_i = i
+        .crl(&CrlSpec::new(
+            1,
+            vec![serial_of(&revoked.cert_der).unwrap()],
+            7,
+        ))
+        .unwrap();
+    let dir = AtomicDir::new(&tmp.path().join("replica")).unwrap();
+    let publish_via = |inter: &str| {
+        dir.publish(&[
+            ("tls.crt", replica.cert_pem.as_bytes()),
+            ("tls.key", replica.key_pem.as_bytes()),
+            ("ca.crt", ca.as_bytes()),
+            ("intermediates", inter.as_bytes()),
+            ("ca.crl", &crl_i.der),
+        ])
+        .expect("publish revision")
+    };
+    publish_via(&i.cert_pem);
+    let (_echo, sc) = serve_with_admin(&dir).await;
+    let addr = sc.addr("server");
+    assert!(refuses(&addr, chain_client(&revoked, &i.cert_pem, ca)).await);
+    publish_via(&i2.cert_pem);
+    sc.wait_log(&["applied credential revision"]).await;
+    assert!(
+        refuses(&addr, chain_client(&revoked, &i.cert_pem, ca)).await,
+        "the re-key re-admitted a revoked peer"
+    );
+    let mut ok = tls_connect(&addr, REPLICA, chain_client(&fresh, &i2.cert_pem, ca))
+        .await
+        .expect("handshake");
+    assert_eq!(roundtrip(&mut ok, b"fresh").await, b"fresh");
+    let st = crl_status(&sc.admin()).await;
+    assert_eq!(st[0]["state"], "verified", "{st:?}");
 }

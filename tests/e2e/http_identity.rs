@@ -4,8 +4,9 @@
 //! ours, whatever the client forged (any case, `_` for `-`, named in
 //! `Connection`, or as a chunked trailer); smuggling shapes get 400 and
 //! never reach the target; the header limits give 431; the header
-//! timeout closes unfinished heads and idle keep-alives, and a route's
-//! unfinished heads share a byte budget.
+//! timeout closes unfinished heads and idle keep-alives, the body timeout
+//! answers 408 to a stalled body and closes, and a route's unfinished
+//! heads share a byte budget.
 
 use crate::common;
 use crate::common::http_identity as support;
@@ -722,6 +723,59 @@ async fn the_header_timeout_closes_unfinished_heads_and_idle_keep_alives() {
         assert!(c.closed().await, "{what} stayed open");
     }
     sc.wait_closed("server", "http_timeout", 3.0).await;
+}
+
+/// `--http-body-timeout` bounds each wait for the next part of a request
+/// body: a body that stops arriving (Content-Length or chunked) is
+/// answered 408 and its connection closed (`closed{reason="http_timeout"}`,
+/// `mtls_sidecar_http_body_timeouts_total`), while one trickling in faster
+/// than the timeout, for longer than it in all, is forwarded whole.
+/// Without the bound a stalled body held its connection, and the target's,
+/// for as long as the client liked.
+#[tokio::test]
+async fn a_request_body_that_stops_arriving_is_answered_408_and_closed() {
+    if tools::skip_unless(&["python3"]) {
+        return;
+    }
+    let (ids, _target, sc) =
+        route(&["--admin", "127.0.0.1:0", "--http-body-timeout", "400ms"]).await;
+    let addr = sc.addr("server");
+    let mut trickle = Raw::connect(&addr, ids.tls(&["http/1.1"])).await;
+    trickle
+        .send(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 8\r\n\r\n")
+        .await;
+    // The gaps between the parts are the case itself (each shorter than
+    // the timeout, all together longer).
+    for _ in 0..8 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        trickle.send(b"a").await;
+    }
+    let r = trickle.response().await;
+    assert_eq!(
+        (r.status, r.json()["body"].as_u64()),
+        (200, Some(8)),
+        "{r:?}"
+    );
+    let stalls: [&[u8]; 2] = [
+        b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nabc",
+        b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n",
+    ];
+    for (i, stall) in stalls.into_iter().enumerate() {
+        let mut c = Raw::connect(&addr, ids.tls(&["http/1.1"])).await;
+        c.send(stall).await;
+        let r = c.response().await;
+        assert_eq!(r.status, 408, "{r:?}");
+        assert!(c.closed().await, "the stalled connection stayed open");
+        sc.wait_closed("server", "http_timeout", (i + 1) as f64)
+            .await;
+    }
+    scrape_until(&sc.admin(), "two body timeouts counted", |m| {
+        m.value(
+            "mtls_sidecar_http_body_timeouts_total",
+            &[("route", "server")],
+        ) == Some(2.0)
+    })
+    .await;
 }
 
 /// The unfinished HTTP/1.1 heads of a route's connections share

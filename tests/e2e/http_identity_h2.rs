@@ -4,7 +4,9 @@
 //! connection stays under the route's live-connection machinery: a
 //! displacement (`--exclusive`) and `--max-connection-lifetime` close it
 //! mid-keep-alive; `--http-header-timeout` closes one with no request
-//! (an unfinished header block, none at all, or idle after its answers).
+//! (an unfinished header block, none at all, or idle after its answers)
+//! and one with a header block unfinished beside an open request;
+//! `--http-body-timeout` ends a stalled request's stream only.
 
 use crate::common;
 use crate::common::http_identity as support;
@@ -259,21 +261,7 @@ async fn read_to_close(tls: &mut ClientTls) -> bool {
 #[tokio::test]
 async fn h2_connections_without_a_request_are_closed_at_the_header_timeout() {
     use tokio::io::AsyncWriteExt;
-    let ids = Ids::new();
-    let target = h2c_target().await;
-    let sc = start_server(
-        &ids.server_dir,
-        &target,
-        &[
-            "--http-identity",
-            "xfcc",
-            "--http-header-timeout",
-            "400ms",
-            "--admin",
-            "127.0.0.1:0",
-        ],
-    )
-    .await;
+    let (ids, sc) = h2_route("--http-header-timeout", "400ms").await;
     let addr = sc.addr("server");
     let mut unfinished = tls_connect(&addr, REPLICA, ids.tls(&["h2"])).await.unwrap();
     let mut frames = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
@@ -307,8 +295,58 @@ async fn h2_connections_without_a_request_are_closed_at_the_header_timeout() {
     sc.wait_closed("server", "http_timeout", 3.0).await;
 }
 
+/// A server sidecar with an admin endpoint and `flag value`, in front of
+/// an h2c target.
+async fn h2_route(flag: &str, value: &str) -> (Ids, Sidecar) {
+    let ids = Ids::new();
+    let target = h2c_target().await;
+    let args = ["--http-identity", "xfcc", flag, value];
+    let sc = start_server(
+        &ids.server_dir,
+        &target,
+        &[&args[..], &["--admin", "127.0.0.1:0"]].concat(),
+    )
+    .await;
+    (ids, sc)
+}
+
 /// A request body the test feeds as it goes.
 struct Fed(tokio::sync::mpsc::Receiver<Bytes>);
+
+type Pending = tokio::task::JoinHandle<hyper::Result<Response<Incoming>>>;
+
+/// An h2 connection to the sidecar's server route, and its driver.
+async fn h2_to(
+    sc: &Sidecar,
+    ids: &Ids,
+) -> (
+    hyper::client::conn::http2::SendRequest<Fed>,
+    tokio::task::JoinHandle<hyper::Result<()>>,
+) {
+    let tls = tls_connect(&sc.addr("server"), REPLICA, ids.tls(&["h2"]))
+        .await
+        .unwrap();
+    let (send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .unwrap();
+    (send, tokio::spawn(conn))
+}
+
+/// A POST to `path` whose body's first part is sent, the rest fed through
+/// the sender returned; its response awaited in a task.
+async fn post_part(
+    send: &mut hyper::client::conn::http2::SendRequest<Fed>,
+    path: &str,
+) -> (tokio::sync::mpsc::Sender<Bytes>, Pending) {
+    let (feed, body) = tokio::sync::mpsc::channel(4);
+    let req = Request::post(format!("https://{REPLICA}{path}"))
+        .body(Fed(body))
+        .unwrap();
+    let resp = tokio::spawn(send.send_request(req));
+    feed.send(Bytes::from_static(b"part")).await.unwrap();
+    (feed, resp)
+}
 
 impl Body for Fed {
     type Data = Bytes;
@@ -334,20 +372,8 @@ async fn an_h2_request_in_flight_outlives_the_header_timeout() {
         &["--http-identity", "xfcc", "--http-header-timeout", "200ms"],
     )
     .await;
-    let tls = tls_connect(&sc.addr("server"), REPLICA, ids.tls(&["h2"]))
-        .await
-        .unwrap();
-    let (mut send, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
-            .await
-            .unwrap();
-    let conn = tokio::spawn(conn);
-    let (feed, body) = tokio::sync::mpsc::channel(4);
-    let req = Request::post(format!("https://{REPLICA}/slow"))
-        .body(Fed(body))
-        .unwrap();
-    let resp = tokio::spawn(send.send_request(req));
-    feed.send(Bytes::from_static(b"part")).await.unwrap();
+    let (mut send, conn) = h2_to(&sc, &ids).await;
+    let (feed, resp) = post_part(&mut send, "/slow").await;
     // The body stays open for three timeouts: the time passing is the
     // case itself, not a wait for an event.
     tokio::time::sleep(std::time::Duration::from_millis(600)).await;
@@ -363,4 +389,90 @@ async fn an_h2_request_in_flight_outlives_the_header_timeout() {
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     let j: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(j["body"], 8, "{j}");
+}
+
+/// The h2 header timeout bounds each header block, other requests open or
+/// not: a client that keeps one request open (its body still to come) and
+/// starts a header block on another stream that it never finishes (a
+/// HEADERS frame without END_HEADERS: no other frame may follow on the
+/// connection until its CONTINUATION) is closed at the header timeout
+/// (`closed{reason="http_timeout"}`). Before, the clock stopped while any
+/// request was open, so the block was held as long as the first request.
+#[tokio::test]
+async fn an_unfinished_h2_header_block_is_bounded_while_another_request_is_open() {
+    use tokio::io::AsyncWriteExt;
+    let (ids, sc) = h2_route("--http-header-timeout", "300ms").await;
+    let mut tls = tls_connect(&sc.addr("server"), REPLICA, ids.tls(&["h2"]))
+        .await
+        .unwrap();
+    let mut frames = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    frames.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]); // SETTINGS
+                                                            // Stream 1: POST https://t/ with END_HEADERS, no END_STREAM: the
+                                                            // request is open, its body still to come.
+    let post = [0x83, 0x87, 0x84, 0x41, 0x01, b't'];
+    frames.extend_from_slice(&[0, 0, post.len() as u8, 1, 0x4, 0, 0, 0, 1]);
+    frames.extend_from_slice(&post);
+    tls.write_all(&frames).await.unwrap();
+    tls.flush().await.unwrap();
+    // The block starts once the sidecar has read the first request (it is
+    // open from then on).
+    scrape_until(&sc.admin(), "the first request read", |m| {
+        m.value(
+            "mtls_sidecar_bytes_total",
+            &[("route", "server"), ("direction", "to_target")],
+        )
+        .unwrap_or(0.0)
+            >= (frames.len()) as f64
+    })
+    .await;
+    // Stream 3: HEADERS `:method GET` without END_HEADERS, never continued.
+    tls.write_all(&[0, 0, 1, 1, 0, 0, 0, 0, 3, 0x82])
+        .await
+        .unwrap();
+    tls.flush().await.unwrap();
+    assert!(
+        read_to_close(&mut tls).await,
+        "the unfinished header block was held"
+    );
+    sc.wait_closed("server", "http_timeout", 1.0).await;
+}
+
+/// `--http-body-timeout` on h2: a request whose body stops arriving is
+/// answered 408 and its stream ended, counted in
+/// `mtls_sidecar_http_body_timeouts_total`; the connection and its other
+/// requests go on.
+#[tokio::test]
+async fn an_h2_request_body_that_stops_arriving_ends_its_stream_only() {
+    let (ids, sc) = h2_route("--http-body-timeout", "300ms").await;
+    let (mut send, conn) = h2_to(&sc, &ids).await;
+    let (feed, resp) = post_part(&mut send, "/stall").await;
+    let resp = tokio::time::timeout(DEADLINE, resp)
+        .await
+        .expect("the stalled request was held")
+        .unwrap()
+        .expect("a response");
+    assert_eq!(resp.status(), 408);
+    scrape_until(&sc.admin(), "the body timeout counted", |m| {
+        m.value(
+            "mtls_sidecar_http_body_timeouts_total",
+            &[("route", "server")],
+        ) == Some(1.0)
+    })
+    .await;
+    let (whole, body) = tokio::sync::mpsc::channel(1);
+    whole.send(Bytes::from_static(b"whole")).await.unwrap();
+    drop(whole);
+    let req = Request::post(format!("https://{REPLICA}/after"))
+        .body(Fed(body))
+        .unwrap();
+    let resp = tokio::time::timeout(DEADLINE, send.send_request(req))
+        .await
+        .expect("answered")
+        .expect("a response on the same connection");
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let j: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(j["body"], 5, "{j}");
+    assert!(!conn.is_finished(), "the connection was closed");
+    drop(feed);
 }

@@ -197,20 +197,40 @@ fn a_renewal_keeps_the_crl_in_force_and_drop_removes_it() {
     let shrunk = [arg(root, "ca.crl", pki.crl(1, &[]).pem.as_bytes())];
     let (code, out) = publish(&dir, &[], &shrunk);
     assert_eq!(code, 0, "{out}");
-    let warning = format!("warning: un-revokes 1 serial(s) of CN=publish CA (its new CRL lists fewer serials without a higher CRL number): {hex}");
+    let warning = format!("warning: un-revokes 1 serial(s) of CN=publish CA (CRL lists fewer serials without a higher CRL number): {hex}");
     assert!(out.contains(&warning), "{warning:?} in:\n{out}");
     let again = [arg(root, "ca.crl", the_crl.pem.as_bytes())];
     let (code, out) = publish(&dir, &[], &again);
     assert_eq!(code, 0, "{out}");
     assert!(!out.contains("un-revokes"), "{out}");
 
+    // A higher CRL number leaving out a serial revoked within
+    // --crl-prune-age (720h by default) un-revokes it, as the sidecar
+    // judges; with a prune age shorter than the entry's, it prunes it.
+    let higher =
+        |n: u64, revoked: &[&Issued]| [arg(root, "ca.crl", pki.crl(n, revoked).pem.as_bytes())];
+    let (code, out) = publish(&dir, &[], &higher(2, &[]));
+    assert_eq!(code, 0, "{out}");
+    let warning = format!("warning: un-revokes 1 serial(s) of CN=publish CA (CRL re-issued at a higher CRL number without them, revoked within --crl-prune-age: their certificates may still be valid): {hex}");
+    assert!(out.contains(&warning), "{warning:?} in:\n{out}");
+    let (code, out) = publish(&dir, &[], &higher(3, &[&revoked]));
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = publish(&dir, &["--crl-prune-age", "1s"], &higher(4, &[]));
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(&format!("prunes 1 serial(s) of CN=publish CA (CRL re-issued at a higher CRL number without them, revoked longer ago than --crl-prune-age: their certificates expired): {hex}; the sidecar counts this in mtls_sidecar_crl_entries_pruned_total")), "{out}");
+    assert!(!out.contains("un-revokes"), "{out}");
+    let (code, out) = publish(&dir, &["--crl-prune-age", "0s"], &higher(5, &[&revoked]));
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("--crl-prune-age"), "{out}");
+    let (code, out) = publish(&dir, &[], &higher(5, &[&revoked]));
+    assert_eq!(code, 0, "{out}");
+
     // --drop ca.crl (no file given: the rest is kept) removes it, said on
     // stderr with what that un-revokes; dropping it again is a note.
     let (code, out) = publish(&dir, &["--drop", "ca.crl"], &[]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("dropped (--drop): ca.crl"), "{out}");
-    let warning =
-        format!("warning: un-revokes 1 serial(s) of CN=publish CA (its CRL is removed): {hex}");
+    let warning = format!("warning: un-revokes 1 serial(s) of CN=publish CA (CRL removed): {hex}");
     assert!(out.contains(&warning), "{warning:?} in:\n{out}");
     assert!(fs::symlink_metadata(dir.join("ca.crl")).is_err());
     let (code, out) = publish(&dir, &["--drop", "ca.crl"], &renewal);

@@ -266,8 +266,9 @@ fn dropping_a_crl_never_silently_readmits() {
 
 /// Listing fewer serials at a CRL number not higher than the one in force
 /// applies with a notice naming what became admissible; at a higher number
-/// the notice says the issuer pruned them (counted apart, no alert); a
-/// lower number is refused as older.
+/// too when they were revoked within the prune age, and the notice says
+/// the issuer pruned them (counted apart, no alert) when revoked longer
+/// ago; a lower number is refused as older.
 #[test]
 fn a_shrinking_crl_is_reported_and_an_older_one_refused() {
     let tmp = tempfile::tempdir().unwrap();
@@ -286,7 +287,21 @@ fn a_shrinking_crl_is_reported_and_an_older_one_refused() {
             if d.len() == 1 && !d[0].removed && !d[0].pruned && d[0].serials == [serial(&r2)]),
         "{notices:?}"
     );
+    // r1 was revoked a minute ago (the CRL's thisUpdate): within the
+    // default prune age, so a higher number without it un-revokes it.
     publish(&dir, &me, &a.cert_pem, Some(&crl(&a, 6, &[])));
+    applied(store.poll(now));
+    let notices = store.take_crl_notices();
+    assert!(
+        matches!(notices.as_slice(), [CrlNotice::Unrevoked(d)]
+            if d.len() == 1 && !d[0].removed && d[0].higher && !d[0].pruned && d[0].serials == [serial(&r1)]),
+        "{notices:?}"
+    );
+    publish(&dir, &me, &a.cert_pem, Some(&crl(&a, 7, &[&r1])));
+    applied(store.poll(now));
+    store.take_crl_notices();
+    store.set_crl_prune_age(Duration::from_secs(1));
+    publish(&dir, &me, &a.cert_pem, Some(&crl(&a, 8, &[])));
     applied(store.poll(now));
     let notices = store.take_crl_notices();
     assert!(
@@ -294,7 +309,7 @@ fn a_shrinking_crl_is_reported_and_an_older_one_refused() {
             if d.len() == 1 && !d[0].removed && d[0].pruned && d[0].serials == [serial(&r1)]),
         "{notices:?}"
     );
-    publish(&dir, &me, &a.cert_pem, Some(&crl(&a, 7, &[])));
+    publish(&dir, &me, &a.cert_pem, Some(&crl(&a, 9, &[])));
     applied(store.poll(now));
     assert!(store.take_crl_notices().is_empty());
     publish(&dir, &me, &a.cert_pem, Some(&crl(&a, 4, &[&r1])));
@@ -343,6 +358,113 @@ fn an_intermediates_crl_removed_with_the_file_is_reported() {
         ("CN=I", true)
     );
     assert_eq!(dropped[0].serials, [serial(&revoked)]);
+}
+
+/// How the trust in force judges a client presenting `l` with `via`'s
+/// certificate as its chain.
+fn verdict_via(store: &CredentialStore, l: &Issued, via: &DevCa) -> Result<(), rustls::Error> {
+    use rustls_pki_types::pem::PemObject;
+    let inter = rustls_pki_types::CertificateDer::from_pem_slice(via.cert_pem.as_bytes()).unwrap();
+    store
+        .current()
+        .trust
+        .verify_peer(&l.cert_der, &[inter], UnixTime::now(), Usage::ClientAuth)
+}
+
+/// An intermediate re-keyed under its own name: the `intermediates` file
+/// moves from I to I' (same name, another key) while I's CRL is still
+/// shipped. The store held I, so it knows that CRL's key: the renewal
+/// applies (it used to be refused: no key of I's name in the revision
+/// verifies that CRL) and I's CRL stays enforced, since I's certificate
+/// still chains to the root and a peer that sends it is still judged by
+/// it; later renewals apply too. A CRL under I's name that no key the store
+/// ever held verifies is still refused, and an older CRL of I is refused
+/// as older (no rollback).
+#[test]
+fn a_rekeyed_intermediates_crl_stays_enforced_across_renewals() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = ca("A");
+    let (i, i2, stranger) = (
+        a.intermediate("I", 30).expect("intermediate"),
+        a.intermediate("I", 30).expect("intermediate"),
+        a.intermediate("I", 30).expect("intermediate"),
+    );
+    let (me, revoked) = (leaf(&a), leaf(&i));
+    let dir = AtomicDir::new(tmp.path()).unwrap();
+    let files = |me: &Issued, inter: &DevCa, crl: &str| {
+        let files: Vec<(&str, Vec<u8>)> = vec![
+            ("tls.crt", me.cert_pem.clone().into_bytes()),
+            ("tls.key", me.key_pem.clone().into_bytes()),
+            ("ca.crt", a.cert_pem.clone().into_bytes()),
+            ("intermediates", inter.cert_pem.clone().into_bytes()),
+            ("ca.crl", crl.as_bytes().to_vec()),
+        ];
+        let borrowed: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (*n, b.as_slice())).collect();
+        dir.publish(&borrowed).expect("publish");
+    };
+    let crl_i = crl(&i, 2, &[&revoked]);
+    files(&me, &i, &crl_i);
+    let store = load(tmp.path());
+    assert_eq!(verdict_via(&store, &revoked, &i), REVOKED);
+    let now = SystemTime::now();
+    // `publish` judges the renewal as the store does.
+    let staged = tempfile::tempdir().unwrap();
+    for (name, bytes) in [
+        ("tls.crt", &me.cert_pem),
+        ("tls.key", &me.key_pem),
+        ("ca.crt", &a.cert_pem),
+        ("intermediates", &i2.cert_pem),
+        ("ca.crl", &crl_i),
+    ] {
+        std::fs::write(staged.path().join(name), bytes).unwrap();
+    }
+    let judged = mtls_sidecar::tools::publish::verdict::judge(
+        tmp.path(),
+        staged.path(),
+        now,
+        Duration::from_secs(3600),
+    )
+    .expect("publish accepts the renewal");
+    assert!(
+        judged
+            .lines
+            .iter()
+            .any(|l| l.starts_with("ca.crl: CRL from CN=I") && l.contains("verified")),
+        "{judged:?}"
+    );
+    files(&me, &i2, &crl_i);
+    applied(store.poll(now));
+    assert_eq!(states(&store), [("CN=I".into(), "verified", None)]);
+    assert_eq!(
+        verdict_via(&store, &revoked, &i),
+        REVOKED,
+        "the re-key re-admits no one"
+    );
+    files(&leaf(&a), &i2, &crl_i);
+    applied(store.poll(now));
+    assert_eq!(verdict_via(&store, &revoked, &i), REVOKED);
+    files(&me, &i2, &crl(&i, 1, &[]));
+    assert!(
+        matches!(
+            store.poll(now),
+            Applied::Rejected {
+                error: CredError::CrlOlder { .. },
+                ..
+            }
+        ),
+        "an older CRL of the key held before"
+    );
+    files(&me, &i2, &crl(&stranger, 3, &[]));
+    assert!(
+        matches!(
+            store.poll(now),
+            Applied::Rejected {
+                error: CredError::CrlSignature { .. },
+                ..
+            }
+        ),
+        "a CRL no key ever held verifies"
+    );
 }
 
 /// CRLs without a CRL number (`openssl ca` with no `crlnumber` file) are

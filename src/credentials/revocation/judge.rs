@@ -95,7 +95,7 @@ fn trust(inputs: &TrustInputs<'_>, scope: CrlScope, now: SystemTime) -> Result<T
         None => Vec::new(),
     };
     let known = bare.known();
-    let set = classify(&crls, &known, now, &CrlSet::empty(), &provider)?.set;
+    let set = classify(&crls, &known, now, &provider)?.set;
     bare.with_crls(Arc::new(set))
 }
 

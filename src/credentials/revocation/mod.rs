@@ -44,8 +44,8 @@ pub use judge::{
     classify_crl_file, describe_state, judge_chain, judge_chain_denying, CrlReport, TrustInputs,
     Verdict,
 };
-pub(crate) use order::classify;
-pub use order::{Classified, Dropped};
+pub(crate) use order::{classify, classify_over};
+pub use order::{Classified, Dropped, DEFAULT_CRL_PRUNE_AGE};
 pub(crate) use path::{judge_path, SigMemo};
 pub(crate) use signer::wrap_sequence;
 pub(crate) use signer::Known;
@@ -188,7 +188,7 @@ impl CrlSet {
         let mut known = Known::default();
         let ders: Vec<_> = anchors.iter().map(|(d, _)| d.clone()).collect();
         known.add(&ders, SignerKind::Anchor);
-        Ok(classify(&crls, &known, SystemTime::now(), &CrlSet::empty(), provider)?.set)
+        Ok(classify(&crls, &known, SystemTime::now(), provider)?.set)
     }
 
     /// True when `ca`'s key verifies `crl` and `ca` may sign CRLs (what

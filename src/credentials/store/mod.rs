@@ -236,6 +236,13 @@ impl CredentialStore {
         self.lock().settle_window = window.max(SETTLE_WINDOW);
     }
 
+    /// `--crl-prune-age`: a serial a higher CRL number omits counts as
+    /// pruned only when revoked longer ago than this; else it is an
+    /// un-revocation.
+    pub fn set_crl_prune_age(&self, age: Duration) {
+        self.lock().crl_prune_age = age;
+    }
+
     /// A plain directory (no `..data` link) and explicit files are written
     /// file by file and write by write, so a reading may be a write in
     /// progress.

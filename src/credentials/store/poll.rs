@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use rustls_pki_types::CertificateDer;
 
-use super::super::revocation::{classify, Crl, Dropped};
+use super::super::revocation::{classify_over, Crl, Dropped, DEFAULT_CRL_PRUNE_AGE};
 use super::super::trust::{Anchor, Trust};
 use super::super::validate::{parse, ParsedRevision};
 use super::super::{CredError, CrlInfo, CrlSet};
@@ -62,6 +62,9 @@ pub(super) struct PollState {
     pub(super) status: ReloadStatus,
     candidate: Option<Candidate>,
     pub(super) settle_window: Duration,
+    /// `--crl-prune-age`: how long ago an entry a higher CRL number omits
+    /// must have been revoked to count as pruned, not un-revoked.
+    pub(super) crl_prune_age: Duration,
     /// The roles the store's routes play: (server, client).
     pub(super) roles: (bool, bool),
     /// How many revisions were parsed in full (a diagnostic).
@@ -83,6 +86,7 @@ impl Default for PollState {
             },
             candidate: None,
             settle_window: SETTLE_WINDOW,
+            crl_prune_age: DEFAULT_CRL_PRUNE_AGE,
             roles: (false, false),
             parses: 0,
             judgements: 0,
@@ -159,7 +163,8 @@ impl CredentialStore {
         let supplied = current.trust.crls.supplied();
         let inters = current.trust.intermediates.clone();
         let deny = current.trust.deny.clone();
-        let (trust, dropped) = match self.trust_for(current, anchors, inters, &supplied, now) {
+        let (trust, dropped) = match self.trust_for(state, current, anchors, inters, &supplied, now)
+        {
             Ok(t) => t,
             // A CRL that came due is older than the one in force: keep the
             // trust as it is (it is judged again on the next poll).
@@ -186,22 +191,31 @@ impl CredentialStore {
     /// these lack join the retired history.
     fn trust_for(
         &self,
+        state: &PollState,
         current: &Credentials,
         anchors: Vec<Anchor>,
         intermediates: Arc<[CertificateDer<'static>]>,
         crls: &[Arc<Crl>],
         now: SystemTime,
     ) -> Result<(Trust, Vec<Dropped>), CredError> {
-        let retired = current.trust.retired_after(&anchors);
+        let history = current.trust.history_after(&anchors, &intermediates, now);
         let bare = Trust::build(
             anchors,
             Arc::new(CrlSet::empty()),
             current.trust.scope,
             &self.provider,
         )?
-        .with_issuers(intermediates, retired);
+        .with_issuers(intermediates, history.retired)
+        .with_former(history.former);
         let in_force = &current.trust.crls;
-        let classified = classify(crls, &bare.known(), now, in_force, &self.provider)?;
+        let classified = classify_over(
+            crls,
+            &bare.known(),
+            now,
+            in_force,
+            state.crl_prune_age,
+            &self.provider,
+        )?;
         Ok((
             bare.with_crls(Arc::new(classified.set))?,
             classified.dropped,
@@ -346,14 +360,14 @@ impl CredentialStore {
                 .trust
                 .merge_anchors(revision_anchors(&valid), self.trust_grace, now);
         let inters = valid.intermediates.clone();
-        let (trust, dropped) = match self.trust_for(current, anchors, inters, &valid.crl_list, now)
-        {
-            Ok(t) => t,
-            Err(error) => {
-                candidate.stage = Stage::Rejected;
-                return self.reject(state, key, error, now);
-            }
-        };
+        let (trust, dropped) =
+            match self.trust_for(state, current, anchors, inters, &valid.crl_list, now) {
+                Ok(t) => t,
+                Err(error) => {
+                    candidate.stage = Stage::Rejected;
+                    return self.reject(state, key, error, now);
+                }
+            };
         state
             .notices
             .extend(notices::between(&current.trust.crls, &trust.crls, dropped));

@@ -11,7 +11,8 @@
 //! one the target gets in cleartext: `h2` → h2c with prior knowledge,
 //! `http/1.1` or none → HTTP/1.1.
 //!
-//! The parts: [`xfcc`] (the header's value and name predicate), [`dn`]
+//! The parts: [`xfcc`] (the header's value and name predicate), [`body`]
+//! (`--http-body-timeout`), [`blocks`] (the h2 header-block clock), [`dn`]
 //! (the subject as OpenSSL's RFC 2253 line, with [`dn_names`] its names), [`headers`] (what is removed before ours is
 //! added), [`smuggle`] (framing checks on the raw HTTP/1.1 bytes), [`tap`] (what
 //! sees those bytes: the framing reader and the byte counters),
@@ -23,7 +24,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::header::HeaderValue;
+use metrics::Counter;
 
+pub mod blocks;
+pub mod body;
 pub mod dn;
 pub mod dn_names;
 pub mod headers;
@@ -57,6 +61,13 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MIN_HEADER_TIMEOUT: Duration = Duration::from_millis(100);
 /// The longest `--http-header-timeout`.
 pub const MAX_HEADER_TIMEOUT: Duration = Duration::from_secs(3600);
+/// The default `--http-body-timeout`: how long one read of a request body
+/// may wait for the client (nginx's `client_body_timeout`, 60 s).
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
+/// The shortest `--http-body-timeout`.
+pub const MIN_BODY_TIMEOUT: Duration = Duration::from_millis(100);
+/// The longest `--http-body-timeout`.
+pub const MAX_BODY_TIMEOUT: Duration = Duration::from_secs(3600);
 /// The default `--http-max-pending-head-bytes`: what the unfinished
 /// HTTP/1.1 request heads of all a route's connections may hold together
 /// (64 maximal heads).
@@ -72,8 +83,10 @@ pub struct HttpSettings {
     /// Bound on one request's header fields.
     pub max_headers: usize,
     /// Bound on the wait for a complete request head, idle time between
-    /// requests included.
+    /// requests included; on h2 also on each header block.
     pub header_timeout: Duration,
+    /// Bound on each wait for the next part of a request body.
+    pub body_timeout: Duration,
     /// Bound on the bytes of the route's unfinished HTTP/1.1 request heads,
     /// all connections together.
     pub max_pending_head_bytes: usize,
@@ -85,6 +98,7 @@ impl Default for HttpSettings {
             max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
             max_headers: DEFAULT_MAX_HEADERS,
             header_timeout: DEFAULT_HEADER_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
             max_pending_head_bytes: DEFAULT_PENDING_HEAD_BYTES,
         }
     }
@@ -143,12 +157,14 @@ pub fn carries_alpn(proto: &[u8]) -> bool {
 
 /// What one connection's requests are forwarded with: the header value
 /// built once at the handshake (the identity is fixed there), the
-/// route's limits and its pending-head budget.
+/// route's limits, its pending-head budget and its count of request
+/// bodies that stalled.
 #[derive(Debug, Clone)]
 pub struct Identity {
     pub xfcc: HeaderValue,
     pub settings: HttpSettings,
     pub heads: Arc<HeadBudget>,
+    pub body_timeouts: Counter,
 }
 
 impl Identity {
@@ -161,6 +177,7 @@ impl Identity {
         ours: Option<&[u8]>,
         settings: HttpSettings,
         heads: Arc<HeadBudget>,
+        body_timeouts: Counter,
     ) -> Option<Identity> {
         let parts = XfccParts::from_certs(peer, ours)?;
         let xfcc = HeaderValue::from_str(&xfcc_value(&parts)).ok()?;
@@ -168,6 +185,7 @@ impl Identity {
             xfcc,
             settings,
             heads,
+            body_timeouts,
         })
     }
 }

@@ -24,6 +24,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::blocks::{BlockClock, Blocks};
 use super::service::{self, H1, H2};
 use super::smuggle::{Charge, Scanner, Verdicts};
 use super::tap::{Observe, Tap};
@@ -103,10 +104,12 @@ where
 
 /// How a server-side result ends the connection: `over_budget` when the
 /// route's pending-head budget refused its head (`overload`), hyper's
-/// header-read timeout as `http_timeout`.
-fn ended(r: Result<(), hyper::Error>, over_budget: bool) -> CloseReason {
+/// header-read timeout and a request body that stopped arriving
+/// (`stalled`) as `http_timeout`.
+fn ended(r: Result<(), hyper::Error>, over_budget: bool, stalled: bool) -> CloseReason {
     match r {
         _ if over_budget => CloseReason::Overload,
+        _ if stalled => CloseReason::HttpTimeout,
         Ok(()) => CloseReason::Completed,
         Err(e) if e.is_timeout() => CloseReason::HttpTimeout,
         Err(_) => CloseReason::PeerError,
@@ -141,6 +144,7 @@ where
         verdicts,
         tunnel: Mutex::new(None),
         upgrading: AtomicBool::new(false),
+        stalled: Arc::new(AtomicBool::new(false)),
     });
     let svc = {
         let shared = shared.clone();
@@ -185,7 +189,11 @@ where
             };
             websocket(client_side, target_side).await
         }
-        (r, _) => ended(r, over_budget.load(Ordering::Acquire)),
+        (r, _) => ended(
+            r,
+            over_budget.load(Ordering::Acquire),
+            shared.stalled.load(Ordering::Acquire),
+        ),
     }
 }
 
@@ -250,6 +258,13 @@ where
             }
         })
     };
+    // The header block the client is sending, timed from its frames
+    // whatever else is open.
+    let blocks = Arc::new(BlockClock::default());
+    let peer = Tap {
+        io: peer,
+        observer: Blocks::new(blocks.clone()),
+    };
     let server = hyper::server::conn::http2::Builder::new(exec)
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
@@ -258,21 +273,32 @@ where
     tokio::pin!(server, client);
     let mut client_done = false;
     // Idle since: no request open (none yet, or all answered). A request
-    // opens when its header block is complete, so this bounds both a
-    // header block that never ends and an idle connection.
+    // opens when its header block is complete, so this bounds a header
+    // block that never ends on an otherwise idle connection, and an idle
+    // connection; the block clock bounds each header block, requests open
+    // or not.
     let mut idle_since = Some(Instant::now());
+    let timeout = limits.header_timeout;
     loop {
-        let deadline = idle_since.map(|t| t + limits.header_timeout);
+        let idle_deadline = idle_since.map(|t| t + timeout);
+        let deadline = earliest(idle_deadline, blocks.since().map(|t| t + timeout));
         tokio::select! {
-            r = &mut server => break ended(r, false),
+            r = &mut server => break ended(r, false, false),
             _ = activity.changed.notified() => {
                 idle_since = activity.idle().then(Instant::now);
             }
+            _ = blocks.changed.notified() => {}
             _ = sleep_until_some(deadline), if deadline.is_some() => {
-                if activity.idle() {
+                let now = Instant::now();
+                if block_expired(blocks.since(), timeout, now) {
                     break CloseReason::HttpTimeout;
                 }
-                idle_since = None;
+                if idle_deadline.is_some_and(|d| d <= now) {
+                    if activity.idle() {
+                        break CloseReason::HttpTimeout;
+                    }
+                    idle_since = None;
+                }
             }
             _ = &mut client, if !client_done => {
                 client_done = true;
@@ -284,6 +310,20 @@ where
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
         }
     }
+}
+
+/// The earlier of two deadlines, either possibly absent.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// True when the header block begun at `since` has taken `timeout` by
+/// `now`.
+fn block_expired(since: Option<Instant>, timeout: std::time::Duration, now: Instant) -> bool {
+    since.is_some_and(|t| t + timeout <= now)
 }
 
 /// Sleeps until `deadline` (forever without one).

@@ -1,8 +1,9 @@
 //! One request's way from the client to the target: its verdict, the
 //! limits, the header sanitising, the forward on the connection's own
 //! target connection, and the answer when any of it fails (400 for what
-//! the client sent, 431 over the limits, 502 when the target fails),
-//! which always closes the connection.
+//! the client sent, 431 over the limits, 408 when its body stops
+//! arriving for `--http-body-timeout`, 502 when the target fails), which
+//! always closes the connection (on h2: the stream).
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,14 +16,30 @@ use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE};
 use hyper::upgrade::OnUpgrade;
 use hyper::{Method, Request, Response, StatusCode};
 
+use super::body::Idle;
 use super::headers::{sanitize_request, sanitize_response, Sanitized, Upgrade};
 use super::smuggle::{next_verdict, Verdicts};
 use super::{HttpSettings, Identity};
 
 /// A response body: the target's, or one of ours.
 pub type RespBody = BoxBody<Bytes, hyper::Error>;
-/// A forwarded request's body.
-pub type ReqBody = Sanitized<Incoming>;
+/// A forwarded request's body: trailers sanitised, each read bounded by
+/// `--http-body-timeout`.
+pub type ReqBody = Idle<Sanitized<Incoming>>;
+
+/// `req` with its body as forwarded; `stalled` is set when the body stops
+/// arriving.
+fn bounded(req: Request<Incoming>, id: &Identity, stalled: &Arc<AtomicBool>) -> Request<ReqBody> {
+    let timeout = id.settings.body_timeout;
+    req.map(|b| {
+        Idle::new(
+            Sanitized(b),
+            timeout,
+            stalled.clone(),
+            id.body_timeouts.clone(),
+        )
+    })
+}
 
 /// A response of ours that ends the connection.
 pub fn refuse(status: StatusCode, why: &str) -> Response<RespBody> {
@@ -57,10 +74,16 @@ pub fn precheck<B>(req: &Request<B>, limits: &HttpSettings) -> Option<Response<R
     None
 }
 
-/// The answer when forwarding failed: the client's body was malformed
-/// (a chunk hyper could not decode) or the target failed.
-fn failed(e: &hyper::Error) -> Response<RespBody> {
-    if e.is_user() {
+/// The answer when forwarding failed: the client's body stopped arriving
+/// (`stalled`), was malformed (a chunk hyper could not decode), or the
+/// target failed.
+fn failed(e: &hyper::Error, stalled: &AtomicBool) -> Response<RespBody> {
+    if stalled.load(Ordering::Acquire) {
+        refuse(
+            StatusCode::REQUEST_TIMEOUT,
+            "the request body stopped arriving",
+        )
+    } else if e.is_user() {
         refuse(StatusCode::BAD_REQUEST, "malformed request body")
     } else {
         refuse(StatusCode::BAD_GATEWAY, "the target failed")
@@ -78,6 +101,9 @@ pub struct H1 {
     /// Set once a WebSocket upgrade is forwarded: the target's connection
     /// ending then is the switch, not a close.
     pub upgrading: AtomicBool,
+    /// Set when a request body stopped arriving (the connection then
+    /// closes as `http_timeout`).
+    pub stalled: Arc<AtomicBool>,
 }
 
 /// Forwards one HTTP/1.1 request.
@@ -98,11 +124,11 @@ pub async fn h1(mut req: Request<Incoming>, c: Arc<H1>) -> Result<Response<RespB
         if sender.ready().await.is_err() {
             return Ok(refuse(StatusCode::BAD_GATEWAY, "the target closed"));
         }
-        sender.send_request(req.map(Sanitized))
+        sender.send_request(bounded(req, &c.identity, &c.stalled))
     };
     let resp = match sent.await {
         Ok(r) => r,
-        Err(e) => return Ok(failed(&e)),
+        Err(e) => return Ok(failed(&e, &c.stalled)),
     };
     let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
     if switching && upgrade != Upgrade::Websocket {
@@ -141,12 +167,16 @@ pub async fn h2(mut req: Request<Incoming>, c: Arc<H2>) -> Result<Response<RespB
     if sender.ready().await.is_err() {
         return Ok(refuse(StatusCode::BAD_GATEWAY, "the target closed"));
     }
-    match sender.send_request(req.map(Sanitized)).await {
+    let stalled = Arc::new(AtomicBool::new(false));
+    match sender
+        .send_request(bounded(req, &c.identity, &stalled))
+        .await
+    {
         Ok(resp) => {
             let (mut parts, body) = resp.into_parts();
             sanitize_response(&mut parts.headers, false);
             Ok(Response::from_parts(parts, body.boxed()))
         }
-        Err(e) => Ok(failed(&e)),
+        Err(e) => Ok(failed(&e, &stalled)),
     }
 }

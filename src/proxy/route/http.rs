@@ -85,9 +85,10 @@ impl Route {
         let ours = self.store.current();
         let ours = ours.identity.cert.first().map(|c| c.as_ref());
         let peer = reg.conn.chain().first().map(|c| c.as_ref());
-        let Some(identity) =
-            peer.and_then(|p| Identity::new(p, ours, settings, self.http_heads.clone()))
-        else {
+        let Some(identity) = peer.and_then(|p| {
+            let stalls = self.metrics.http_body_timeouts.clone();
+            Identity::new(p, ours, settings, self.http_heads.clone(), stalls)
+        }) else {
             warn!(target: LOG_TARGET, route = %self.cfg.name, conn = reg.conn.id, "closing connection: no identity header can be built for its peer");
             return;
         };

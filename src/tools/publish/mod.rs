@@ -85,6 +85,8 @@ pub struct Request {
     pub drop: Vec<String>,
     pub check: bool,
     pub mode: u32,
+    /// The sidecars' `--crl-prune-age`, for the verdict.
+    pub crl_prune_age: std::time::Duration,
 }
 
 /// What [`publish_request`] did, for the command to report.
@@ -186,7 +188,7 @@ pub fn publish_request(dir: &Path, req: &Request) -> Result<Outcome, PublishErro
         }
         let (published, judged) = layout::write_locked(dir, &entries, req.mode, |staged| {
             if req.check {
-                verdict::judge(dir, staged, std::time::SystemTime::now())
+                verdict::judge(dir, staged, std::time::SystemTime::now(), req.crl_prune_age)
             } else {
                 Ok(verdict::Judged::default())
             }
@@ -289,9 +291,15 @@ pub fn parse_mode(s: &str) -> Result<u32, PublishError> {
     Ok(m)
 }
 
+/// `--crl-prune-age`, as `run` reads it.
+fn prune_age(text: Option<&str>) -> Result<std::time::Duration, PublishError> {
+    crate::config::crl_prune_age(text).map_err(|e| PublishError::Usage(e.to_string()))
+}
+
 /// The `publish` subcommand; returns the exit status.
 pub fn run(args: &crate::cli::PublishArgs) -> u8 {
     let result = parse_mode(&args.mode).and_then(|mode| {
+        let crl_prune_age = prune_age(args.crl_prune_age.as_deref())?;
         let given = match args.files.is_empty() {
             // `--drop NAME` alone: a revision of what is kept.
             true => Vec::new(),
@@ -302,6 +310,7 @@ pub fn run(args: &crate::cli::PublishArgs) -> u8 {
             drop: args.drop.clone(),
             check: !args.no_check,
             mode,
+            crl_prune_age,
         };
         publish_request(&args.into, &req)
     });

@@ -10,7 +10,7 @@
 //! whether it was given or carried over from the revision in force.
 //!
 //! The CRLs are then classified the way a sidecar that has the revision in
-//! force applies the new one (the store's own `classify`): each is
+//! force applies the new one (the store's own `classify_over`): each is
 //! verified (by which CA), unverified (its issuer is no CA we hold:
 //! checked at handshake against a peer-sent intermediate), ignored (its CA
 //! is no longer in `ca.crt`) or pending (dated in the future); one older
@@ -20,14 +20,14 @@
 //! named, as the sidecar's WARN will name them.
 
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
 
 use super::PublishError;
-use crate::credentials::revocation::{classify, describe_state, Dropped};
+use crate::credentials::revocation::{classify_over, describe_state, Dropped};
 use crate::credentials::{
     fmt_time, parse, validate, Anchor, CredError, CredentialSource, CrlScope, CrlSet, CrlState,
     RawRevision, Trust, ValidRevision, CA_FILE, CERT_FILE, CRL_FILE, INTERMEDIATES_FILE, KEY_FILE,
@@ -50,7 +50,12 @@ pub struct Judged {
 /// at `now`, and says what the sidecar will make of each file. A staged
 /// directory without any credential file is some other kind of revision
 /// and is not judged.
-pub fn judge(dir: &Path, staged: &Path, now: SystemTime) -> Result<Judged, PublishError> {
+pub fn judge(
+    dir: &Path,
+    staged: &Path,
+    now: SystemTime,
+    prune_age: Duration,
+) -> Result<Judged, PublishError> {
     if !CREDENTIAL_FILES.iter().any(|n| staged.join(n).exists()) {
         return Ok(Judged::default());
     }
@@ -62,7 +67,8 @@ pub fn judge(dir: &Path, staged: &Path, now: SystemTime) -> Result<Judged, Publi
     rename_into(&mut raw, dir);
     let valid = validate(&raw, &provider, now).map_err(invalid)?;
     let in_force = in_force_trust(dir, &provider, now);
-    let (crls, dropped) = after(&valid, in_force.as_ref(), &provider, now).map_err(invalid)?;
+    let (crls, dropped) =
+        after(&valid, in_force.as_ref(), &provider, now, prune_age).map_err(invalid)?;
     Ok(Judged {
         lines: lines(&valid, &crls),
         warnings: dropped.iter().map(un_revoked).collect(),
@@ -119,19 +125,35 @@ fn after(
     in_force: Option<&Trust>,
     provider: &Arc<CryptoProvider>,
     now: SystemTime,
+    prune_age: Duration,
 ) -> Result<(CrlSet, Vec<Dropped>), CredError> {
     let anchors = Anchor::bundle(&next.anchors);
-    let retired = in_force.map_or_else(|| Arc::from(Vec::new()), |t| t.retired_after(&anchors));
+    let none = || Arc::from(Vec::new());
+    let (retired, former) = match in_force {
+        Some(t) => {
+            let h = t.history_after(&anchors, &next.intermediates, now);
+            (h.retired, h.former)
+        }
+        None => (none(), none()),
+    };
     let bare = Trust::build(
         anchors,
         Arc::new(CrlSet::empty()),
         CrlScope::default(),
         provider,
     )?
-    .with_issuers(next.intermediates.clone(), retired);
+    .with_issuers(next.intermediates.clone(), retired)
+    .with_former(former);
     let empty = CrlSet::empty();
     let previous = in_force.map_or(&empty, |t| &*t.crls);
-    let c = classify(&next.crl_list, &bare.known(), now, previous, provider)?;
+    let c = classify_over(
+        &next.crl_list,
+        &bare.known(),
+        now,
+        previous,
+        prune_age,
+        provider,
+    )?;
     Ok((c.set, c.dropped))
 }
 
@@ -197,23 +219,19 @@ fn crl_detail(state: &CrlState) -> String {
 /// WARNs the same and counts `mtls_sidecar_crl_removals_total`).
 fn un_revoked(d: &Dropped) -> String {
     let serials: Vec<String> = d.serials.iter().map(|s| colon_hex(s)).collect();
-    if d.pruned {
-        return format!(
-            "prunes {} serial(s) of {} (its CRL issuer dropped them at a higher CRL number, or removed a CRL listing nothing): {}; the sidecar counts this in mtls_sidecar_crl_entries_pruned_total, not as an un-revocation",
-            serials.len(),
-            d.issuer,
-            serials.join(", ")
-        );
-    }
-    let how = if d.removed {
-        "its CRL is removed"
+    let (verb, counter) = if d.pruned {
+        (
+            "prunes",
+            "mtls_sidecar_crl_entries_pruned_total, not as an un-revocation",
+        )
     } else {
-        "its new CRL lists fewer serials without a higher CRL number"
+        ("un-revokes", "mtls_sidecar_crl_removals_total")
     };
     format!(
-        "un-revokes {} serial(s) of {} ({how}): {}; the sidecar counts this in mtls_sidecar_crl_removals_total",
+        "{verb} {} serial(s) of {} ({}): {}; the sidecar counts this in {counter}",
         serials.len(),
         d.issuer,
+        d.how(),
         serials.join(", ")
     )
 }
