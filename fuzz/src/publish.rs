@@ -142,6 +142,7 @@ fn check_requests(dir: &Path, entries: &[Entry]) {
         drop,
         check: false,
         mode: 0o600,
+        crl_prune_age: mtls_sidecar::credentials::revocation::DEFAULT_CRL_PRUNE_AGE,
     };
     let first = entries[0].name.clone();
     if entries.len() > 1 {

@@ -33,8 +33,8 @@ fn newest(mut v: Vec<CertificateDer<'static>>) -> Arc<[CertificateDer<'static>]>
 
 impl Trust {
     /// The history once `anchors` and `intermediates` replace this
-    /// trust's at `now`: the retired anchors ([`retired_after`]
-    /// (Self::retired_after)), and every intermediate this trust held
+    /// trust's at `now`: the retired anchors
+    /// ([`retired_after`](Self::retired_after)), and every intermediate this trust held
     /// (listed or held before) that `intermediates` lacks: kept as held
     /// before while its certificate is valid, retired once it expired
     /// (its leaves no longer chain; its CRL is then ignored).
