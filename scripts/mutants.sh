@@ -437,8 +437,12 @@ for e in "${entries[@]}"; do
     echo "== $e: cargo mutants ${file_args[*]} ${cargo_args[*]}${filters[*]+ -- -- ${filters[*]}}"
     started=$(date +%s)
     rc=0
+    # The test timeout is at least a minute: cargo-mutants' own floor (20 s)
+    # is the tests' DEADLINE, so a mutant whose test waits that long and
+    # then fails was reported a timeout rather than caught.
     # shellcheck disable=SC2086 # MUTANTS_ARGS is a word list
     cargo mutants "${mode[@]+"${mode[@]}"}" --no-shuffle --colors never -o "$out" \
+        --minimum-test-timeout 60 \
         "${file_args[@]}" "${cargo_args[@]}" ${MUTANTS_ARGS:-} \
         ${filters[@]+-- -- "${filters[@]}"} || rc=$?
     restore=()
