@@ -85,6 +85,12 @@ declare -A TARGETS=(
     [src/tls/resumption.rs]="--lib --test resumption"
     [src/proxy/http/]="--lib --test http_identity --test http_identity_h2"
     [src/admin/connections.rs]="--lib --test connections"
+    [src/admin/shared.rs]="--lib --test connections --test process"
+    [src/proxy/route/access.rs]="--test connections"
+    [src/proxy/route/http.rs]="--test http_identity --test http_identity_h2"
+    [src/proxy/route/runtimes.rs]="--lib --test runtimes"
+    [src/credentials/workload.rs]="--lib --test workload_api --test workload_api_lifecycle --test workload_api_federation"
+    [src/sandbox/seccomp.rs]="--lib --test sandbox"
 )
 # The order they run and are reported in (and docs/mutants.md lists them).
 ORDER=(
@@ -127,6 +133,12 @@ ORDER=(
     src/tls/resumption.rs
     src/proxy/http/
     src/admin/connections.rs
+    src/admin/shared.rs
+    src/proxy/route/access.rs
+    src/proxy/route/http.rs
+    src/proxy/route/runtimes.rs
+    src/credentials/workload.rs
+    src/sandbox/seccomp.rs
 )
 DOC=docs/mutants.md
 RUNS=docs/mutants-runs.tsv
@@ -425,8 +437,12 @@ for e in "${entries[@]}"; do
     echo "== $e: cargo mutants ${file_args[*]} ${cargo_args[*]}${filters[*]+ -- -- ${filters[*]}}"
     started=$(date +%s)
     rc=0
+    # The test timeout is at least a minute: cargo-mutants' own floor (20 s)
+    # is the tests' DEADLINE, so a mutant whose test waits that long and
+    # then fails was reported a timeout rather than caught.
     # shellcheck disable=SC2086 # MUTANTS_ARGS is a word list
     cargo mutants "${mode[@]+"${mode[@]}"}" --no-shuffle --colors never -o "$out" \
+        --minimum-test-timeout 60 \
         "${file_args[@]}" "${cargo_args[@]}" ${MUTANTS_ARGS:-} \
         ${filters[@]+-- -- "${filters[@]}"} || rc=$?
     restore=()

@@ -199,14 +199,11 @@ pub(super) fn install(dns: bool) -> io::Result<bool> {
     };
     // SAFETY: prctl reads `prog`, which points at `filter`, both alive for
     // the call; the kernel copies the program.
-    let r = unsafe {
-        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-            -1
-        } else {
-            libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog)
-        }
+    let failed = unsafe {
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+            || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog) != 0
     };
-    if r != 0 {
+    if failed {
         return Err(io::Error::last_os_error());
     }
     Ok(true)
@@ -237,6 +234,87 @@ mod tests {
         assert!(refused_types(false).contains(&dgram));
         assert!(!refused_types(true).contains(&dgram));
         assert!(refused_types(true).contains(&(libc::SOCK_RAW as u32)));
+    }
+
+    /// Runs `p` the way the kernel does on one system call: the returned
+    /// action (`SECCOMP_RET_*`, with the errno in its low bits).
+    fn run(p: &[sock_filter], arch: u32, nr: u32, args: [u32; 3]) -> u32 {
+        let word = |at: u32| match at {
+            NR => nr,
+            ARCH_OFFSET => arch,
+            ARG0 => args[0],
+            ARG1 => args[1],
+            ARG2 => args[2],
+            _ => panic!("load of offset {at}"),
+        };
+        let (mut a, mut pc) = (0u32, 0usize);
+        loop {
+            let insn = p[pc];
+            pc += 1;
+            let taken = |cond: bool| usize::from(if cond { insn.jt } else { insn.jf });
+            match insn.code {
+                LD_W_ABS => a = word(insn.k),
+                AND_K => a &= insn.k,
+                JEQ_K => pc += taken(a == insn.k),
+                JGE_K => pc += taken(a >= insn.k),
+                RET_K => return insn.k,
+                code => panic!("instruction {code:#x} at {}", pc - 1),
+            }
+        }
+    }
+
+    /// Every path through the filter, with and without DNS: each socket
+    /// `socket(2)` may ask for, the other system calls, and calls through
+    /// another architecture's convention, judged by running the program.
+    #[test]
+    fn the_filter_refuses_what_it_says_and_allows_the_rest() {
+        let allow = libc::SECCOMP_RET_ALLOW;
+        let eacces = libc::SECCOMP_RET_ERRNO | libc::EACCES as u32;
+        let enosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+        let cloexec = libc::SOCK_CLOEXEC as u32;
+        let nonblock = libc::SOCK_NONBLOCK as u32;
+        let (inet, inet6) = (libc::AF_INET as u32, libc::AF_INET6 as u32);
+        let (unix, netlink) = (libc::AF_UNIX as u32, libc::AF_NETLINK as u32);
+        let (stream, dgram) = (libc::SOCK_STREAM as u32, libc::SOCK_DGRAM as u32);
+        let raw = libc::SOCK_RAW as u32;
+        let diag = libc::NETLINK_SOCK_DIAG as u32;
+        let route = libc::NETLINK_ROUTE as u32;
+        let audit = libc::NETLINK_AUDIT as u32;
+        for dns in [false, true] {
+            let p = program(&TEST_ARCH, dns).unwrap();
+            let socket = |args| run(&p, TEST_ARCH.audit, TEST_ARCH.socket, args);
+            let udp = if dns { allow } else { eacces };
+            let cases = [
+                ([inet, stream | cloexec, 0], allow),
+                ([inet6, stream | cloexec | nonblock, 0], allow),
+                ([unix, dgram | cloexec, 0], allow),
+                ([unix, stream, 0], allow),
+                ([inet, raw, 0], eacces),
+                ([inet6, raw | cloexec | nonblock, 0], eacces),
+                ([inet, dgram, 0], udp),
+                ([inet, dgram | cloexec, 0], udp),
+                ([inet6, dgram | cloexec | nonblock, 0], udp),
+                ([netlink, raw | cloexec, diag], allow),
+                ([netlink, dgram, diag], allow),
+                (
+                    [netlink, raw | cloexec, route],
+                    if dns { allow } else { eacces },
+                ),
+                ([netlink, raw | cloexec, audit], eacces),
+                ([netlink, dgram, audit], eacces),
+                ([netlink, stream, audit], eacces),
+            ];
+            for (args, want) in cases {
+                assert_eq!(socket(args), want, "dns {dns}: socket{args:?}");
+            }
+            // Another system call, whatever its arguments.
+            let other = TEST_ARCH.socket + 1;
+            assert_eq!(run(&p, TEST_ARCH.audit, other, [inet, raw, 0]), allow);
+            // Another architecture's convention, or the x32 ABI: ENOSYS.
+            assert_eq!(run(&p, 2, TEST_ARCH.socket, [inet, stream, 0]), enosys);
+            let x32 = TEST_ARCH.socket | X32_SYSCALL_BIT;
+            assert_eq!(run(&p, TEST_ARCH.audit, x32, [inet, stream, 0]), enosys);
+        }
     }
 
     /// Every jump lands inside the program, on the instruction meant.

@@ -222,8 +222,15 @@ async fn the_multi_runtime_keeps_the_limit_and_forwards() {
     )
     .await;
     let admin = s.sidecar.admin();
+    // The first two are forwarded before the next two connect: which
+    // connections hold the slots is then known, not a race between
+    // handshakes finishing on two threads.
     let mut conns = Vec::new();
-    for _ in 0..4 {
+    for _ in 0..2 {
+        conns.push(s.connect_good().await);
+    }
+    target_saw(&s.echo, 2).await;
+    for _ in 0..2 {
         conns.push(s.connect_good().await);
     }
     route_until(&admin, "2 forwarded and 2 waiting for a slot", |r| {

@@ -292,6 +292,7 @@ mod tests {
             std::thread::current().id()
         });
         let rts = Runtimes::new(vec![home.handle().clone(), away_handle]);
+        assert_eq!((rts.len(), rts.is_empty()), (2, false));
         let ran_on = home.block_on(async {
             let busy = rts.seat(0);
             let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
