@@ -396,27 +396,38 @@ fn split_pruned(
     if !higher {
         return (Vec::new(), serials);
     }
-    let entries = old.revoked_entries();
+    let latest = latest_revocations(old.revoked_entries());
     serials
         .into_iter()
-        .partition(|s| revoked_before(&entries, s, cutoff))
+        .partition(|s| latest.get(s.as_slice()).is_some_and(|at| *at < cutoff))
 }
 
-/// True when `entries` date `serial`'s revocation before `cutoff`; a
-/// serial without a date there is not.
-fn revoked_before(entries: &[(Vec<u8>, i64)], serial: &[u8], cutoff: i64) -> bool {
-    entries
-        .iter()
-        .any(|(s, at)| s.as_slice() == serial && *at < cutoff)
+/// Each serial's latest revocation time among `entries` (a serial listed
+/// twice counts by its later date, so an old duplicate cannot make a recent
+/// revocation look expired). A map: a prune of tens of thousands of
+/// entries stays O(n log n).
+fn latest_revocations(entries: Vec<(Vec<u8>, i64)>) -> std::collections::BTreeMap<Vec<u8>, i64> {
+    let mut latest = std::collections::BTreeMap::new();
+    for (serial, at) in entries {
+        latest
+            .entry(serial)
+            .and_modify(|t: &mut i64| *t = (*t).max(at))
+            .or_insert(at);
+    }
+    latest
 }
 
 /// The serials `old` lists and `new` does not.
+/// (once each: a CRL may list a serial twice).
 fn missing(old: &Crl, new: &Crl) -> Vec<Vec<u8>> {
-    old.serials
+    let mut out: Vec<Vec<u8>> = old
+        .serials
         .iter()
         .filter(|s| new.serials.binary_search(s).is_err())
         .cloned()
-        .collect()
+        .collect();
+    out.dedup();
+    out
 }
 
 #[cfg(test)]
@@ -553,6 +564,17 @@ mod tests {
         assert_eq!((pruned, unrevoked, n), (vec![], vec![vec![7]], 1));
     }
 
+    /// A serial the CRL in force lists twice, once revoked long ago and
+    /// once recently, is judged by its recent revocation: omitting it
+    /// un-revokes.
+    #[test]
+    fn a_serial_listed_twice_is_pruned_only_by_its_later_date() {
+        let now = SystemTime::now();
+        let first = [(7, now - 40 * DAY), (7, now - 2 * DAY)];
+        let (pruned, unrevoked, n) = drops(&first, 6, Some(&[]), now);
+        assert_eq!((pruned, unrevoked, n), (vec![], vec![vec![7]], 1));
+    }
+
     /// One revoked longer ago than the prune age is pruned.
     #[test]
     fn an_old_serial_a_higher_number_omits_is_pruned() {
@@ -623,5 +645,20 @@ mod tests {
         assert_eq!(prune_cutoff(p(DAY), None), 1_000_000 - 86_400);
         assert_eq!(prune_cutoff(p(DAY), Some(1_000_060)), 1_000_060 - 86_400);
         assert_eq!(prune_cutoff(p(DAY), Some(999_000)), 1_000_000 - 86_400);
+    }
+
+    /// A serial listed twice counts by its later revocation: an old
+    /// duplicate cannot make a recent revocation look expired.
+    #[test]
+    fn a_serial_listed_twice_counts_by_its_later_date() {
+        let latest = latest_revocations(vec![
+            (vec![1], 100),
+            (vec![2], 50),
+            (vec![1], 10),
+            (vec![1], 300),
+        ]);
+        assert_eq!(latest.get(&[1u8][..]), Some(&300));
+        assert_eq!(latest.get(&[2u8][..]), Some(&50));
+        assert_eq!(latest.len(), 2);
     }
 }
