@@ -30,7 +30,7 @@ const DEFAULT_MAX_WORKERS: usize = 4;
 /// The runtime's worker threads: `configured`, or one per CPU the process
 /// may use (cgroup quota included), at most [`DEFAULT_MAX_WORKERS`].
 /// Decided before the sandbox, which would hide the cgroup files this reads.
-fn worker_count(configured: Option<usize>) -> usize {
+pub fn worker_count(configured: Option<usize>) -> usize {
     configured.unwrap_or_else(|| {
         default_workers(std::thread::available_parallelism().map(|n| n.get()).ok())
     })

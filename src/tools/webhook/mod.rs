@@ -46,7 +46,8 @@ use review::{Answer, Namespace, Outcome};
 pub const MAX_BODY: usize = 4 * 1024 * 1024;
 /// Connections at once; accepting waits for one to end.
 const MAX_CONNECTIONS: usize = 1024;
-/// Reviews judged at once (each may hold a [`MAX_BODY`] body); more wait.
+/// Reviews read and judged at once (each may hold a [`MAX_BODY`] body);
+/// more wait before their body is read.
 const MAX_REVIEWS: usize = 64;
 /// HTTP/2 streams per connection.
 const MAX_STREAMS: u32 = 64;
@@ -109,11 +110,13 @@ pub fn start(args: &WebhookArgs) -> u8 {
             return code;
         }
     };
+    // Decided before the sandbox, which hides the cgroup files it reads.
+    let workers = crate::app::serve::worker_count(None);
     if let Err(e) = crate::sandbox::apply(&bound.sandbox_plan(args), args.sandbox) {
         tracing::error!("{e}");
         return 1;
     }
-    crate::app::serve::with_runtime(None, |rt| rt.block_on(run(args, bound)))
+    crate::app::serve::with_runtime(Some(workers), |rt| rt.block_on(run(args, bound)))
 }
 
 /// `mtls-sidecar webhook`: 0 after SIGTERM/SIGINT, 2 for a configuration
@@ -377,13 +380,17 @@ async fn handle(
     }
     let started = Instant::now();
     let namespace = review::no_query(req.uri().query()).map(|()| namespace);
-    let answer = match (namespace, read_body(req).await) {
+    // The permit is taken before the body is read: bodies held at once
+    // are at most MAX_REVIEWS of MAX_BODY (256 MiB), whatever the number of
+    // connections and streams; a slow body holds its permit at most
+    // BODY_TIMEOUT.
+    let answer = match (namespace, state.reviews.acquire().await) {
         (Err(e), _) => Answer::malformed(e),
-        (Ok(namespace), Ok(body)) => match state.reviews.acquire().await {
-            Ok(_permit) => review::review(&body, &state.opts, namespace),
-            Err(_) => Answer::malformed("shutting down"),
+        (Ok(_), Err(_)) => Answer::malformed("shutting down"),
+        (Ok(namespace), Ok(_permit)) => match read_body(req).await {
+            Ok(body) => review::review(&body, &state.opts, namespace),
+            Err(a) => a,
         },
-        (Ok(_), Err(a)) => a,
     };
     crate::metrics::webhook_review(answer.outcome.as_str(), started.elapsed());
     debug!(
