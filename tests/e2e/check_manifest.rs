@@ -229,6 +229,18 @@ fn a_certificate_and_a_bundle_provide_what_they_write() {
         line_of(&out, "StatefulSet env-1/replica").contains("Secret env-1/replica-mtls (identity)"),
         "{out}"
     );
+    // A Bundle writing another key is no trust ConfigMap: the sidecar
+    // reads `ca.crt`.
+    let mut other_key = written(&[REPLICA_SAN], NS);
+    for d in other_key.iter_mut().filter(|d| d["kind"] == "Bundle") {
+        d["spec"]["target"]["configMap"]["key"] = json!("bundle.pem");
+    }
+    let (code, out) = check(&other_key);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        line_of(&out, "StatefulSet env-1/replica").contains("ConfigMap env-1/mtls-ca (trust)"),
+        "{out}"
+    );
     // Another group's `Certificate` is not cert-manager's.
     let mut foreign = certificate("replica-mtls", NS, &[REPLICA_SAN]);
     foreign["apiVersion"] = json!("example.com/v1");

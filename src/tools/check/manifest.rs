@@ -3,7 +3,7 @@
 //! ConfigMaps its annotations reference are among the manifests (a
 //! cert-manager `Certificate` counts as the Secret it writes, its
 //! `dnsNames` and `uris` as that Secret's SANs; a trust-manager `Bundle`
-//! as its ConfigMap); its
+//! writing `ca.crt` as the trust ConfigMap); its
 //! certificate's SANs satisfy the patterns of the workloads it dials or
 //! that dial it (a client route's `<host>:<port>` → Service → selector →
 //! the server workload); and Services reach the `mtls` port, not the
@@ -150,16 +150,20 @@ impl Objects {
         self.find("Secret", Some(ns), name_).is_some() || self.certificate_for(ns, name_).is_some()
     }
 
-    /// Whether ConfigMap `name` in `ns` is among the manifests, or a
-    /// trust-manager `Bundle` of that name (cluster-scoped: it writes its
-    /// ConfigMap in the namespaces it targets) writes one.
-    fn has_configmap(&self, ns: &str, name_: &str) -> bool {
+    /// Whether ConfigMap `name` in `ns` is among the manifests, or (when
+    /// `bundle_key` is given) a trust-manager `Bundle` of that name writes
+    /// one holding that key (cluster-scoped: it writes its ConfigMap in
+    /// the namespaces its `namespaceSelector` picks, which is not judged
+    /// here).
+    fn has_configmap(&self, ns: &str, name_: &str, bundle_key: Option<&str>) -> bool {
         self.find("ConfigMap", Some(ns), name_).is_some()
-            || self.all.iter().any(|o| {
-                kind(o) == "Bundle"
-                    && api_group(o) == "trust.cert-manager.io"
-                    && name(o) == name_
-                    && o.pointer("/spec/target/configMap").is_some()
+            || bundle_key.is_some_and(|key| {
+                self.all.iter().any(|o| {
+                    kind(o) == "Bundle"
+                        && api_group(o) == "trust.cert-manager.io"
+                        && name(o) == name_
+                        && text(o, &["spec", "target", "configMap", "key"]) == Some(key)
+                })
             })
     }
 
@@ -351,7 +355,8 @@ fn check_references(w: &Workload, req: &Request, objects: &Objects, line: &mut L
     let mut need = |kind_: &str, name_: &str, what: &str| {
         let present = match kind_ {
             "Secret" => objects.has_secret(ns, name_),
-            "ConfigMap" => objects.has_configmap(ns, name_),
+            // The trust ConfigMap may be a Bundle's, holding `ca.crt`.
+            "ConfigMap" => objects.has_configmap(ns, name_, (what == "trust").then_some("ca.crt")),
             _ => objects.find(kind_, Some(ns), name_).is_some(),
         };
         if !present {
@@ -380,7 +385,7 @@ fn check_references(w: &Workload, req: &Request, objects: &Objects, line: &mut L
     let explicit_revocation =
         annotations_of(&w.template).is_some_and(|a| a.contains_key(annotations::REVOCATION));
     if let Some(r) = &req.revocation {
-        if !objects.has_configmap(ns, r) {
+        if !objects.has_configmap(ns, r, None) {
             let msg = format!("ConfigMap {ns}/{r} (revocation) is not among the manifests");
             if explicit_revocation {
                 line.fails.push(msg);
