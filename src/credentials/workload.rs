@@ -261,10 +261,28 @@ async fn session(
         Ok(c) => c,
         Err(e) => return (false, format!("cannot connect: {e}")),
     };
-    let mut stream = match client.stream_x509_contexts().await {
+    let stream = match client.stream_x509_contexts().await {
         Ok(s) => s,
         Err(e) => return (false, format!("FetchX509SVID failed: {e}")),
     };
+    consume(stream, want, endpoint, feed, pinned).await
+}
+
+/// Hands each context of one stream to `feed` until the stream ends: true
+/// when a context parsed (the backoff then starts again from the
+/// minimum), and why it ended. An error that ends the stream
+/// ([`ends_stream`]) is the agent going away, not a rejected revision:
+/// the feed keeps what it had.
+async fn consume<S>(
+    mut stream: S,
+    want: Option<&str>,
+    endpoint: &str,
+    feed: &Feed,
+    pinned: &mut Option<String>,
+) -> (bool, String)
+where
+    S: futures_util::Stream<Item = Result<X509Context, WorkloadApiError>> + Unpin,
+{
     let mut delivered = false;
     while let Some(item) = stream.next().await {
         let now = SystemTime::now();
@@ -355,6 +373,101 @@ mod tests {
         assert_eq!(*seen.last().unwrap(), BACKOFF_MAX);
         assert_eq!(next_backoff(BACKOFF_MAX, true), BACKOFF_MIN);
         assert_eq!(next_backoff(Duration::MAX, false), BACKOFF_MAX);
+    }
+
+    /// A context of one SVID for `id` (an X.509-SVID leaf: CA false,
+    /// digitalSignature), issued by a fresh CA, with that CA as its trust
+    /// domain's bundle.
+    fn context(id: &str) -> X509Context {
+        use rcgen::{CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType};
+        let ca = crate::pki::DevCa::new("td.test CA", 1).expect("CA");
+        let issuer = Issuer::from_ca_cert_pem(
+            &ca.cert_pem,
+            KeyPair::from_pem(&ca.key_pem).expect("CA key"),
+        )
+        .expect("issuer");
+        let mut params = CertificateParams::default();
+        params.subject_alt_names = vec![SanType::URI(id.try_into().expect("URI"))];
+        params.is_ca = IsCa::ExplicitNoCa;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        let key = KeyPair::generate().expect("key");
+        let leaf = params.signed_by(&key, &issuer).expect("leaf");
+        let svid = X509Svid::parse_from_der(leaf.der(), &key.serialize_der()).expect("SVID");
+        let ca_der = issuer_der(&ca.cert_pem);
+        let td = svid.spiffe_id().trust_domain().clone();
+        let mut bundles = spiffe::X509BundleSet::new();
+        bundles.add_bundle(spiffe::X509Bundle::parse_from_der(td, &ca_der).expect("bundle"));
+        X509Context::new([Arc::new(svid)], bundles)
+    }
+
+    fn issuer_der(pem: &str) -> Vec<u8> {
+        use rustls_pki_types::pem::PemObject;
+        rustls_pki_types::CertificateDer::from_pem_slice(pem.as_bytes())
+            .expect("CA DER")
+            .to_vec()
+    }
+
+    /// What one stream of these items does to a fresh feed.
+    fn consumed(items: Vec<Result<X509Context, WorkloadApiError>>) -> (bool, String, Feed) {
+        let feed = Feed::default();
+        let mut pinned = None;
+        let stream = futures_util::stream::iter(items);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let (delivered, why) =
+            rt.block_on(consume(stream, None, "unix:///agent", &feed, &mut pinned));
+        (delivered, why, feed)
+    }
+
+    #[test]
+    fn a_stream_error_ends_the_session_and_is_no_rejected_revision() {
+        let (delivered, why, feed) = consumed(vec![
+            Ok(context("spiffe://td.test/w")),
+            Err(WorkloadApiError::PermissionDenied("gone".into())),
+        ]);
+        assert!(delivered);
+        assert!(why.starts_with("stream failed: "), "{why}");
+        // The context before the error is still the feed's newest: the
+        // error is no revision for the store to reject.
+        assert!(matches!(feed.latest(), Some(Ok(_))), "{:?}", feed.latest());
+        for e in [
+            WorkloadApiError::NoIdentityIssued,
+            WorkloadApiError::MissingEndpointSocket,
+            WorkloadApiError::PermissionDenied("no".into()),
+        ] {
+            assert!(ends_stream(&e), "{e}");
+        }
+        assert!(!ends_stream(&WorkloadApiError::EmptyResponse));
+    }
+
+    #[test]
+    fn a_context_that_does_not_parse_is_a_rejected_revision_and_no_delivery() {
+        let (delivered, why, feed) = consumed(vec![Err(WorkloadApiError::EmptyResponse)]);
+        assert!(!delivered, "a bad context must not reset the backoff");
+        assert_eq!(why, "the agent ended the stream");
+        assert!(matches!(feed.latest(), Some(Err(_))), "{:?}", feed.latest());
+    }
+
+    #[test]
+    fn a_session_that_delivered_a_context_resets_the_backoff() {
+        for items in [
+            vec![Ok(context("spiffe://td.test/w"))],
+            vec![
+                Ok(context("spiffe://td.test/w")),
+                Ok(context("spiffe://td.test/w")),
+            ],
+            vec![
+                Err(WorkloadApiError::EmptyResponse),
+                Ok(context("spiffe://td.test/w")),
+                Err(WorkloadApiError::EmptyResponse),
+            ],
+        ] {
+            let n = items.len();
+            let (delivered, _, feed) = consumed(items);
+            assert!(delivered, "{n} items");
+            assert!(feed.agent().up);
+        }
     }
 
     #[test]

@@ -114,6 +114,18 @@ async fn a_bundle_that_drops_the_peers_ca_closes_its_live_connection() {
     assert!(admitted(&sc, &renewed, &new_ca).await);
 }
 
+/// The rejected-revision counter (what the rejected-revision alert reads).
+async fn rejected_revisions(sc: &Sidecar) -> f64 {
+    let body = get(&sc.admin(), "/metrics").await.body;
+    common::expo::Exposition::parse(&body)
+        .unwrap()
+        .value(
+            "mtls_sidecar_credential_reloads_total",
+            &[("result", "rejected")],
+        )
+        .unwrap_or(0.0)
+}
+
 #[tokio::test]
 async fn agent_restart_keeps_the_last_good_revision_and_logs_once_per_change() {
     if skip_unless(&["python3", "grpcio"]) {
@@ -148,6 +160,22 @@ async fn agent_restart_keeps_the_last_good_revision_and_logs_once_per_change() {
     // Retries back off: let several pass, still one line for this outage.
     sc.wait_polls(3).await;
     assert_eq!(sc.log_count("Workload API agent unreachable"), 2);
+    // The dropped and the stopped stream each ended with an error (gRPC
+    // UNAVAILABLE, or the connection reset): that is the agent going
+    // away, not a context that failed to parse, so no revision was
+    // rejected and the rejected-revision alert stays quiet. The polls
+    // above read what the stream left behind.
+    assert_eq!(sc.log_count("rejected credential revision"), 0);
+    assert_eq!(rejected_revisions(&sc).await, 0.0);
+    let lines: Vec<String> = sc
+        .logs()
+        .into_iter()
+        .filter(|l| l.contains("Workload API agent unreachable"))
+        .collect();
+    assert!(
+        lines.iter().all(|l| l.contains("stream failed")),
+        "{lines:#?}"
+    );
 
     // Back, with a rotated SVID.
     agent.op("start").await;
