@@ -449,6 +449,17 @@ mod tests {
         assert!(!prefers_ring(false, true));
     }
 
+    /// The build-info label names the implementation chosen here.
+    #[test]
+    fn aes_gcm_names_the_record_implementation() {
+        let want = if records_with_ring() {
+            "ring"
+        } else {
+            "aws-lc"
+        };
+        assert_eq!(aes_gcm(), want);
+    }
+
     /// `credentials::revocation::judge` verifies with aws-lc's default
     /// provider (it sits below this layer): its signature algorithms must
     /// be this provider's.
