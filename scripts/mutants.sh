@@ -91,6 +91,8 @@ declare -A TARGETS=(
     [src/proxy/route/runtimes.rs]="--lib --test runtimes"
     [src/credentials/workload.rs]="--lib --test workload_api --test workload_api_lifecycle --test workload_api_federation"
     [src/sandbox/seccomp.rs]="--lib --test sandbox"
+    [src/tls/stream/]="--lib --test forwarding --test hostile --test handoff"
+    [src/sandbox/]="--lib --test sandbox"
 )
 # The order they run and are reported in (and docs/mutants.md lists them).
 ORDER=(
@@ -139,6 +141,8 @@ ORDER=(
     src/proxy/route/runtimes.rs
     src/credentials/workload.rs
     src/sandbox/seccomp.rs
+    src/tls/stream/
+    src/sandbox/
 )
 DOC=docs/mutants.md
 RUNS=docs/mutants-runs.tsv

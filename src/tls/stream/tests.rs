@@ -347,3 +347,17 @@ async fn data_behind_the_last_flight_is_not_read_by_the_handshake() {
     s.read_exact(&mut got).await.unwrap();
     assert!(got.iter().all(|&b| b == 7));
 }
+
+/// One write takes a whole forwarding chunk (four full records, 64 KiB)
+/// and no more: forwarding's chunks go out in one write each.
+#[tokio::test]
+async fn one_write_takes_four_full_records() {
+    let (mut s, mut c) = pair(ALL_VERSIONS, 1 << 18).await;
+    let data = vec![9u8; 100_000];
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let wrote = Pin::new(&mut c).poll_write(&mut cx, &data);
+    assert!(matches!(wrote, Poll::Ready(Ok(65_536))), "{wrote:?}");
+    let mut got = vec![0u8; 65_536];
+    s.read_exact(&mut got).await.unwrap();
+    assert!(got.iter().all(|&b| b == 9));
+}
