@@ -62,6 +62,11 @@ install() {
             apt+=("$2")
         fi
     done
+    # A stock Debian python3 has no pip: install Debian's before using it.
+    if [ ${#pip[@]} -gt 0 ] && ! python3 -m pip --version >/dev/null 2>&1 \
+        && debian_python && [[ " ${apt[*]} " != *" python3-pip "* ]]; then
+        apt+=(python3-pip)
+    fi
     if [ ${#apt[@]} -gt 0 ]; then
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${apt[@]}" >/dev/null

@@ -222,6 +222,10 @@ SAMPLE_PODS = {
     "a pod with other annotations": {"metadata": {"annotations": {"a": "b"}}},
     "a pod annotated enabled": {"metadata": {"annotations": {INJECT: "enabled"}}},
     "a pod annotated disabled": {"metadata": {"annotations": {INJECT: "disabled"}}},
+    # A misspelt opt-in must reach the webhook, which refuses it: matched
+    # only on "enabled", it would be admitted uninjected, silently.
+    "a pod annotated true": {"metadata": {"annotations": {INJECT: "true"}}},
+    "a pod annotated Enabled": {"metadata": {"annotations": {INJECT: "Enabled"}}},
 }
 NEVER_INJECTED = ["kube-system", "cert-manager"]
 
@@ -283,7 +287,7 @@ def check_webhook_selection(sc):
                         want = []
                     elif enabled_ns and annotation != "disabled":
                         want = ["/inject/namespace-enabled"]
-                    elif annotation == "enabled":
+                    elif annotation is not None and annotation != "disabled":
                         want = ["/inject"]
                     else:
                         want = []
