@@ -1,4 +1,4 @@
-//! Load generator and benchmark scenarios for a TLS proxy pair (issue 6).
+//! Load generator and benchmark scenarios for a TLS proxy pair.
 //!
 //! Default mode spawns the real release binary as a client sidecar → server
 //! sidecar pair (TLS 1.3, ECDSA P-256, full mTLS with SAN checks) in front of

@@ -1,4 +1,4 @@
-//! Hostile load at full size (issue 10; docs/sizing.md states the limits):
+//! Hostile load at full size (docs/sizing.md states the limits):
 //! the figures behind the limits' claims, which `tests/e2e/hostile.rs` checks
 //! at CI size.
 //!

@@ -191,11 +191,15 @@ fn the_webhook_configuration_selects_opted_in_pods_only_and_fails_closed() {
                 "{name}: a pod annotated disabled must not depend on the webhook"
             );
         } else {
-            // The annotation entry: other namespaces, annotated pods only.
+            // The annotation entry: other namespaces, annotated pods only,
+            // every value but "disabled" (a misspelt opt-in is refused by
+            // the webhook, not admitted uninjected; admission.py judges
+            // the selection with sample pods).
             assert_eq!(not_in_enabled, ["enabled"], "{name}");
             assert_eq!(path, "/inject", "{name}");
             assert!(
-                conditions.iter().any(|c| c.contains(&format!("['{ANNOTATION}'] == 'enabled'"))
+                conditions.iter().any(|c| c.contains(&format!("['{ANNOTATION}'] != 'disabled'"))
+                    && c.contains(&format!("'{ANNOTATION}' in object.metadata.annotations"))
                     && c.contains("has(object.metadata.annotations)")),
                 "{name}: selects annotated pods only, and must not fail on a pod without annotations: {conditions:?}"
             );
