@@ -50,8 +50,9 @@ impl Default for Options {
 pub struct Target {
     /// How messages name it: `StatefulSet env-1/replica`.
     pub object: String,
-    /// A StatefulSet's `spec.serviceName`.
-    pub service_name: Option<String>,
+    /// The pod's own DNS name under its headless Service, as the
+    /// csi-driver writes it (see [`manifest::pod_dns_name`]).
+    pub pod_dns_name: Option<String>,
 }
 
 /// Why a template was not injected: the object, the annotation (when one
@@ -262,7 +263,7 @@ fn inject_fresh(template: &Value, target: &Target, opts: &Options) -> Result<Val
         group,
         drain_seconds: sidecar::drain_seconds(grace),
         app_probes: rewritten.iter().map(|r| r.app_probe.clone()).collect(),
-        service_name: target.service_name.as_deref(),
+        pod_dns_name: target.pod_dns_name.as_deref(),
     };
     let mut undo = Undo {
         probes: rewritten

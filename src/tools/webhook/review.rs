@@ -196,7 +196,7 @@ pub fn review(body: &[u8], opts: &Options, namespace: Namespace) -> Answer {
     };
     let target = Target {
         object: describe_pod(&pod, req.namespace.as_deref()),
-        service_name: None,
+        pod_dns_name: inject::manifest::pod_dns_name(&pod),
     };
     let read = opted_in_by_namespace(&pod, namespace);
     match inject::inject(&read, &target, opts) {
