@@ -212,6 +212,31 @@ fn another_versions_injection_is_replaced() {
     );
 }
 
+/// `inject -f a.yaml -f b.yaml` where only b's template has a bad
+/// annotation: exit 2, nothing of a (or b) written, the error naming b,
+/// its object and the annotation.
+#[test]
+fn a_bad_annotation_in_the_second_file_writes_nothing_of_the_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a.yaml"), tmp.path().join("b.yaml"));
+    std::fs::write(&a, yaml::emit(&[replica("StatefulSet", json!({}))])).unwrap();
+    let mut bad = replica("Deployment", json!({"mtls-sidecar.dev/server": "6877:x"}));
+    bad["metadata"]["name"] = json!("web");
+    std::fs::write(&b, yaml::emit(&[bad])).unwrap();
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let (code, out, err) = run(&["inject", "-f", a, "-f", b], "");
+    assert_eq!(code, 2, "{err}");
+    assert!(out.is_empty(), "wrote {out}");
+    let named = format!("{b}: Deployment env-1/web: annotation mtls-sidecar.dev/server");
+    assert!(err.contains(&named), "{err}");
+    assert!(!err.contains("a.yaml"), "{err}");
+    // Each alone: a is injected, b refused the same way.
+    assert_eq!(run(&["inject", "-f", a], "").0, 0);
+    let (code, out, err) = run(&["inject", "-f", b], "");
+    assert_eq!((code, out.is_empty()), (2, true), "{err}");
+    assert!(err.contains(&named), "{err}");
+}
+
 /// What must be refused, and the annotation (or the fact) each names.
 #[test]
 fn every_refusal_exits_2_naming_the_object_and_the_annotation_and_writes_nothing() {
@@ -339,7 +364,7 @@ fn every_refusal_exits_2_naming_the_object_and_the_annotation_and_writes_nothing
     }
     let (code, out, err) = run(&["inject", "-f", "-"], "a: [1\n");
     assert_eq!((code, out.is_empty()), (2, true), "{err}");
-    assert!(err.contains("YAML"), "{err}");
+    assert!(err.contains("stdin: YAML"), "{err}");
     let (code, _, err) = run(&["inject", "-f", "/nonexistent/x.yaml"], "");
     assert_eq!(code, 2, "{err}");
 }
