@@ -122,3 +122,29 @@ pub fn run(args: &InjectArgs, action: Action) -> u8 {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the `inject_manifest` fuzz target: a JSON number of 181
+    /// digits read as a double one ulp off the nearest, written as such,
+    /// and read one ulp further off on the next pass.
+    #[test]
+    fn a_json_number_is_written_back_as_read() {
+        for number in [
+            "3".repeat(181),
+            "0.1".into(),
+            "1e308".into(),
+            "-2.5e-300".into(),
+        ] {
+            let text = format!("{{}}\n{number}\n");
+            let (json, docs) = parse(&text).unwrap();
+            let written = render(json, &docs);
+            let (_, again) = parse(&written).unwrap();
+            assert_eq!(again, docs, "{written}");
+            let read: f64 = number.parse().unwrap();
+            assert_eq!(docs[1].as_f64(), Some(read), "{number}: the nearest double");
+        }
+    }
+}
