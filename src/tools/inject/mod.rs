@@ -248,10 +248,7 @@ fn inject_fresh(template: &Value, target: &Target, opts: &Options) -> Result<Val
     let spec = &mut out["spec"];
     refuse_unsafe(spec, &req).map_err(refuse)?;
     let (group, add_group) = pod_group(spec).map_err(refuse)?;
-    let grace = spec
-        .get("terminationGracePeriodSeconds")
-        .and_then(Value::as_i64)
-        .unwrap_or(30);
+    let grace = sidecar::grace_seconds(spec);
     let rewritten = match req.routes {
         Routes::Server { target: port, .. } => {
             probes::rewrite(spec, port, req.admin_port).map_err(refuse)?

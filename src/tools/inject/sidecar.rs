@@ -334,6 +334,14 @@ fn resources(req: &Request) -> Value {
     })
 }
 
+/// A pod spec's `terminationGracePeriodSeconds` (Kubernetes' default, 30,
+/// when it names none).
+pub fn grace_seconds(spec: &Value) -> i64 {
+    spec.get("terminationGracePeriodSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(30)
+}
+
 /// `--drain-timeout` for a pod with this grace period: the sidecar gets
 /// its SIGTERM only after the application has exited, within the same
 /// grace period; it drains for the grace less a 5 s margin to close and
