@@ -35,7 +35,11 @@ fn check_one_review(body: &[u8], namespace: Namespace) {
         );
         return;
     }
-    assert_ne!(a.outcome, Outcome::Malformed, "a 200 that reads as malformed");
+    assert_ne!(
+        a.outcome,
+        Outcome::Malformed,
+        "a 200 that reads as malformed"
+    );
     let request: Value = serde_json::from_slice(body).expect("a 200 answers a JSON body");
     let request = &request["request"];
     let answer: Value = serde_json::from_slice(&a.body).expect("the answer is JSON");
@@ -96,7 +100,8 @@ pub fn as_namespace_reads(pod: &Value, namespace: Namespace) -> Value {
         if let Some(meta) = pod.get_mut("metadata").and_then(Value::as_object_mut) {
             let ann = meta.entry("annotations").or_insert_with(|| json!({}));
             if let Some(ann) = ann.as_object_mut() {
-                ann.entry("mtls-sidecar.dev/inject").or_insert(json!("enabled"));
+                ann.entry("mtls-sidecar.dev/inject")
+                    .or_insert(json!("enabled"));
             }
         }
     }
@@ -108,7 +113,10 @@ fn is_pod_create(request: &Value) -> bool {
     request["operation"] == json!("CREATE")
         && request["kind"]["kind"] == json!("Pod")
         && matches!(request["kind"].get("group"), None | Some(Value::String(_)))
-        && request["kind"]["group"].as_str().unwrap_or_default().is_empty()
+        && request["kind"]["group"]
+            .as_str()
+            .unwrap_or_default()
+            .is_empty()
 }
 
 fn decode_patch(response: &Value) -> json_patch::Patch {
@@ -167,7 +175,10 @@ mod tests {
         check_review(&serde_json::to_vec(&body).unwrap());
         check_review(b"{");
         check_manifest("kind: Pod\nmetadata: {name: p}\n");
-        check_manifest(&format!("{}", json!({"kind": "Pod", "metadata": pod["metadata"], "spec": pod["spec"]})));
+        check_manifest(&format!(
+            "{}",
+            json!({"kind": "Pod", "metadata": pod["metadata"], "spec": pod["spec"]})
+        ));
         check_manifest("a: [1\n");
     }
 }
