@@ -13,6 +13,7 @@ KEY, 3 RSA PRIVATE KEY, 4 X509 CRL).
 """
 
 import base64
+import json
 import os
 import pathlib
 import struct
@@ -310,6 +311,102 @@ def tls_records():
     # by hand, are the driver's findings.
 
 
+
+INJECT_ROUTES = {
+    "mtls-sidecar.dev/inject": "enabled",
+    "mtls-sidecar.dev/server": "8443:8080",
+    "mtls-sidecar.dev/allow-san": "client.shop.svc",
+    "mtls-sidecar.dev/identity": "secret:web-tls",
+}
+INJECT_CSI = dict(INJECT_ROUTES, **{
+    "mtls-sidecar.dev/identity": "csi:ClusterIssuer/mtls-ca",
+    "mtls-sidecar.dev/san": "db.${POD_NAMESPACE}.svc",
+})
+
+
+def admission_review(pod, operation="CREATE", group=""):
+    """An AdmissionReview v1 as the API server sends it for a pod."""
+    return json.dumps({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "0df28fbd-5f5f-11e8-b7cc-42010a800002",
+                    "kind": {"group": group, "version": "v1", "kind": "Pod"},
+                    "resource": {"group": "", "version": "v1", "resource": "pods"},
+                    "namespace": "shop", "operation": operation, "object": pod}})
+
+
+def webhook_review():
+    app = {"name": "web", "image": "web:1", "ports": [{"name": "http", "containerPort": 8080}],
+           "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}}}
+    replica_pod = {"metadata": {"generateName": "web-7d9f-", "annotations": INJECT_ROUTES,
+                                "ownerReferences": [{"kind": "ReplicaSet", "name": "web-7d9f",
+                                                     "controller": True}]},
+                   "spec": {"containers": [app], "volumes": [{"name": "token", "projected": {
+                       "sources": [{"serviceAccountToken": {"path": "token"}}]}}]}}
+    set_pod = {"metadata": {"name": "db-0", "annotations": INJECT_CSI,
+                            "ownerReferences": [{"kind": "StatefulSet", "name": "db", "controller": True}]},
+               "spec": {"hostname": "db-0", "subdomain": "db", "containers": [app]}}
+    bad = {"metadata": {"generateName": "web-", "annotations": dict(INJECT_ROUTES, **{
+        "mtls-sidecar.dev/server": "8443:x"})}, "spec": {"containers": [app]}}
+    silent = {"metadata": {"generateName": "web-"}, "spec": {"containers": [app]}}
+    write("webhook_review", "replicaset-pod", admission_review(replica_pod))
+    write("webhook_review", "statefulset-csi-pod", admission_review(set_pod))
+    write("webhook_review", "bad-annotation", admission_review(bad))
+    write("webhook_review", "not-opted-in", admission_review(silent))
+    write("webhook_review", "update", admission_review(replica_pod, operation="UPDATE"))
+    write("webhook_review", "v1beta1", '{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview"}')
+
+
+def inject_manifest():
+    template = lambda ann: {"metadata": {"labels": {"app": "web"}, "annotations": ann},
+                            "spec": {"containers": [{"name": "web", "image": "web:1",
+                                                     "livenessProbe": {"tcpSocket": {"port": 8080}}}]}}
+    write("inject_manifest", "deployment-yaml", """apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata:
+      labels: {app: web}
+      annotations:
+        mtls-sidecar.dev/inject: enabled
+        mtls-sidecar.dev/server: "8443:8080"
+        mtls-sidecar.dev/allow-san: client.shop.svc
+        mtls-sidecar.dev/identity: secret:web-tls
+    spec:
+      containers:
+      - name: web
+        image: web:1
+        readinessProbe: {httpGet: {path: /healthz, port: 8080}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: other}
+data: {a: "on", b: 010, c: ~}
+""")
+    write("inject_manifest", "statefulset-csi-json", json.dumps(
+        {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+         "spec": {"serviceName": "db", "template": template(INJECT_CSI)}}, indent=1))
+    write("inject_manifest", "list-client-config", json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": [
+            {"kind": "CronJob", "metadata": {"name": "c"}, "spec": {"jobTemplate": {"spec": {
+                "template": template({"mtls-sidecar.dev/inject": "enabled",
+                                      "mtls-sidecar.dev/client": "2100:db.shop.svc:8443",
+                                      "mtls-sidecar.dev/expect-san": "db.shop.svc",
+                                      "mtls-sidecar.dev/identity": "spiffe"})}}}},
+            {"kind": "Pod", "metadata": {"name": "p", "annotations": {
+                "mtls-sidecar.dev/inject": "enabled", "mtls-sidecar.dev/config": "configmap:c",
+                "mtls-sidecar.dev/identity": "secret:s"}}, "spec": {"containers": []}}]}))
+    write("inject_manifest", "anchors-and-bad-annotation", """kind: Pod
+metadata:
+  name: p
+  annotations: &a
+    mtls-sidecar.dev/inject: enabled
+    mtls-sidecar.dev/server: 6877:2100
+spec: {containers: [{name: app, ports: *a}]}
+""")
+
+
 def main():
     only = sys.argv[1:]
     if only:
@@ -329,6 +426,8 @@ def main():
     workload_api()
     check_secret()
     tls_records()
+    webhook_review()
+    inject_manifest()
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ pub mod config;
 pub mod credentials;
 pub mod deny;
 pub mod frames;
+pub mod inject;
 pub mod proxy_check;
 pub mod proxy_v2;
 pub mod publish;

@@ -409,9 +409,29 @@ fn a_config_configmap_is_present_and_valid() {
             "metadata": {"name": "replica-sidecar", "namespace": NS},
             "data": {"sidecar.toml": toml}})
     };
+    // deploy/sidecar.toml drains for 30 s: more than the default grace
+    // period of 30 s leaves after the 5 s margin.
     let mut docs = base.clone();
     docs.push(cm(&toml));
     let (code, out) = check(&docs);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        line_of(&out, "StatefulSet env-1/replica").contains(
+            "ConfigMap env-1/replica-sidecar (config): drain_timeout 30s is longer than the 25s that terminationGracePeriodSeconds 30 leaves"
+        ),
+        "{out}"
+    );
+    let with_grace = |grace: u64| {
+        let mut docs = docs.clone();
+        let set = docs
+            .iter_mut()
+            .find(|d| d["kind"] == "StatefulSet")
+            .unwrap();
+        set["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(grace);
+        check(&docs)
+    };
+    assert_eq!(with_grace(34).0, 1, "a 4 s margin is short");
+    let (code, out) = with_grace(35);
     assert!(
         line_of(&out, "StatefulSet env-1/replica").starts_with("PASS"),
         "{out}"

@@ -4,14 +4,15 @@
 //! container's own arguments started for real against kubelet-style
 //! credential directories: an mTLS client with an allowed and a foreign
 //! SAN, its probes, and an application probe answered through the admin
-//! endpoint.
+//! endpoint; a client route and a `config:` file dialing an mTLS server
+//! with the expected and a foreign SAN.
 
 use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use common::{client_config, get, get_until, refused, tls_connect, Pki, CONTROLLER, DEADLINE};
 use mtls_sidecar::pki::{Issued, LeafSpec, Role};
@@ -211,6 +212,31 @@ fn another_versions_injection_is_replaced() {
     );
 }
 
+/// `inject -f a.yaml -f b.yaml` where only b's template has a bad
+/// annotation: exit 2, nothing of a (or b) written, the error naming b,
+/// its object and the annotation.
+#[test]
+fn a_bad_annotation_in_the_second_file_writes_nothing_of_the_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a.yaml"), tmp.path().join("b.yaml"));
+    std::fs::write(&a, yaml::emit(&[replica("StatefulSet", json!({}))])).unwrap();
+    let mut bad = replica("Deployment", json!({"mtls-sidecar.dev/server": "6877:x"}));
+    bad["metadata"]["name"] = json!("web");
+    std::fs::write(&b, yaml::emit(&[bad])).unwrap();
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let (code, out, err) = run(&["inject", "-f", a, "-f", b], "");
+    assert_eq!(code, 2, "{err}");
+    assert!(out.is_empty(), "wrote {out}");
+    let named = format!("{b}: Deployment env-1/web: annotation mtls-sidecar.dev/server");
+    assert!(err.contains(&named), "{err}");
+    assert!(!err.contains("a.yaml"), "{err}");
+    // Each alone: a is injected, b refused the same way.
+    assert_eq!(run(&["inject", "-f", a], "").0, 0);
+    let (code, out, err) = run(&["inject", "-f", b], "");
+    assert_eq!((code, out.is_empty()), (2, true), "{err}");
+    assert!(err.contains(&named), "{err}");
+}
+
 /// What must be refused, and the annotation (or the fact) each names.
 #[test]
 fn every_refusal_exits_2_naming_the_object_and_the_annotation_and_writes_nothing() {
@@ -338,7 +364,7 @@ fn every_refusal_exits_2_naming_the_object_and_the_annotation_and_writes_nothing
     }
     let (code, out, err) = run(&["inject", "-f", "-"], "a: [1\n");
     assert_eq!((code, out.is_empty()), (2, true), "{err}");
-    assert!(err.contains("YAML"), "{err}");
+    assert!(err.contains("stdin: YAML"), "{err}");
     let (code, _, err) = run(&["inject", "-f", "/nonexistent/x.yaml"], "");
     assert_eq!(code, 2, "{err}");
 }
@@ -524,32 +550,34 @@ async fn application() -> (u16, Arc<AtomicBool>, tokio::task::JoinHandle<()>) {
     (port, healthy, task)
 }
 
+/// `path` inside the sidecar mapped to the temp directory standing for
+/// the volume mounted there; `None` when no mount holds it.
+fn mapped_path(sidecar: &Value, volumes: &[(&str, PathBuf)], path: &str) -> Option<String> {
+    sidecar["volumeMounts"].as_array()?.iter().find_map(|m| {
+        let (name, mount) = (m["name"].as_str()?, m["mountPath"].as_str()?);
+        let rest = path
+            .strip_prefix(mount)
+            .filter(|r| r.is_empty() || r.starts_with('/'))?;
+        let dir = &volumes
+            .iter()
+            .find(|(n, _)| *n == name)
+            .expect("a volume for every mount")
+            .1;
+        Some(format!("{}{rest}", dir.display()))
+    })
+}
+
 /// The injected sidecar's arguments, each mount path of its volumes
 /// mapped to the temp directory standing for that volume.
 fn mapped_args(sidecar: &Value, volumes: &[(&str, PathBuf)]) -> Vec<String> {
-    let mounts = sidecar["volumeMounts"].as_array().unwrap();
     let map = |a: &str| {
         let Some((flag, value)) = a.split_once('=') else {
             return a.to_string();
         };
-        for m in mounts {
-            let (name, path) = (
-                m["name"].as_str().unwrap(),
-                m["mountPath"].as_str().unwrap(),
-            );
-            let dir = &volumes
-                .iter()
-                .find(|(n, _)| *n == name)
-                .expect("a volume for every mount")
-                .1;
-            let rest = value
-                .strip_prefix(path)
-                .filter(|r| r.is_empty() || r.starts_with('/'));
-            if let Some(rest) = rest {
-                return format!("{flag}={}{rest}", dir.display());
-            }
+        match mapped_path(sidecar, volumes, value) {
+            Some(path) => format!("{flag}={path}"),
+            None => a.to_string(),
         }
-        a.to_string()
     };
     sidecar["args"]
         .as_array()
@@ -557,6 +585,36 @@ fn mapped_args(sidecar: &Value, volumes: &[(&str, PathBuf)]) -> Vec<String> {
         .iter()
         .map(|a| map(a.as_str().unwrap()))
         .collect()
+}
+
+/// The sidecar's port named `name`.
+fn port_named(sidecar: &Value, name: &str) -> u16 {
+    let port = sidecar["ports"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == name))
+        .unwrap_or_else(|| panic!("no port {name}: {sidecar:#}"));
+    u16::try_from(port["containerPort"].as_u64().unwrap()).unwrap()
+}
+
+/// The injected sidecar started with its own arguments (mount paths
+/// mapped to `volumes`), and its probes run as the kubelet runs them: the
+/// startup probe until it passes, then readiness and liveness. Returns it
+/// and its admin address (the port `mtls-admin`).
+async fn start_injected(sidecar: &Value, volumes: &[(&str, PathBuf)]) -> (common::Sidecar, String) {
+    let args = mapped_args(sidecar, volumes);
+    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let sc = common::Sidecar::spawn(&arg_refs);
+    let admin = format!("127.0.0.1:{}", port_named(sidecar, "mtls-admin"));
+    sc.wait_log(&["admin endpoint listening"]).await;
+    let startup = &sidecar["startupProbe"];
+    assert_eq!(startup["httpGet"]["port"], "mtls-admin");
+    get_until(&admin, startup["httpGet"]["path"].as_str().unwrap(), 200).await;
+    for p in ["readinessProbe", "livenessProbe"] {
+        assert_eq!(sidecar[p]["httpGet"]["port"], "mtls-admin", "{p}");
+        let a = run_probe(&admin, &sidecar[p]).await;
+        assert_eq!(a.code, 200, "{p}: {}", a.body);
+    }
+    (sc, admin)
 }
 
 /// GETs what an httpGet probe of the sidecar would, on the admin port.
@@ -624,23 +682,15 @@ async fn the_injected_sidecar_runs_as_injected_with_its_probes() {
         args.contains(&format!("--tls-dir={}", vol.path().display())),
         "{args:?}"
     );
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let sc = common::Sidecar::spawn(&arg_refs);
-    let admin = format!("127.0.0.1:{admin_port}");
-    sc.wait_log(&["admin endpoint listening"]).await;
-
-    // The startup probe first, as the kubelet runs it.
-    let startup = &sidecar["startupProbe"];
-    assert_eq!(startup["httpGet"]["port"], "mtls-admin");
     assert_eq!(
         sidecar["ports"][1],
         json!({"name": "mtls-admin", "containerPort": admin_port, "protocol": "TCP"})
     );
-    get_until(&admin, startup["httpGet"]["path"].as_str().unwrap(), 200).await;
-    for p in ["readinessProbe", "livenessProbe"] {
-        let a = run_probe(&admin, &sidecar[p]).await;
-        assert_eq!(a.code, 200, "{p}: {}", a.body);
-    }
+    let (sc, admin) = start_injected(
+        &sidecar,
+        &[("mtls-sidecar-identity", vol.path().to_path_buf())],
+    )
+    .await;
 
     let addr = format!("127.0.0.1:{listen}");
     let controller = pki.issue(&LeafSpec::dns(CONTROLLER, Role::Client, 30));
@@ -725,18 +775,14 @@ async fn a_csi_identity_takes_trust_from_the_configmap_and_rotates_by_the_data_s
     trust
         .publish(&[("ca.crt", pki.ca.cert_pem.as_bytes())])
         .unwrap();
-    let args = mapped_args(
+    let (sc, _admin) = start_injected(
         &sidecar,
         &[
             ("mtls-sidecar-identity", identity.path().to_path_buf()),
             ("mtls-sidecar-trust", trust.path().to_path_buf()),
         ],
-    );
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let sc = common::Sidecar::spawn(&arg_refs);
-    let admin = format!("127.0.0.1:{admin_port}");
-    sc.wait_log(&["admin endpoint listening"]).await;
-    get_until(&admin, "/readyz", 200).await;
+    )
+    .await;
 
     let addr = format!("127.0.0.1:{listen}");
     let controller = pki.issue(&LeafSpec::dns(CONTROLLER, Role::Client, 30));
@@ -782,6 +828,180 @@ async fn a_csi_identity_takes_trust_from_the_configmap_and_rotates_by_the_data_s
         serial(&renewed),
         "the renewed certificate is presented"
     );
+    drop(sc);
+}
+
+/// The remote server sidecar a client route dials, standing in: mutual TLS
+/// (client certificates from the test CA), presenting the config
+/// `presents` holds when each connection arrives; it echoes what it is
+/// sent and counts the bytes.
+struct Remote {
+    addr: String,
+    presents: Arc<Mutex<Arc<rustls::ServerConfig>>>,
+    received: Arc<AtomicUsize>,
+}
+
+impl Remote {
+    async fn start(cfg: Arc<rustls::ServerConfig>) -> Remote {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let presents = Arc::new(Mutex::new(cfg));
+        let received = Arc::new(AtomicUsize::new(0));
+        let (p, r) = (presents.clone(), received.clone());
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let cfg = p.lock().unwrap().clone();
+                let r = r.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = tokio_rustls::TlsAcceptor::from(cfg).accept(tcp).await else {
+                        return;
+                    };
+                    let mut buf = [0u8; 1024];
+                    while let Ok(n) = tls.read(&mut buf).await {
+                        r.fetch_add(n, Ordering::SeqCst);
+                        if n == 0 || tls.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Remote {
+            addr,
+            presents,
+            received,
+        }
+    }
+
+    fn port(&self) -> u16 {
+        self.addr.rsplit_once(':').unwrap().1.parse().unwrap()
+    }
+}
+
+/// A server config presenting a certificate of `pki` for `san` and
+/// requiring a client certificate of `pki`.
+fn remote_config(pki: &Pki, san: &str) -> Arc<rustls::ServerConfig> {
+    let leaf = pki.issue(&LeafSpec::dns(san, Role::Server, 30));
+    common::server_config(&leaf, Some(&pki.ca.cert_pem))
+}
+
+/// The sidecar `inject` adds to `obj`.
+fn injected_sidecar(obj: &Value) -> Value {
+    let injected: Value = serde_json::from_str(&inject_cli(&pretty(obj))).unwrap();
+    sidecar_of(&injected).clone()
+}
+
+/// A client-route template (the replica fixture with its server route
+/// taken out) with `annotations` added.
+fn client_template(annotations: Value) -> Value {
+    let mut ann = json!({
+        "mtls-sidecar.dev/server": null,
+        "mtls-sidecar.dev/allow-san": null,
+        "mtls-sidecar.dev/identity": "secret:controller-mtls",
+    });
+    for (k, v) in annotations.as_object().expect("an object") {
+        ann[k] = v.clone();
+    }
+    replica("Deployment", ann)
+}
+
+/// The controller's client identity in a Secret-style volume, as the
+/// kubelet writes it.
+fn client_identity(pki: &Pki, tmp: &Path) -> AtomicDir {
+    let vol = AtomicDir::new(&tmp.join("identity")).unwrap();
+    let leaf = pki.issue(&LeafSpec::dns(CONTROLLER, Role::Client, 30));
+    common::publish_identity(&vol, &leaf, &pki.ca.cert_pem);
+    vol
+}
+
+/// A client route: started with exactly the injected arguments (mount
+/// paths mapped), its probes pass, the application's plaintext on the
+/// loopback listener reaches the mTLS server whose certificate carries
+/// the expected SAN, and nothing of it reaches one presenting a foreign
+/// SAN.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_injected_client_route_runs_as_injected_and_checks_the_server_san() {
+    let pki = Pki::new("client route CA");
+    let remote = Remote::start(remote_config(&pki, "replica.env-1.svc")).await;
+    let (local, admin_port) = (free_port(), free_port());
+    let obj = client_template(json!({
+        "mtls-sidecar.dev/client": format!("{local}:127.0.0.1:{}", remote.port()),
+        "mtls-sidecar.dev/expect-san": "replica.env-1.svc",
+        "mtls-sidecar.dev/admin-port": admin_port.to_string(),
+    }));
+    let sidecar = injected_sidecar(&obj);
+    assert_eq!(sidecar["args"][0], "client");
+    let tmp = tempfile::tempdir().unwrap();
+    let vol = client_identity(&pki, tmp.path());
+    let (sc, _admin) = start_injected(
+        &sidecar,
+        &[("mtls-sidecar-identity", vol.path().to_path_buf())],
+    )
+    .await;
+
+    let listener = format!("127.0.0.1:{local}");
+    let mut app = tokio::net::TcpStream::connect(&listener).await.unwrap();
+    let msg = b"plaintext from the application";
+    assert_eq!(common::roundtrip(&mut app, msg).await, msg);
+    assert_eq!(remote.received.load(Ordering::SeqCst), msg.len());
+    drop(app);
+
+    *remote.presents.lock().unwrap() = remote_config(&pki, "intruder.env-1.svc");
+    let before = remote.received.load(Ordering::SeqCst);
+    let mut app = tokio::net::TcpStream::connect(&listener).await.unwrap();
+    let _ = app.write_all(b"not for an intruder").await;
+    assert!(
+        common::read_until_closed(&mut app).await.is_empty(),
+        "a server with a foreign SAN is refused"
+    );
+    assert_eq!(remote.received.load(Ordering::SeqCst), before);
+    drop(sc);
+}
+
+/// A `config:` sidecar: the ConfigMap's file (one client route; the paths
+/// in it, as in its arguments, mapped to the temp directories standing
+/// for the volumes) started with exactly the injected arguments answers
+/// its probes on the annotated admin port and carries the route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_injected_config_file_sidecar_runs_its_route_and_answers_its_probes() {
+    let pki = Pki::new("config route CA");
+    let remote = Remote::start(remote_config(&pki, "replica.env-1.svc")).await;
+    let (local, admin_port) = (free_port(), free_port());
+    let obj = client_template(json!({
+        "mtls-sidecar.dev/config": "configmap:controller-mtls-sidecar",
+        "mtls-sidecar.dev/admin-port": admin_port.to_string(),
+    }));
+    let sidecar = injected_sidecar(&obj);
+    assert_eq!(sidecar["args"][0], "run");
+    let tmp = tempfile::tempdir().unwrap();
+    let vol = client_identity(&pki, tmp.path());
+    let config = AtomicDir::new(&tmp.path().join("config")).unwrap();
+    let volumes = [
+        ("mtls-sidecar-identity", vol.path().to_path_buf()),
+        ("mtls-sidecar-config", config.path().to_path_buf()),
+    ];
+    let tls_dir = mapped_path(&sidecar, &volumes, "/etc/mtls").expect("the identity mount");
+    let file = format!(
+        "tls_dir = \"{tls_dir}\"\n\
+         admin = \"127.0.0.1:{admin_port}\"\n\
+         drain_timeout = \"5s\"\n\
+         [[route]]\n\
+         name = \"replica\"\n\
+         mode = \"client\"\n\
+         listen = \"127.0.0.1:{local}\"\n\
+         target = \"{}\"\n\
+         server_name = \"replica.env-1.svc\"\n",
+        remote.addr
+    );
+    config
+        .publish(&[("sidecar.toml", file.as_bytes())])
+        .unwrap();
+    let (sc, _admin) = start_injected(&sidecar, &volumes).await;
+    let mut app = tokio::net::TcpStream::connect(format!("127.0.0.1:{local}"))
+        .await
+        .unwrap();
+    let msg = b"through the config file's route";
+    assert_eq!(common::roundtrip(&mut app, msg).await, msg);
     drop(sc);
 }
 
@@ -1034,15 +1254,11 @@ async fn a_rewritten_grpc_probe_is_a_grpc_health_check() {
     let vol = AtomicDir::new(&tmp.path().join("identity")).unwrap();
     let server = pki.issue(&LeafSpec::dns("replica.env-1.svc", Role::Server, 30));
     common::publish_identity(&vol, &server, &pki.ca.cert_pem);
-    let args = mapped_args(
+    let (sc, admin) = start_injected(
         &sidecar,
         &[("mtls-sidecar-identity", vol.path().to_path_buf())],
-    );
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let sc = common::Sidecar::spawn(&arg_refs);
-    sc.wait_log(&["admin endpoint listening"]).await;
-    let admin = format!("127.0.0.1:{admin_port}");
-    get_until(&admin, "/readyz", 200).await;
+    )
+    .await;
     let a = run_probe(&admin, &liveness).await;
     assert_eq!(a.code, 200, "{}", a.body);
     serving.store(false, Ordering::SeqCst);

@@ -764,3 +764,90 @@ async fn it_runs_sandboxed_reading_only_its_certificate_and_connecting_nowhere()
         200
     );
 }
+
+/// A StatefulSet `db` of namespace `shop` (Service `db`) whose pods take
+/// a csi-driver identity, and its pod `db-0` as the StatefulSet controller
+/// creates it: named, `hostname` its name, `subdomain` the Service, owned
+/// by the set, with the token volume admission added.
+fn statefulset_and_its_pod() -> (Value, Value) {
+    let annotations = json!({
+        "mtls-sidecar.dev/inject": "enabled",
+        "mtls-sidecar.dev/server": "8443:8080",
+        "mtls-sidecar.dev/allow-san": "client.shop.svc",
+        "mtls-sidecar.dev/identity": "csi:ClusterIssuer/mtls-ca",
+        "mtls-sidecar.dev/san": "db.${POD_NAMESPACE}.svc"
+    });
+    let mut pod = controller_pod(annotations.clone());
+    pod["spec"]["containers"][0]["name"] = json!("db");
+    // The template's container is the pod's, before admission mounted
+    // the token.
+    let mut container = pod["spec"]["containers"][0].clone();
+    container
+        .as_object_mut()
+        .unwrap()
+        .shift_remove("volumeMounts");
+    let template = json!({
+        "metadata": {"labels": {"app": "db"}, "annotations": annotations},
+        "spec": {"containers": [container]}
+    });
+    let set = json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": "shop"},
+        "spec": {"serviceName": "db", "replicas": 3,
+            "selector": {"matchLabels": {"app": "db"}}, "template": template}});
+    let meta = pod["metadata"].as_object_mut().unwrap();
+    meta.shift_remove("generateName");
+    meta.insert("name".into(), json!("db-0"));
+    meta.insert(
+        "labels".into(),
+        json!({"app": "db", "controller-revision-hash": "db-5d8c7f9b4",
+            "statefulset.kubernetes.io/pod-name": "db-0", "apps.kubernetes.io/pod-index": "0"}),
+    );
+    meta.insert(
+        "ownerReferences".into(),
+        json!([{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db",
+            "uid": "9a0e2c1d-7b3f-4e5a-8c6d-1f2e3a4b5c6d",
+            "controller": true, "blockOwnerDeletion": true}]),
+    );
+    let spec = &mut pod["spec"];
+    spec["hostname"] = json!("db-0");
+    spec["subdomain"] = json!("db");
+    (set, pod)
+}
+
+/// The injected volume named `name` of a pod spec.
+fn volume<'a>(spec: &'a Value, name: &str) -> &'a Value {
+    spec["volumes"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == json!(name)))
+        .unwrap_or_else(|| panic!("no volume {name}: {spec:#}"))
+}
+
+/// A StatefulSet's pod reviewed gets the sidecar and csi volume that
+/// `inject` writes into the set's template: the certificate carries the
+/// pod's own name under the set's Service, read from the pod's
+/// `hostname` and `subdomain`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statefulset_pod_gets_the_per_pod_san_inject_gives_its_set() {
+    if skip_unless(&["python3", "jsonpatch"]) {
+        return;
+    }
+    let wh = Webhook::start().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (set, pod) = statefulset_and_its_pod();
+    let patch = decoded_patch(&wh.post(review_of(&pod)).await.response());
+    let patched = apply_with_python(tmp.path(), &pod, &patch);
+    let injected_set = inject_cli(tmp.path(), &set);
+    let (from_pod, from_set) = (&patched["spec"], &injected_set["spec"]["template"]["spec"]);
+    assert_eq!(from_pod["initContainers"][0], from_set["initContainers"][0]);
+    assert_eq!(from_pod["securityContext"], from_set["securityContext"]);
+    for name in ["mtls-sidecar-identity", "mtls-sidecar-trust"] {
+        assert_eq!(volume(from_pod, name), volume(from_set, name));
+    }
+    let attrs = &volume(from_pod, "mtls-sidecar-identity")["csi"]["volumeAttributes"];
+    assert_eq!(
+        attrs["csi.cert-manager.io/dns-names"],
+        json!("db.${POD_NAMESPACE}.svc,${POD_NAME}.db.${POD_NAMESPACE}.svc")
+    );
+    // The pod's own `inject` agrees with its review.
+    assert_eq!(patched, inject_cli(tmp.path(), &pod));
+}

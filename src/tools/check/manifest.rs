@@ -10,12 +10,16 @@
 //! application's loopback port. The annotations are read by `inject`'s
 //! own parser, and SANs matched by the sidecar's own [`SanPattern`].
 
+use std::time::Duration;
+
 use base64::Engine;
 use serde_json::{Map, Value};
 
 use crate::identity::{normal_dns, CertInfo, SanNames, SanPattern};
 use crate::tools::inject::annotations::{self, Identity, IssuerKind, Request, Routes};
-use crate::tools::inject::{annotations_of, injected_version, manifest, run as inject_run};
+use crate::tools::inject::{
+    annotations_of, injected_version, manifest, run as inject_run, sidecar,
+};
 
 /// The namespace of an object that names none.
 const DEFAULT_NAMESPACE: &str = "default";
@@ -339,14 +343,29 @@ fn check_patterns(req: &Request, line: &mut Line) {
 }
 
 /// The config ConfigMap's file, validated as `run --config` validates it
-/// at start-up.
-fn config_file_valid(cm: &Value) -> Result<(), String> {
-    let file = crate::tools::inject::sidecar::CONFIG_FILE;
+/// at start-up: its `drain_timeout`.
+fn config_file_drain(cm: &Value) -> Result<Duration, String> {
+    let file = sidecar::CONFIG_FILE;
     let text = text(cm, &["data", file]).ok_or_else(|| format!("has no data.{file}"))?;
-    let path = std::path::Path::new(crate::tools::inject::sidecar::CONFIG_DIR).join(file);
+    let path = std::path::Path::new(sidecar::CONFIG_DIR).join(file);
     crate::config::FileSpec::parse(text, &path)
-        .map(|_| ())
+        .map(|settings| settings.drain_timeout)
         .map_err(|e| e.to_string())
+}
+
+/// A config file's `drain_timeout` against the pod's grace period: the
+/// sidecar drains after the application has exited, within the same grace
+/// period, so it must leave the margin the drain injection derives leaves
+/// (`sidecar::drain_seconds`), or the kubelet kills it mid-drain.
+fn drain_fits(template: &Value, drain: Duration) -> Result<(), String> {
+    let grace = sidecar::grace_seconds(template.get("spec").unwrap_or(&Value::Null));
+    let most = sidecar::drain_seconds(grace);
+    if drain <= Duration::from_secs(u64::try_from(most).unwrap_or(0)) {
+        return Ok(());
+    }
+    Err(format!(
+        "drain_timeout {drain:?} is longer than the {most}s that terminationGracePeriodSeconds {grace} leaves the sidecar (5 s to close and exit; half the grace under 10 s): the kubelet would kill it mid-drain; lower drain_timeout or raise the grace period"
+    ))
 }
 
 /// Check 1: the objects the annotations reference.
@@ -375,7 +394,9 @@ fn check_references(w: &Workload, req: &Request, objects: &Objects, line: &mut L
         match objects.find("ConfigMap", Some(ns), configmap) {
             None => need("ConfigMap", configmap, "config"),
             Some(cm) => {
-                if let Err(e) = config_file_valid(cm) {
+                if let Err(e) =
+                    config_file_drain(cm).and_then(|drain| drain_fits(&w.template, drain))
+                {
                     line.fails
                         .push(format!("ConfigMap {ns}/{configmap} (config): {e}"));
                 }
@@ -710,6 +731,28 @@ fn exit_code(lines: &[Line]) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_config_drain_must_leave_the_margin_injection_leaves() {
+        let pod = |grace: Option<i64>| match grace {
+            Some(g) => serde_json::json!({"spec": {"terminationGracePeriodSeconds": g}}),
+            None => serde_json::json!({}),
+        };
+        let s = Duration::from_secs;
+        assert!(drain_fits(&pod(None), s(25)).is_ok());
+        assert!(drain_fits(&pod(None), s(26)).is_err());
+        assert!(drain_fits(&pod(Some(60)), s(55)).is_ok());
+        assert!(drain_fits(&pod(Some(60)), Duration::from_millis(55_001)).is_err());
+        assert!(drain_fits(&pod(Some(8)), s(4)).is_ok());
+        assert!(drain_fits(&pod(Some(8)), s(5)).is_err());
+        assert!(drain_fits(&pod(Some(-1)), Duration::ZERO).is_ok());
+        assert!(drain_fits(&pod(Some(-1)), Duration::from_millis(1)).is_err());
+        let e = drain_fits(&pod(Some(30)), s(30)).unwrap_err();
+        assert!(
+            e.starts_with("drain_timeout 30s is longer than the 25s"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn hosts_name_their_service() {

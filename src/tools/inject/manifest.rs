@@ -42,6 +42,53 @@ pub fn describe(object: &Value) -> String {
     }
 }
 
+/// Whether `s` is a DNS-1123 label, as Kubernetes requires of a pod's
+/// `hostname` and `subdomain`: nothing else is written into a SAN (a comma
+/// would split the csi-driver's list).
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// The DNS name of each pod of a StatefulSet whose `serviceName` is
+/// `service`: the controller names each pod, sets its `hostname` to that
+/// name and its `subdomain` to the Service.
+pub fn statefulset_pod_dns_name(service: &str) -> Option<String> {
+    is_dns_label(service).then(|| format!("${{POD_NAME}}.{service}.${{POD_NAMESPACE}}.svc"))
+}
+
+/// A pod's (or pod template's) own DNS name under a headless Service,
+/// `<hostname>.<subdomain>.<namespace>.svc`: only with both
+/// `spec.hostname` and `spec.subdomain` (the endpoints controller publishes
+/// a hostname only then). When the hostname is the pod's name, as the
+/// StatefulSet controller makes it, `${POD_NAME}` (the name injection of
+/// the set writes); else the hostname itself, never `${POD_NAME}`.
+pub fn pod_dns_name(pod: &Value) -> Option<String> {
+    let spec = pod.get("spec")?;
+    let subdomain = text(spec, &["subdomain"]).filter(|s| is_dns_label(s))?;
+    let hostname = text(spec, &["hostname"]).filter(|s| is_dns_label(s))?;
+    let host = if text(pod, &["metadata", "name"]) == Some(hostname) {
+        "${POD_NAME}"
+    } else {
+        hostname
+    };
+    Some(format!("{host}.{subdomain}.${{POD_NAMESPACE}}.svc"))
+}
+
+/// The DNS name the pods of `object` (of `kind`) answer to: a
+/// StatefulSet's by its `serviceName` (the controller overrides the
+/// template's hostname and subdomain), any other's by its template.
+fn dns_name_of(object: &Value, kind: &str, template: &Value) -> Option<String> {
+    if kind == "StatefulSet" {
+        return text(object, &["spec", "serviceName"]).and_then(statefulset_pod_dns_name);
+    }
+    pod_dns_name(template)
+}
+
 /// The object with its pod template(s) injected or uninjected; `List`
 /// items each in turn; any other kind unchanged.
 pub fn apply(object: &Value, action: Action, opts: &Options) -> Result<Value, InjectError> {
@@ -59,15 +106,13 @@ pub fn apply(object: &Value, action: Action, opts: &Options) -> Result<Value, In
     let Some(path) = template_path(kind) else {
         return Ok(object.clone());
     };
-    let target = Target {
-        object: describe(object),
-        service_name: (kind == "StatefulSet")
-            .then(|| text(object, &["spec", "serviceName"]).map(str::to_string))
-            .flatten(),
-    };
     let mut out = object.clone();
     let Some(template) = path.iter().try_fold(&mut out, |v, k| v.get_mut(*k)) else {
         return Ok(object.clone());
+    };
+    let target = Target {
+        object: describe(object),
+        pod_dns_name: dns_name_of(object, kind, template),
     };
     *template = match action {
         Action::Inject => super::inject(template, &target, opts)?,
@@ -92,6 +137,51 @@ mod tests {
         assert_eq!(
             describe(&json!({"kind": "Deployment", "metadata": {"name": "d"}})),
             "Deployment d"
+        );
+    }
+
+    #[test]
+    fn a_pod_has_a_dns_name_only_with_a_hostname_and_a_subdomain() {
+        let pod = |name: Option<&str>, spec: Value| {
+            let mut p = json!({"metadata": {}, "spec": spec});
+            if let Some(n) = name {
+                p["metadata"]["name"] = json!(n);
+            }
+            pod_dns_name(&p)
+        };
+        let sts = json!({"hostname": "web-0", "subdomain": "web"});
+        assert_eq!(
+            pod(Some("web-0"), sts.clone()).as_deref(),
+            Some("${POD_NAME}.web.${POD_NAMESPACE}.svc")
+        );
+        // A hostname that is not the pod's name is written as it is.
+        assert_eq!(
+            pod(Some("other"), sts.clone()).as_deref(),
+            Some("web-0.web.${POD_NAMESPACE}.svc")
+        );
+        assert_eq!(
+            pod(None, sts).as_deref(),
+            Some("web-0.web.${POD_NAMESPACE}.svc")
+        );
+        for spec in [
+            json!({"subdomain": "web"}),
+            json!({"hostname": "web-0"}),
+            json!({"hostname": "web-0", "subdomain": ""}),
+            json!({"hostname": "a,b.example.com", "subdomain": "web"}),
+            json!({"hostname": "web-0", "subdomain": "Web"}),
+            json!({"hostname": "web-0", "subdomain": "-web"}),
+            json!({"hostname": "web-0", "subdomain": 1}),
+        ] {
+            assert_eq!(pod(Some("web-0"), spec.clone()), None, "{spec}");
+        }
+        assert_eq!(statefulset_pod_dns_name(""), None);
+        assert_eq!(statefulset_pod_dns_name(&"a".repeat(64)), None);
+        assert_eq!(
+            statefulset_pod_dns_name(&"a".repeat(63)),
+            Some(format!(
+                "${{POD_NAME}}.{}.${{POD_NAMESPACE}}.svc",
+                "a".repeat(63)
+            ))
         );
     }
 

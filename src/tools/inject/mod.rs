@@ -50,8 +50,9 @@ impl Default for Options {
 pub struct Target {
     /// How messages name it: `StatefulSet env-1/replica`.
     pub object: String,
-    /// A StatefulSet's `spec.serviceName`.
-    pub service_name: Option<String>,
+    /// The pod's own DNS name under its headless Service, as the
+    /// csi-driver writes it (see [`manifest::pod_dns_name`]).
+    pub pod_dns_name: Option<String>,
 }
 
 /// Why a template was not injected: the object, the annotation (when one
@@ -247,10 +248,7 @@ fn inject_fresh(template: &Value, target: &Target, opts: &Options) -> Result<Val
     let spec = &mut out["spec"];
     refuse_unsafe(spec, &req).map_err(refuse)?;
     let (group, add_group) = pod_group(spec).map_err(refuse)?;
-    let grace = spec
-        .get("terminationGracePeriodSeconds")
-        .and_then(Value::as_i64)
-        .unwrap_or(30);
+    let grace = sidecar::grace_seconds(spec);
     let rewritten = match req.routes {
         Routes::Server { target: port, .. } => {
             probes::rewrite(spec, port, req.admin_port).map_err(refuse)?
@@ -262,7 +260,7 @@ fn inject_fresh(template: &Value, target: &Target, opts: &Options) -> Result<Val
         group,
         drain_seconds: sidecar::drain_seconds(grace),
         app_probes: rewritten.iter().map(|r| r.app_probe.clone()).collect(),
-        service_name: target.service_name.as_deref(),
+        pod_dns_name: target.pod_dns_name.as_deref(),
     };
     let mut undo = Undo {
         probes: rewritten

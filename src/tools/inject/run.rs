@@ -10,9 +10,19 @@ use super::{yaml, Options};
 use crate::cli::InjectArgs;
 
 /// What one input said and how to write it back.
-struct Input {
+struct Input<'a> {
+    name: &'a str,
     json: bool,
     docs: Vec<Value>,
+}
+
+/// How messages name an input: its file name, or `stdin` for `-`.
+pub fn input_name(name: &str) -> &str {
+    if name == "-" {
+        "stdin"
+    } else {
+        name
+    }
 }
 
 /// The text of one input: a file, or stdin for `-`.
@@ -52,7 +62,9 @@ pub fn render(json: bool, docs: &[Value]) -> String {
     }
 }
 
-/// Applies `action` to every document of every input; the text to write.
+/// Applies `action` to every document of every input; the text to write,
+/// or the first error, naming the input (file name) it is in. Every input
+/// is read and changed before any text is returned.
 pub fn transform(
     texts: &[(String, String)],
     action: Action,
@@ -60,8 +72,9 @@ pub fn transform(
 ) -> Result<String, String> {
     let mut inputs = Vec::new();
     for (name, text) in texts {
+        let name = input_name(name);
         let (json, docs) = parse(text).map_err(|e| format!("{name}: {e}"))?;
-        inputs.push(Input { json, docs });
+        inputs.push(Input { name, json, docs });
     }
     let mut out = String::new();
     for input in inputs {
@@ -70,7 +83,7 @@ pub fn transform(
             .iter()
             .map(|d| manifest::apply(d, action, opts))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| format!("{}: {e}", input.name))?;
         out.push_str(&render(input.json, &docs));
     }
     Ok(out)
@@ -106,6 +119,32 @@ pub fn run(args: &InjectArgs, action: Action) -> u8 {
         Err(e) => {
             eprintln!("error: {e}");
             2
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the `inject_manifest` fuzz target: a JSON number of 181
+    /// digits read as a double one ulp off the nearest, written as such,
+    /// and read one ulp further off on the next pass.
+    #[test]
+    fn a_json_number_is_written_back_as_read() {
+        for number in [
+            "3".repeat(181),
+            "0.1".into(),
+            "1e308".into(),
+            "-2.5e-300".into(),
+        ] {
+            let text = format!("{{}}\n{number}\n");
+            let (json, docs) = parse(&text).unwrap();
+            let written = render(json, &docs);
+            let (_, again) = parse(&written).unwrap();
+            assert_eq!(again, docs, "{written}");
+            let read: f64 = number.parse().unwrap();
+            assert_eq!(docs[1].as_f64(), Some(read), "{number}: the nearest double");
         }
     }
 }

@@ -43,9 +43,10 @@ pub struct Context<'a> {
     pub drain_seconds: i64,
     /// `--app-probe` arguments (name=JSON handler).
     pub app_probes: Vec<String>,
-    /// A StatefulSet's Service name: its per-pod DNS name goes in the
+    /// The pod's own DNS name under its headless Service (a StatefulSet's
+    /// `${POD_NAME}.<serviceName>.${POD_NAMESPACE}.svc`): it goes in the
     /// csi-driver certificate.
-    pub service_name: Option<&'a str>,
+    pub pod_dns_name: Option<&'a str>,
 }
 
 /// The sidecar's arguments.
@@ -262,8 +263,8 @@ pub fn csi_attributes(req: &Request, ctx: &Context) -> Value {
         .cloned()
         .collect();
     let uris: Vec<String> = sans.iter().filter(|s| s.contains("://")).cloned().collect();
-    if let Some(service) = ctx.service_name {
-        dns.push(format!("${{POD_NAME}}.{service}.${{POD_NAMESPACE}}.svc"));
+    if let Some(name) = ctx.pod_dns_name {
+        dns.push(name.to_string());
     }
     let mut a = serde_json::Map::new();
     let mut put = |k: &str, v: String| {
@@ -331,6 +332,14 @@ fn resources(req: &Request) -> Value {
         },
         "limits": limits,
     })
+}
+
+/// A pod spec's `terminationGracePeriodSeconds` (Kubernetes' default, 30,
+/// when it names none).
+pub fn grace_seconds(spec: &Value) -> i64 {
+    spec.get("terminationGracePeriodSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(30)
 }
 
 /// `--drain-timeout` for a pod with this grace period: the sidecar gets

@@ -292,14 +292,17 @@ fn to_yaml(v: &Value) -> Yaml {
 }
 
 /// One document as YAML (starting `---`), or as JSON when its YAML would
-/// not read back as the same value.
+/// not read back as the same value in a stream: what is read back is what
+/// is written, followed by the `---` that starts any next document (the
+/// loader reads a marker after a top-level block scalar as part of it).
 pub fn emit_document(doc: &Value) -> String {
     let mut out = String::new();
     let mut emitter = YamlEmitter::new(&mut out);
     emitter.multiline_strings(true);
     let dumped = emitter.dump(&to_yaml(doc)).is_ok();
-    if dumped && load(&out).ok().as_deref() == Some(std::slice::from_ref(doc)) {
-        out.push('\n');
+    out.push('\n');
+    let in_a_stream = format!("{out}---\n");
+    if dumped && load(&in_a_stream).ok().as_deref() == Some(std::slice::from_ref(doc)) {
         return out;
     }
     let json = serde_json::to_string_pretty(doc).expect("a Value serializes");
@@ -315,6 +318,24 @@ pub fn emit(docs: &[Value]) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Found by the `inject_manifest` fuzz target: a document that is a
+    /// string of several lines was written as a top-level block scalar,
+    /// which reads back alone, but swallowed the next document's `---`
+    /// and the document after it.
+    #[test]
+    fn a_stream_reads_back_as_the_documents_written() {
+        let streams = [
+            vec![json!("|\nnarobe {:hort: 8080}}\n"), json!("a\u{7f}")],
+            vec![json!("a\nb"), json!({"k": 1})],
+            vec![json!({"data": {"k": "a\nb", "l": "x\ny\n"}}), json!("x")],
+            vec![json!(["a\nb\n"]), json!("c\nd\n")],
+        ];
+        for docs in streams {
+            let text = emit(&docs);
+            assert_eq!(load(&text).unwrap(), docs, "{text}");
+        }
+    }
 
     #[test]
     fn scalars_resolve_as_kubernetes_reads_them() {

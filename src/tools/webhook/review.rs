@@ -169,9 +169,17 @@ fn opted_in_by_namespace(pod: &Value, namespace: Namespace) -> Value {
     pod
 }
 
+/// The envelope of a body that is JSON throughout: read whole as a
+/// `Value` first, since reading straight into the structs skips the
+/// fields they do not name without checking that those are JSON (a key
+/// that is not UTF-8, say).
+fn read_review(body: &[u8]) -> Result<Review, serde_json::Error> {
+    serde_json::from_value(serde_json::from_slice::<Value>(body)?)
+}
+
 /// Judges one request body.
 pub fn review(body: &[u8], opts: &Options, namespace: Namespace) -> Answer {
-    let parsed: Review = match serde_json::from_slice(body) {
+    let parsed = match read_review(body) {
         Ok(r) => r,
         Err(e) => return Answer::malformed(e),
     };
@@ -196,7 +204,7 @@ pub fn review(body: &[u8], opts: &Options, namespace: Namespace) -> Answer {
     };
     let target = Target {
         object: describe_pod(&pod, req.namespace.as_deref()),
-        service_name: None,
+        pod_dns_name: inject::manifest::pod_dns_name(&pod),
     };
     let read = opted_in_by_namespace(&pod, namespace);
     match inject::inject(&read, &target, opts) {
@@ -411,6 +419,36 @@ mod tests {
             br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"kind":"Pod"},"operation":"CREATE"}}"#,
         ] {
             let a = review(body, &Options::default(), Namespace::Unknown);
+            assert_eq!((a.status, a.outcome), (400, Outcome::Malformed));
+        }
+    }
+
+    /// A body that is not JSON is malformed even where the envelope names
+    /// no field (found by the `webhook_review` fuzz target: a key of
+    /// `request.resource` that is not UTF-8 was answered 200).
+    #[test]
+    fn a_body_that_is_not_json_anywhere_is_malformed() {
+        let good = review_of(json!({"metadata": {"generateName": "web-"}}));
+        assert_eq!(
+            review(&good, &Options::default(), Namespace::Unknown).status,
+            200
+        );
+        let text = String::from_utf8(good).unwrap();
+        let odd_key = text.replacen("\"resource\"", "\"\u{fffd}\"", 1);
+        assert_eq!(
+            review(odd_key.as_bytes(), &Options::default(), Namespace::Unknown).status,
+            200,
+            "any UTF-8 key is JSON"
+        );
+        let lone_surrogate = text.replacen("\"pods\"", "\"\\ud800\"", 1);
+        let mut not_utf8 = text.into_bytes();
+        let at = not_utf8
+            .windows(10)
+            .position(|w| w == b"\"resource\"")
+            .unwrap();
+        not_utf8[at + 1..at + 9].fill(0xff);
+        for bad in [lone_surrogate.into_bytes(), not_utf8] {
+            let a = review(&bad, &Options::default(), Namespace::Unknown);
             assert_eq!((a.status, a.outcome), (400, Outcome::Malformed));
         }
     }

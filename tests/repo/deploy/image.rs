@@ -303,3 +303,71 @@ fn every_command_and_exec_probe_in_the_manifests_names_a_program_in_the_image() 
     }
     assert!(seen >= 2, "no sidecar container found in the manifests");
 }
+
+/// Every file under `dir` (subdirectories included).
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The tags of our images (`…/mtls-sidecar:TAG`, `…/mtls-sidecar-nft:TAG`)
+/// named in `text`.
+fn our_image_tags(text: &str) -> Vec<String> {
+    let mut tags = Vec::new();
+    for image in ["/mtls-sidecar:", "/mtls-sidecar-nft:"] {
+        for (at, _) in text.match_indices(image) {
+            let tag: String = text[at + image.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || ".-_".contains(*c))
+                .collect();
+            tags.push(tag);
+        }
+    }
+    tags
+}
+
+/// The shipped manifests, the image recipes and the hand-written
+/// manifests injection is compared with name this version's images (the
+/// version `inject` writes in `mtls-sidecar.dev/injected` and its default
+/// `--image`), so a release bump cannot leave one behind.
+#[test]
+fn every_image_of_ours_is_tagged_with_this_version() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut seen = 0;
+    for dir in ["deploy", "tests/e2e/inject"] {
+        for file in files_under(&root.join(dir)) {
+            let Ok(text) = std::fs::read_to_string(&file) else {
+                continue;
+            };
+            for tag in our_image_tags(&text) {
+                seen += 1;
+                assert_eq!(
+                    tag,
+                    env!("CARGO_PKG_VERSION"),
+                    "{}: an image of ours tagged {tag}",
+                    file.display()
+                );
+            }
+        }
+    }
+    assert!(seen >= 5, "found {seen} images of ours");
+}
+
+#[test]
+fn image_tags_are_read_up_to_their_end() {
+    assert_eq!(
+        our_image_tags(
+            "image: r.example/mtls-sidecar:0.4.0 # x\n--image=r/mtls-sidecar-nft:1.2.3-rc1"
+        ),
+        ["0.4.0", "1.2.3-rc1"]
+    );
+    assert!(our_image_tags("mtls-sidecar: x, /mtls-sidecar@sha256:ab").is_empty());
+}
