@@ -165,18 +165,18 @@ def san():
         write("san_patterns", name, text)
 
 
-def proxy_header(cert_der, rsa_der):
+def proxy_protocol(cert_der, rsa_der):
     s = lambda b: bytes([len(b)]) + b
     l = lambda b: struct.pack("!H", len(b)) + b
     v4 = bytes([1]) + bytes([10, 0, 0, 7]) + struct.pack("!H", 51144) + bytes([10, 0, 0, 2]) + struct.pack("!H", 6877)
     full = (v4 + bytes([1]) + bytes([1, 0]) + bytes([1]) + s(b"postgresql") + bytes([1]) + l(b"replica-0.env-1.svc")
             + s(b"42") + bytes([1]) + l(cert_der) + bytes([1]) + l(rsa_der) + bytes([1]) + l(b"controller.env-1.svc")
             + bytes([2]) + l(b"controller.env-1.svc") + l(b"spiffe://td/c"))
-    write("proxy_header", "full", full)
+    write("proxy_protocol", "full", full)
     v6 = bytes([2]) + bytes([1] + [0] * 15) + b"\x00\x01" + bytes([0] * 15 + [1]) + b"\x00\x02"
-    write("proxy_header", "mapped-v6", v6 + bytes([2, 1, 3]) + b"\x13\x02")
-    write("proxy_header", "local", bytes([0, 0, 0, 0, 0]) + s(b"1") + bytes([0, 0, 0, 3]) + l(b"a\nb") + l(b"") + l(b"c"))
-    write("proxy_header", "mixed", bytes([3]) + bytes(30))
+    write("proxy_protocol", "mapped-v6", v6 + bytes([2, 1, 3]) + b"\x13\x02")
+    write("proxy_protocol", "local", bytes([0, 0, 0, 0, 0]) + s(b"1") + bytes([0, 0, 0, 3]) + l(b"a\nb") + l(b"") + l(b"c"))
+    write("proxy_protocol", "mixed", bytes([3]) + bytes(30))
 
 
 def admin_http():
@@ -418,7 +418,7 @@ def main():
     cert_der, rsa_der = credentials()
     config()
     san()
-    proxy_header(cert_der, rsa_der)
+    proxy_protocol(cert_der, rsa_der)
     admin_http()
     publish_args()
     deny()
