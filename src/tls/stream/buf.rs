@@ -228,6 +228,20 @@ fn put(mem: &mut Vec<u8>, at: usize, bytes: &[u8]) {
 mod tests {
     use super::*;
 
+    /// A thread keeps at most `KEEP` buffers for reuse; the rest it is
+    /// given are freed.
+    #[test]
+    fn the_pool_keeps_at_most_its_size() {
+        std::thread::spawn(|| {
+            for _ in 0..KEEP + 2 {
+                give(Vec::with_capacity(SIZE));
+            }
+            assert_eq!(POOL.with(|p| p.borrow().len()), KEEP);
+        })
+        .join()
+        .unwrap();
+    }
+
     #[test]
     fn an_emptied_buffer_holds_no_memory() {
         let mut b = Buf::default();
