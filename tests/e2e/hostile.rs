@@ -681,3 +681,41 @@ async fn a_burst_of_connects_fits_in_the_listen_queue() {
         .expect("the controller got through after the burst");
     assert_eq!(roundtrip(&mut tls, b"after").await, b"after");
 }
+
+/// A TLS 1.2 peer that asks to renegotiate is told no (rustls's
+/// `no_renegotiation` warning) by the read that finds its ClientHello,
+/// not at the sidecar's next write: here the target never writes again,
+/// so an answer left queued would never leave.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renegotiation_request_is_answered_at_once() {
+    use common::foreign::{path, Proc};
+    if tools::skip_unless(&["openssl"]) {
+        return;
+    }
+    let srv = ServerSide::start(&["--tls-min-version", "1.2"]).await;
+    let d = &srv.controller_dir;
+    let mut p = Proc::spawn(
+        "openssl",
+        &[
+            "s_client",
+            "-connect",
+            &srv.addr,
+            "-servername",
+            REPLICA,
+            "-tls1_2",
+            "-verify_return_error",
+            "-CAfile",
+            &path(d, "ca.crt"),
+            "-cert",
+            &path(d, "tls.crt"),
+            "-key",
+            &path(d, "tls.key"),
+            "-state",
+        ],
+    );
+    p.send(b"before renegotiation\n").await;
+    p.wait_stdout("before renegotiation\n").await;
+    // s_client's command: a line "R" renegotiates (TLS 1.2).
+    p.send(b"R\n").await;
+    p.wait_output("no renegotiation").await;
+}

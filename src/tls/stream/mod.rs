@@ -281,7 +281,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin, C: Side> TlsStream<IO, C> {
                     ));
                 }
             };
-            // What reading produced (a key update's answer) goes out now;
+            // What reading produced (the refusal of a TLS 1.2 renegotiation;
+            // rustls answers a key update only with the next write) goes out now;
             // a failure to send is the writer's to find.
             if !self.out.is_empty() {
                 let _ = self.drain(cx);
