@@ -51,18 +51,23 @@ use crate::tls::stream::copy;
 /// where that is the faster one ([`records_with_ring`]); the suites are
 /// the same.
 pub fn crypto_provider() -> std::sync::Arc<rustls::crypto::CryptoProvider> {
+    std::sync::Arc::new(provider(records_with_ring()))
+}
+
+/// The provider, its TLS 1.3 AES-GCM records protected by ring or not.
+fn provider(ring: bool) -> rustls::crypto::CryptoProvider {
     use rustls::crypto::aws_lc_rs::{self, kx_group};
     let base = aws_lc_rs::default_provider();
-    std::sync::Arc::new(rustls::crypto::CryptoProvider {
+    rustls::crypto::CryptoProvider {
         kx_groups: vec![
             kx_group::X25519MLKEM768,
             kx_group::X25519,
             kx_group::SECP256R1,
             kx_group::SECP384R1,
         ],
-        cipher_suites: cipher_suites(&base.cipher_suites),
+        cipher_suites: suites_for(&base.cipher_suites, ring),
         ..base
-    })
+    }
 }
 
 /// Which implementation protects TLS 1.3 AES-GCM records here: `ring`
@@ -106,7 +111,11 @@ fn prefers_ring(vaes_avx2: bool, avx512: bool) -> bool {
 /// `suites` with the TLS 1.3 AES-GCM ones' record protection from ring
 /// when [`records_with_ring`], in the same order; else `suites` as given.
 pub fn cipher_suites(suites: &[SupportedCipherSuite]) -> Vec<SupportedCipherSuite> {
-    let ring = records_with_ring();
+    suites_for(suites, records_with_ring())
+}
+
+/// `suites`, their TLS 1.3 AES-GCM records protected by ring when `ring`.
+fn suites_for(suites: &[SupportedCipherSuite], ring: bool) -> Vec<SupportedCipherSuite> {
     suites
         .iter()
         .map(|s| if ring { with_ring_records(*s) } else { *s })
@@ -280,6 +289,45 @@ impl MessageDecrypter for Opener {
 mod tests {
     use super::*;
     use rustls::crypto::cipher::{OutboundChunks, Tls13AeadAlgorithm};
+
+    /// The same suite, by address (the ring ones are statics of ours).
+    fn same_suite(a: &SupportedCipherSuite, b: &SupportedCipherSuite) -> bool {
+        match (a, b) {
+            (SupportedCipherSuite::Tls13(a), SupportedCipherSuite::Tls13(b)) => {
+                std::ptr::eq(*a, *b)
+            }
+            (SupportedCipherSuite::Tls12(a), SupportedCipherSuite::Tls12(b)) => {
+                std::ptr::eq(*a, *b)
+            }
+            _ => false,
+        }
+    }
+
+    /// The provider carries the suites chosen for the CPU, so records are
+    /// protected by what the `aes_gcm` label says: with ring chosen,
+    /// aws-lc's own suites would make the label lie.
+    #[test]
+    fn the_provider_protects_records_as_the_label_says() {
+        let base = rustls::crypto::aws_lc_rs::default_provider();
+        for ring in [true, false] {
+            let want = suites_for(&base.cipher_suites, ring);
+            let got = provider(ring).cipher_suites;
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                assert!(same_suite(g, w), "{:?} is not the suite chosen", g.suite());
+            }
+        }
+        let ring = suites_for(&base.cipher_suites, true);
+        let differ = ring
+            .iter()
+            .zip(&base.cipher_suites)
+            .filter(|(r, b)| !same_suite(r, b));
+        assert_eq!(
+            differ.count(),
+            2,
+            "ring protects both TLS 1.3 AES-GCM suites"
+        );
+    }
 
     fn aws_lc(suite: CipherSuite) -> &'static dyn Tls13AeadAlgorithm {
         rustls::crypto::aws_lc_rs::ALL_CIPHER_SUITES
