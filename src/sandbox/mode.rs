@@ -40,4 +40,20 @@ mod tests {
         assert_eq!(f.sandbox, SandboxMode::BestEffort);
         assert!(toml::from_str::<F>("sandbox = \"maybe\"").is_err());
     }
+
+    /// What logs and `/status` show is the mode as the operator spells it:
+    /// it parses back to the same mode, from the config file and the flag.
+    #[test]
+    fn each_mode_is_shown_as_it_is_spelt() {
+        #[derive(Deserialize)]
+        struct F {
+            sandbox: SandboxMode,
+        }
+        use clap::ValueEnum;
+        for mode in SandboxMode::value_variants() {
+            let f: F = toml::from_str(&format!("sandbox = \"{}\"", mode.as_str())).unwrap();
+            assert_eq!(f.sandbox, *mode);
+            assert_eq!(SandboxMode::from_str(mode.as_str(), false), Ok(*mode));
+        }
+    }
 }
