@@ -1,6 +1,6 @@
-//! The h2 header-block clock: how long the header block an h2 client is
-//! sending has been unfinished, followed from the frame headers in its
-//! bytes.
+//! The h2 header-block clock and charge: how long the header block an h2
+//! client is sending has been unfinished, and how many bytes it holds,
+//! followed from the frame headers in its bytes.
 //!
 //! Why from the bytes: hyper opens a request only once its header block is
 //! complete, so the connection's idle clock (no request open) cannot see a
@@ -12,6 +12,14 @@
 //! from the header of its first frame to the last byte of the frame that
 //! ends it. Only the frame headers are read; hyper still parses and judges
 //! every frame.
+//!
+//! The bytes of the unfinished block (the payloads of its frames so far,
+//! as they arrive) are charged to the route's pending-head budget, as
+//! HTTP/1.1's framing reader charges an unfinished head, and given back
+//! when the block ends or the connection does. The budget counts wire
+//! bytes, as HTTP/1.1's does: hyper (h2) decodes the block as it comes and
+//! keeps the decoded fields, which `--http-max-header-bytes` bounds per
+//! connection (`max_header_list_size`).
 
 use std::sync::{Arc, Mutex};
 
@@ -19,6 +27,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::tap::Observe;
+use super::Charge;
 
 /// The client connection preface (RFC 9113 §3.4), before the first frame.
 const PREFACE_LEN: usize = 24;
@@ -69,16 +78,23 @@ enum At {
     /// This many payload bytes are still to come; `ends` when the frame
     /// ends the header block.
     Payload { left: usize, ends: bool },
+    /// The route's budget refused the block: nothing more is followed
+    /// (the connection is closed).
+    Refused,
 }
 
-/// A [`Tap`](super::tap::Tap) observer that follows an h2 client's frames
-/// and keeps its [`BlockClock`].
+/// A [`Tap`](super::tap::Tap) observer that follows an h2 client's frames,
+/// keeps its [`BlockClock`] and charges its unfinished block.
 #[derive(Debug)]
 pub struct Blocks {
     at: At,
     head: [u8; FRAME_HEADER_LEN],
     in_block: bool,
+    /// The payload bytes of the unfinished block read so far.
+    pending: usize,
     clock: Arc<BlockClock>,
+    /// The route's pending-head budget, and what `pending` holds of it.
+    charge: Option<Charge>,
 }
 
 impl Blocks {
@@ -88,7 +104,38 @@ impl Blocks {
             at: At::Preface(PREFACE_LEN),
             head: [0; FRAME_HEADER_LEN],
             in_block: false,
+            pending: 0,
             clock,
+            charge: None,
+        }
+    }
+
+    /// The same follower charging the unfinished block to a route's
+    /// budget.
+    pub fn charged(mut self, charge: Charge) -> Blocks {
+        self.charge = Some(charge);
+        self
+    }
+
+    /// `n` payload bytes of the current frame arrived: inside a block
+    /// they are charged (a frame other than CONTINUATION inside a block is
+    /// a connection error hyper acts on; charging it too is harmless).
+    fn payload_read(&mut self, n: usize) {
+        if self.in_block {
+            self.pending += n;
+            self.charge_pending();
+        }
+    }
+
+    /// Brings what the block holds of the route's budget to `pending`;
+    /// when the budget refuses, stops following (the connection is then
+    /// closed, see [`Observe::refused`]).
+    fn charge_pending(&mut self) {
+        let Some(c) = &mut self.charge else {
+            return;
+        };
+        if !c.hold(self.pending) {
+            self.at = At::Refused;
         }
     }
 
@@ -109,13 +156,15 @@ impl Blocks {
     }
 
     /// A frame's last byte arrived: the frame that ends a block stops the
-    /// clock.
+    /// clock and gives back what the block held.
     fn frame_ended(&mut self, ends: bool) {
+        self.at = At::Head(0);
         if ends && self.in_block {
             self.in_block = false;
             self.clock.set(None);
+            self.pending = 0;
+            self.charge_pending();
         }
-        self.at = At::Head(0);
     }
 }
 
@@ -123,6 +172,7 @@ impl Observe for Blocks {
     fn read(&mut self, mut bytes: &[u8]) {
         while !bytes.is_empty() {
             match self.at {
+                At::Refused => return,
                 At::Preface(left) => {
                     let n = left.min(bytes.len());
                     bytes = &bytes[n..];
@@ -147,18 +197,25 @@ impl Observe for Blocks {
                         left: left - n,
                         ends,
                     };
-                    if left == n {
+                    self.payload_read(n);
+                    if left == n && self.at != At::Refused {
                         self.frame_ended(ends);
                     }
                 }
             }
         }
     }
+
+    fn refused(&self) -> bool {
+        self.at == At::Refused
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proxy::http::{HeadBudget, FREE_HEAD_BYTES};
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     fn frame(ty: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
         let len = payload.len();
@@ -229,6 +286,90 @@ mod tests {
         rest.extend_from_slice(&frame(HEADERS, 0, &[0x82])[..9]);
         b.read(&rest);
         assert!(clock.since().is_some());
+    }
+
+    /// A follower of a connection charging `budget` with no free
+    /// allowance, and its over-budget flag.
+    fn charged(budget: &Arc<HeadBudget>) -> (Blocks, Arc<AtomicBool>) {
+        let over = Arc::new(AtomicBool::new(false));
+        let (b, _) = follower();
+        let b = b.charged(Charge::new(budget.clone(), over.clone()).with_free(0));
+        (b, over)
+    }
+
+    /// An unfinished block holds its payload bytes of the route's budget
+    /// as they arrive, other frames none; the frame that ends it gives
+    /// them all back, and so does a connection that ends mid-block.
+    #[test]
+    fn an_unfinished_block_holds_the_routes_budget_until_it_ends() {
+        let budget = Arc::new(HeadBudget::new(100));
+        let (mut b, over) = charged(&budget);
+        b.read(&frame(0x4, 0, &[0; 6])); // SETTINGS
+        b.read(&frame(0x0, 0x1, &[0; 20])); // DATA
+        assert_eq!(budget.used(), 0, "only block frames are charged");
+        let headers = frame(HEADERS, 0, &[0x82; 30]);
+        b.read(&headers[..9]);
+        assert_eq!(budget.used(), 0, "frame headers are not charged");
+        b.read(&headers[9..19]);
+        assert_eq!(budget.used(), 10, "charged as the payload arrives");
+        b.read(&headers[19..]);
+        b.read(&frame(CONTINUATION, 0, &[0x82; 20]));
+        assert_eq!(budget.used(), 50);
+        let last = frame(CONTINUATION, END_HEADERS, &[0x82; 5]);
+        b.read(&last[..last.len() - 1]);
+        assert_eq!(budget.used(), 54, "held until the block's last byte");
+        b.read(&last[last.len() - 1..]);
+        assert_eq!(budget.used(), 0, "an ended block holds nothing");
+        b.read(&frame(HEADERS, 0, &[0x82; 40]));
+        assert_eq!(budget.used(), 40);
+        assert!(!b.refused() && !over.load(Ordering::Acquire));
+        drop(b);
+        assert_eq!(budget.used(), 0, "a closed connection holds nothing");
+    }
+
+    /// Two connections share the budget: the block that would pass it
+    /// flags its connection (closed, `overload`), gives back what it held
+    /// and is followed no further; the other goes on, and once it ends a
+    /// new block fits again.
+    #[test]
+    fn a_block_past_the_budget_flags_its_connection() {
+        let budget = Arc::new(HeadBudget::new(100));
+        let (mut a, a_over) = charged(&budget);
+        let (mut b, b_over) = charged(&budget);
+        a.read(&frame(HEADERS, 0, &[0x82; 60]));
+        b.read(&frame(HEADERS, 0, &[0x82; 30]));
+        assert_eq!(budget.used(), 90);
+        b.read(&frame(CONTINUATION, 0, &[0x82; 11]));
+        assert!(b.refused() && b_over.load(Ordering::Acquire));
+        assert_eq!(budget.used(), 60, "the refused block gave back its part");
+        b.read(&frame(CONTINUATION, END_HEADERS, &[]));
+        b.read(&frame(HEADERS, 0, &[0x82; 5]));
+        assert_eq!((b.at, budget.used()), (At::Refused, 60), "not followed");
+        assert!(!a.refused() && !a_over.load(Ordering::Acquire));
+        a.read(&frame(CONTINUATION, END_HEADERS, &[0x82; 40]));
+        assert_eq!(budget.used(), 0);
+        let (mut c, c_over) = charged(&budget);
+        c.read(&frame(HEADERS, 0, &[0x82; 100]));
+        assert!(
+            !c.refused() && !c_over.load(Ordering::Acquire),
+            "fits again"
+        );
+    }
+
+    /// A block within the free allowance is never refused, however full
+    /// the budget; past it the full budget refuses.
+    #[test]
+    fn a_small_block_passes_a_full_budget() {
+        let budget = Arc::new(HeadBudget::new(100));
+        assert!(budget.take(100), "the budget is full");
+        let over = Arc::new(AtomicBool::new(false));
+        let (b, _) = follower();
+        let mut b = b.charged(Charge::new(budget.clone(), over.clone()));
+        b.read(&frame(HEADERS, 0, &vec![0x82; FREE_HEAD_BYTES]));
+        assert!(!b.refused(), "a small block was refused");
+        b.read(&frame(CONTINUATION, 0, &[0x82]));
+        assert!(b.refused() && over.load(Ordering::Acquire));
+        assert_eq!(budget.used(), 100);
     }
 
     #[test]
