@@ -299,15 +299,16 @@ async fn h2_connections_without_a_request_are_closed_at_the_header_timeout() {
 /// A server sidecar with an admin endpoint and `flag value`, in front of
 /// an h2c target.
 async fn h2_route(flag: &str, value: &str) -> (Ids, Sidecar) {
+    h2_route_with(&[flag, value]).await
+}
+
+/// A server sidecar with an admin endpoint and `args`, in front of an h2c
+/// target.
+async fn h2_route_with(args: &[&str]) -> (Ids, Sidecar) {
     let ids = Ids::new();
     let target = h2c_target().await;
-    let args = ["--http-identity", "xfcc", flag, value];
-    let sc = start_server(
-        &ids.server_dir,
-        &target,
-        &[&args[..], &["--admin", "127.0.0.1:0"]].concat(),
-    )
-    .await;
+    let ours = ["--http-identity", "xfcc", "--admin", "127.0.0.1:0"];
+    let sc = start_server(&ids.server_dir, &target, &[&ours[..], args].concat()).await;
     (ids, sc)
 }
 
@@ -560,36 +561,27 @@ async fn answered(tls: &mut ClientTls, rest: &[u8]) {
 
 /// Unfinished h2 header blocks share the route's
 /// `--http-max-pending-head-bytes` with HTTP/1.1's heads: each of four
-/// connections holds a block of 12,000 bytes (3,808 charged beyond its
-/// free 8 KiB; 15,232 of 16,384 in all); a fifth, whose block would pass
-/// the budget, is closed at once (`closed{reason="overload"}`), long
-/// before the header timeout; the four go on and are answered when their
-/// blocks end, and a new block then fits again. Without the charge every
+/// connections holds a block of 11,500 bytes and five fields (3,948
+/// charged beyond its free 8 KiB, at 128 a field; 15,792 of 16,384 in
+/// all); a fifth, whose block would pass the budget, is closed at once
+/// (`closed{reason="overload"}`), long before the header timeout; the
+/// four go on and are answered when their blocks end, and a new block
+/// then fits again. Without the charge every
 /// block was held until the header timeout (300 connections with 63 KB
 /// each took 63 MB).
 #[tokio::test]
 async fn unfinished_h2_header_blocks_share_the_routes_budget() {
     use tokio::io::AsyncWriteExt;
-    let ids = Ids::new();
-    let target = h2c_target().await;
-    let sc = start_server(
-        &ids.server_dir,
-        &target,
-        &[
-            "--http-identity",
-            "xfcc",
-            "--admin",
-            "127.0.0.1:0",
-            "--http-header-timeout",
-            "600s",
-            "--http-max-header-bytes",
-            "16384",
-            "--http-max-pending-head-bytes",
-            "16384",
-        ],
-    )
+    let (ids, sc) = h2_route_with(&[
+        "--http-header-timeout",
+        "600s",
+        "--http-max-header-bytes",
+        "16384",
+        "--http-max-pending-head-bytes",
+        "16384",
+    ])
     .await;
-    let (first, rest) = unfinished_get(12_000, 12_100);
+    let (first, rest) = unfinished_get(11_500, 11_500);
     let mut held = Vec::new();
     for _ in 0..4 {
         held.push(sent_and_read(&sc, &ids, &first).await);
@@ -611,4 +603,49 @@ async fn unfinished_h2_header_blocks_share_the_routes_budget() {
     let mut again = sent_and_read(&sc, &ids, &first).await;
     answered(&mut again, &rest).await;
     sc.wait_closed("server", "overload", 1.0).await;
+}
+
+/// An unfinished block is charged per field as well as per byte: a field
+/// can come from one byte (a reference to an HPACK table entry) and hyper
+/// keeps each one it decoded. A block of 1,090 references to a static
+/// entry (1,096 wire bytes, within a connection's free 8 KiB) is charged
+/// about 140 KB, past the budget: its connection is closed at once
+/// (`overload`), long before the header timeout, while a request on
+/// another connection is answered. Charged its wire bytes alone, such a
+/// block was held: 300 of them took the sidecar from 15 to 71 MB.
+#[tokio::test]
+async fn an_h2_block_of_one_byte_references_is_charged_per_field() {
+    use tokio::io::AsyncWriteExt;
+    let (ids, sc) = h2_route_with(&[
+        "--http-header-timeout",
+        "600s",
+        "--http-max-pending-head-bytes",
+        "65536",
+    ])
+    .await;
+    // `accept-encoding: gzip, deflate` (static entry 16) 1,090 times: a
+    // header list of 65,400 bytes, within --http-max-header-bytes.
+    let mut block = vec![0x82, 0x87, 0x84, 0x41, 0x01, b't'];
+    block.resize(block.len() + 1090, 0x90);
+    let mut frames = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    frames.extend_from_slice(&h2_frame(0x4, 0, 0, &[])); // SETTINGS
+    frames.extend_from_slice(&h2_frame(0x1, 0x1, 1, &block));
+    let mut tls = tls_connect(&sc.addr("server"), REPLICA, ids.tls(&["h2"]))
+        .await
+        .unwrap();
+    let _ = tls.write_all(&frames).await;
+    let _ = tls.flush().await;
+    assert!(
+        read_to_close(&mut tls).await,
+        "the block of references was held"
+    );
+    sc.wait_closed("server", "overload", 1.0).await;
+    let mut send = h2_client(&sc.addr("server"), &ids).await;
+    let req = Request::get(format!("https://{REPLICA}/"))
+        .body(WithTrailers {
+            data: None,
+            trailers: None,
+        })
+        .unwrap();
+    assert_eq!(json(&mut send, req).await.0, 200);
 }

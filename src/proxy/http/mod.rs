@@ -12,7 +12,8 @@
 //! `http/1.1` or none → HTTP/1.1.
 //!
 //! The parts: [`xfcc`] (the header's value and name predicate), [`body`]
-//! (`--http-body-timeout`), [`blocks`] (the h2 header-block clock and charge), [`dn`]
+//! (`--http-body-timeout`), [`blocks`] (the h2 header-block clock and charge, with
+//! [`fields`] counting a block's fields), [`dn`]
 //! (the subject as OpenSSL's RFC 2253 line, with [`dn_names`] its names), [`headers`] (what is removed before ours is
 //! added), [`smuggle`] (framing checks on the raw HTTP/1.1 bytes), [`tap`] (what
 //! sees those bytes: the framing reader and the byte counters),
@@ -30,6 +31,7 @@ pub mod blocks;
 pub mod body;
 pub mod dn;
 pub mod dn_names;
+pub mod fields;
 pub mod headers;
 pub mod serve;
 pub mod service;
@@ -145,17 +147,18 @@ impl HeadBudget {
     }
 }
 
-/// The bytes of an unfinished request head (HTTP/1.1) or header block
-/// (h2) each connection holds without charging the route's budget: an
+/// What an unfinished request head (HTTP/1.1) or header block (h2) of
+/// each connection holds without charging the route's budget: an
 /// ordinary head fits, so peers filling the budget with large unfinished
 /// heads cannot starve everyone else's small ones. What this leaves
 /// uncharged is bounded by `--max-connections` times this.
 pub const FREE_HEAD_BYTES: usize = 8 * 1024;
 
-/// What one connection holds of its route's [`HeadBudget`]: the bytes of
-/// the head (or line, or h2 header block) it is receiving beyond
-/// [`FREE_HEAD_BYTES`], wire bytes as the client sent them. Everything
-/// held is given back when it is dropped (the connection ended).
+/// What one connection holds of its route's [`HeadBudget`]: what the
+/// head (or line, or h2 header block) it is receiving costs beyond
+/// [`FREE_HEAD_BYTES`]: its bytes as the client sent them (an h2 block's
+/// also a cost per field, see [`blocks`]). Everything held is given back
+/// when it is dropped (the connection ended).
 #[derive(Debug)]
 pub struct Charge {
     budget: Arc<HeadBudget>,
@@ -184,8 +187,9 @@ impl Charge {
         self
     }
 
-    /// Brings what this connection holds to what a head of `bytes` costs,
-    /// taking or giving back the difference. When the budget refuses the
+    /// Brings what this connection holds to what a head costing `bytes`
+    /// costs beyond the free allowance, taking or giving back the
+    /// difference. When the budget refuses the
     /// growth, gives back everything held, flags the connection over
     /// budget and returns false.
     pub fn hold(&mut self, bytes: usize) -> bool {
