@@ -209,6 +209,11 @@ mod tests {
     #[test]
     fn an_unfinished_field_counts_and_waits_for_the_rest() {
         assert_eq!(
+            count(&[&[0x10, 0x00, 0x00]]),
+            (1, Next::Rep),
+            "empty strings"
+        );
+        assert_eq!(
             count(&[&[0x00, 0x03, b'a']]),
             (
                 1,
