@@ -234,8 +234,9 @@ pub struct ServerArgs {
     /// the stream) whose body has not sent its next part for this long [default: 60s].
     #[arg(long, value_name = "DURATION", requires = "http_identity")]
     pub http_body_timeout: Option<String>,
-    /// With --http-identity: close a connection whose unfinished HTTP/1.1 request head would take
-    /// the route's unfinished heads, all connections together, past this [default: 4194304].
+    /// With --http-identity: close a connection whose unfinished HTTP/1.1 request head or h2
+    /// header block would take the route's unfinished heads, all connections together, past this
+    /// [default: 4194304].
     #[arg(long, value_name = "BYTES", requires = "http_identity")]
     pub http_max_pending_head_bytes: Option<u64>,
 }

@@ -80,7 +80,8 @@ pub struct RouteSpec {
     /// (`--http-body-timeout`).
     pub http_body_timeout: Option<String>,
     /// With `http_identity`: the bytes all unfinished HTTP/1.1 request
-    /// heads of the route may hold (`--http-max-pending-head-bytes`).
+    /// heads and h2 header blocks of the route may hold
+    /// (`--http-max-pending-head-bytes`).
     pub http_max_pending_head_bytes: Option<u64>,
     /// `on`/`off`: one INFO line per authenticated connection at close
     /// (default: on for server routes, off for client routes).

@@ -105,6 +105,16 @@ impl Drop for PyTarget {
     }
 }
 
+/// The bytes the server route has read from its clients
+/// (`mtls_sidecar_bytes_total{route="server",direction="to_target"}`).
+pub fn server_read(m: &expo::Exposition) -> f64 {
+    m.value(
+        "mtls_sidecar_bytes_total",
+        &[("route", "server"), ("direction", "to_target")],
+    )
+    .unwrap_or(0.0)
+}
+
 /// The forged x-forwarded-client-cert headers a client sends, one request
 /// each (name, extra header lines): every spelling the sidecar must drop.
 pub const FORGED: &[(&str, &str)] = &[

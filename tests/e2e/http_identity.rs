@@ -800,13 +800,6 @@ async fn unfinished_heads_share_the_routes_budget() {
     .await;
     let addr = sc.addr("server");
     let admin = sc.admin();
-    let to_target = |m: &expo::Exposition| {
-        m.value(
-            "mtls_sidecar_bytes_total",
-            &[("route", "server"), ("direction", "to_target")],
-        )
-        .unwrap_or(0.0)
-    };
     let part = |name: &str| {
         let mut head = format!("GET / HTTP/1.1\r\nHost: t\r\nX-{name}: ").into_bytes();
         head.resize(40_000, b'a');
@@ -815,7 +808,10 @@ async fn unfinished_heads_share_the_routes_budget() {
     let mut first = Raw::connect(&addr, ids.tls(&["http/1.1"])).await;
     let head = part("first");
     first.send(&head).await;
-    scrape_until(&admin, "the first head read", |m| to_target(m) >= 40_000.0).await;
+    scrape_until(&admin, "the first head read", |m| {
+        server_read(m) >= 40_000.0
+    })
+    .await;
     let mut second = Raw::connect(&addr, ids.tls(&["http/1.1"])).await;
     second.send(&part("second")).await;
     assert!(second.closed().await, "the second head was held too");

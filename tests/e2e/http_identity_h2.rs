@@ -6,7 +6,8 @@
 //! mid-keep-alive; `--http-header-timeout` closes one with no request
 //! (an unfinished header block, none at all, or idle after its answers)
 //! and one with a header block unfinished beside an open request;
-//! `--http-body-timeout` ends a stalled request's stream only.
+//! `--http-body-timeout` ends a stalled request's stream only; unfinished
+//! header blocks share `--http-max-pending-head-bytes`.
 
 use crate::common;
 use crate::common::http_identity as support;
@@ -298,15 +299,16 @@ async fn h2_connections_without_a_request_are_closed_at_the_header_timeout() {
 /// A server sidecar with an admin endpoint and `flag value`, in front of
 /// an h2c target.
 async fn h2_route(flag: &str, value: &str) -> (Ids, Sidecar) {
+    h2_route_with(&[flag, value]).await
+}
+
+/// A server sidecar with an admin endpoint and `args`, in front of an h2c
+/// target.
+async fn h2_route_with(args: &[&str]) -> (Ids, Sidecar) {
     let ids = Ids::new();
     let target = h2c_target().await;
-    let args = ["--http-identity", "xfcc", flag, value];
-    let sc = start_server(
-        &ids.server_dir,
-        &target,
-        &[&args[..], &["--admin", "127.0.0.1:0"]].concat(),
-    )
-    .await;
+    let ours = ["--http-identity", "xfcc", "--admin", "127.0.0.1:0"];
+    let sc = start_server(&ids.server_dir, &target, &[&ours[..], args].concat()).await;
     (ids, sc)
 }
 
@@ -417,12 +419,7 @@ async fn an_unfinished_h2_header_block_is_bounded_while_another_request_is_open(
     // The block starts once the sidecar has read the first request (it is
     // open from then on).
     scrape_until(&sc.admin(), "the first request read", |m| {
-        m.value(
-            "mtls_sidecar_bytes_total",
-            &[("route", "server"), ("direction", "to_target")],
-        )
-        .unwrap_or(0.0)
-            >= (frames.len()) as f64
+        server_read(m) >= frames.len() as f64
     })
     .await;
     // Stream 3: HEADERS `:method GET` without END_HEADERS, never continued.
@@ -475,4 +472,180 @@ async fn an_h2_request_body_that_stops_arriving_ends_its_stream_only() {
     assert_eq!(j["body"], 5, "{j}");
     assert!(!conn.is_finished(), "the connection was closed");
     drop(feed);
+}
+
+/// An h2 frame on `stream`.
+fn h2_frame(ty: u8, flags: u8, stream: u8, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len();
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, ty, flags];
+    f.extend_from_slice(&[0, 0, 0, stream]);
+    f.extend_from_slice(payload);
+    f
+}
+
+/// An HPACK integer with a 7-bit prefix (RFC 7541 §5.1), no flag bits.
+fn hpack_int(mut n: usize) -> Vec<u8> {
+    if n < 0x7f {
+        return vec![n as u8];
+    }
+    let mut out = vec![0x7f];
+    n -= 0x7f;
+    while n >= 0x80 {
+        out.push((n % 0x80) as u8 | 0x80);
+        n /= 0x80;
+    }
+    out.push(n as u8);
+    out
+}
+
+/// The bytes a raw h2 client sends: the preface and SETTINGS, then a GET
+/// (END_STREAM) on stream 1 whose HEADERS frame (no END_HEADERS, a
+/// payload of `sent` bytes) carries its pseudo-headers and the start of an
+/// `x-big` value of `value` bytes; and the CONTINUATION, flagged
+/// END_HEADERS, that carries the rest of the value and ends the block.
+fn unfinished_get(sent: usize, value: usize) -> (Vec<u8>, Vec<u8>) {
+    let mut block = vec![0x82, 0x87, 0x84, 0x41, 0x01, b't', 0x00, 0x05];
+    block.extend_from_slice(b"x-big");
+    block.extend_from_slice(&hpack_int(value));
+    block.resize(block.len() + value, b'a');
+    let mut first = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    first.extend_from_slice(&h2_frame(0x4, 0, 0, &[])); // SETTINGS
+    first.extend_from_slice(&h2_frame(0x1, 0x1, 1, &block[..sent]));
+    let rest = h2_frame(0x9, 0x4, 1, &block[sent..]);
+    (first, rest)
+}
+
+/// Reads the sidecar's frames until the first HEADERS frame on stream 1
+/// and returns its block; `None` if the connection ends or `DEADLINE`
+/// passes first.
+async fn response_block(tls: &mut ClientTls) -> Option<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let read = async {
+        loop {
+            let mut head = [0u8; 9];
+            tls.read_exact(&mut head).await.ok()?;
+            let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+            let mut payload = vec![0u8; len];
+            tls.read_exact(&mut payload).await.ok()?;
+            if head[3] == 0x1 && head[5..9] == [0, 0, 0, 1] {
+                return Some(payload);
+            }
+        }
+    };
+    tokio::time::timeout(DEADLINE, read).await.ok().flatten()
+}
+
+/// Opens an h2 connection to the server route and sends `first`; returns
+/// once the sidecar has read it all.
+async fn sent_and_read(sc: &Sidecar, ids: &Ids, first: &[u8]) -> ClientTls {
+    use tokio::io::AsyncWriteExt;
+    let admin = sc.admin();
+    let want = server_read(&scrape(&admin).await) + first.len() as f64;
+    let mut tls = tls_connect(&sc.addr("server"), REPLICA, ids.tls(&["h2"]))
+        .await
+        .unwrap();
+    tls.write_all(first).await.unwrap();
+    tls.flush().await.unwrap();
+    scrape_until(&admin, "the block read", |m| server_read(m) >= want).await;
+    tls
+}
+
+/// Ends the block `tls` holds with `rest` and expects the answer: 200.
+async fn answered(tls: &mut ClientTls, rest: &[u8]) {
+    use tokio::io::AsyncWriteExt;
+    tls.write_all(rest).await.unwrap();
+    tls.flush().await.unwrap();
+    let block = response_block(tls).await.expect("answered");
+    assert_eq!(block.first(), Some(&0x88), "not 200: {block:?}");
+}
+
+/// Unfinished h2 header blocks share the route's
+/// `--http-max-pending-head-bytes` with HTTP/1.1's heads: each of four
+/// connections holds a block of 11,500 bytes and five fields (3,948
+/// charged beyond its free 8 KiB, at 128 a field; 15,792 of 16,384 in
+/// all); a fifth, whose block would pass the budget, is closed at once
+/// (`closed{reason="overload"}`), long before the header timeout; the
+/// four go on and are answered when their blocks end, and a new block
+/// then fits again. Without the charge every
+/// block was held until the header timeout (300 connections with 63 KB
+/// each took 63 MB).
+#[tokio::test]
+async fn unfinished_h2_header_blocks_share_the_routes_budget() {
+    use tokio::io::AsyncWriteExt;
+    let (ids, sc) = h2_route_with(&[
+        "--http-header-timeout",
+        "600s",
+        "--http-max-header-bytes",
+        "16384",
+        "--http-max-pending-head-bytes",
+        "16384",
+    ])
+    .await;
+    let (first, rest) = unfinished_get(11_500, 11_500);
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(sent_and_read(&sc, &ids, &first).await);
+    }
+    let mut over = tls_connect(&sc.addr("server"), REPLICA, ids.tls(&["h2"]))
+        .await
+        .unwrap();
+    // The sidecar may close before it has read everything.
+    let _ = over.write_all(&first).await;
+    let _ = over.flush().await;
+    assert!(
+        read_to_close(&mut over).await,
+        "the block past the budget was held"
+    );
+    sc.wait_closed("server", "overload", 1.0).await;
+    for tls in &mut held {
+        answered(tls, &rest).await;
+    }
+    let mut again = sent_and_read(&sc, &ids, &first).await;
+    answered(&mut again, &rest).await;
+    sc.wait_closed("server", "overload", 1.0).await;
+}
+
+/// An unfinished block is charged per field as well as per byte: a field
+/// can come from one byte (a reference to an HPACK table entry) and hyper
+/// keeps each one it decoded. A block of 1,090 references to a static
+/// entry (1,096 wire bytes, within a connection's free 8 KiB) is charged
+/// about 140 KB, past the budget: its connection is closed at once
+/// (`overload`), long before the header timeout, while a request on
+/// another connection is answered. Charged its wire bytes alone, such a
+/// block was held: 300 of them took the sidecar from 15 to 71 MB.
+#[tokio::test]
+async fn an_h2_block_of_one_byte_references_is_charged_per_field() {
+    use tokio::io::AsyncWriteExt;
+    let (ids, sc) = h2_route_with(&[
+        "--http-header-timeout",
+        "600s",
+        "--http-max-pending-head-bytes",
+        "65536",
+    ])
+    .await;
+    // `accept-encoding: gzip, deflate` (static entry 16) 1,090 times: a
+    // header list of 65,400 bytes, within --http-max-header-bytes.
+    let mut block = vec![0x82, 0x87, 0x84, 0x41, 0x01, b't'];
+    block.resize(block.len() + 1090, 0x90);
+    let mut frames = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    frames.extend_from_slice(&h2_frame(0x4, 0, 0, &[])); // SETTINGS
+    frames.extend_from_slice(&h2_frame(0x1, 0x1, 1, &block));
+    let mut tls = tls_connect(&sc.addr("server"), REPLICA, ids.tls(&["h2"]))
+        .await
+        .unwrap();
+    let _ = tls.write_all(&frames).await;
+    let _ = tls.flush().await;
+    assert!(
+        read_to_close(&mut tls).await,
+        "the block of references was held"
+    );
+    sc.wait_closed("server", "overload", 1.0).await;
+    let mut send = h2_client(&sc.addr("server"), &ids).await;
+    let req = Request::get(format!("https://{REPLICA}/"))
+        .body(WithTrailers {
+            data: None,
+            trailers: None,
+        })
+        .unwrap();
+    assert_eq!(json(&mut send, req).await.0, 200);
 }

@@ -1,6 +1,6 @@
-//! The h2 header-block clock: how long the header block an h2 client is
-//! sending has been unfinished, followed from the frame headers in its
-//! bytes.
+//! The h2 header-block clock and charge: how long the header block an h2
+//! client is sending has been unfinished, and how many bytes it holds,
+//! followed from the frame headers in its bytes.
 //!
 //! Why from the bytes: hyper opens a request only once its header block is
 //! complete, so the connection's idle clock (no request open) cannot see a
@@ -12,13 +12,25 @@
 //! from the header of its first frame to the last byte of the frame that
 //! ends it. Only the frame headers are read; hyper still parses and judges
 //! every frame.
+//!
+//! The unfinished block is charged to the route's pending-head budget,
+//! as HTTP/1.1's framing reader charges an unfinished head, and given
+//! back when the block ends or the connection does. It is charged its
+//! wire bytes (the payloads of its frames so far, as they arrive), as
+//! HTTP/1.1's head is, plus [`FIELD_COST`] for each field begun: hyper
+//! (h2) decodes the block as it comes and keeps each decoded field, and a
+//! field can come from a single byte (an HPACK table reference), so wire
+//! bytes alone would let a small block hold much more ([`super::fields`]
+//! counts them).
 
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::fields::FieldCount;
 use super::tap::Observe;
+use super::Charge;
 
 /// The client connection preface (RFC 9113 §3.4), before the first frame.
 const PREFACE_LEN: usize = 24;
@@ -28,6 +40,74 @@ const HEADERS: u8 = 0x1;
 const PUSH_PROMISE: u8 = 0x5;
 const CONTINUATION: u8 = 0x9;
 const END_HEADERS: u8 = 0x4;
+const PADDED: u8 = 0x8;
+const PRIORITY: u8 = 0x20;
+
+/// What a block is charged per field it carries, beyond its wire bytes:
+/// what hyper keeps for a decoded field besides its bytes (a header map
+/// entry, about 100 bytes), which a one-byte HPACK reference makes it
+/// hold.
+pub const FIELD_COST: usize = 128;
+
+/// What an unfinished block of `wire` payload bytes carrying `fields`
+/// fields is charged.
+fn block_cost(wire: usize, fields: usize) -> usize {
+    wire.saturating_add(fields.saturating_mul(FIELD_COST))
+}
+
+/// Which payload bytes of a block frame are its field block fragment
+/// (RFC 9113 §6.2, §6.6, §6.10): those after the pad length and the
+/// priority (or promised stream) at the front and before the padding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fragment {
+    /// The frame's payload length.
+    len: usize,
+    /// The payload bytes seen so far.
+    pos: usize,
+    /// The bytes before the fragment.
+    front: usize,
+    /// True when the first payload byte is the pad length.
+    padded: bool,
+    /// The padding after the fragment.
+    pad: usize,
+}
+
+impl Fragment {
+    /// The fragment of a block frame of type `ty` with `flags` and a
+    /// payload of `len` bytes.
+    fn of(ty: u8, flags: u8, len: usize) -> Fragment {
+        let padded = ty != CONTINUATION && flags & PADDED != 0;
+        let fixed = match ty {
+            HEADERS if flags & PRIORITY != 0 => 5,
+            PUSH_PROMISE => 4,
+            _ => 0,
+        };
+        Fragment {
+            len,
+            pos: 0,
+            front: usize::from(padded) + fixed,
+            padded,
+            pad: 0,
+        }
+    }
+
+    /// The part of `chunk`, the frame's next payload bytes, inside the
+    /// fragment.
+    fn take<'a>(&mut self, chunk: &'a [u8]) -> &'a [u8] {
+        if self.padded && self.pos == 0 {
+            self.pad = chunk.first().copied().map_or(0, usize::from);
+        }
+        let start = self.pos;
+        self.pos += chunk.len();
+        let from = self.front.max(start) - start;
+        let to = self
+            .len
+            .saturating_sub(self.pad)
+            .min(self.pos)
+            .saturating_sub(start);
+        chunk.get(from..to.max(from)).unwrap_or(&[])
+    }
+}
 
 /// When the unfinished header block started, shared with the connection's
 /// driver, which is woken at every start and end.
@@ -69,16 +149,27 @@ enum At {
     /// This many payload bytes are still to come; `ends` when the frame
     /// ends the header block.
     Payload { left: usize, ends: bool },
+    /// The route's budget refused the block: nothing more is followed
+    /// (the connection is closed).
+    Refused,
 }
 
-/// A [`Tap`](super::tap::Tap) observer that follows an h2 client's frames
-/// and keeps its [`BlockClock`].
+/// A [`Tap`](super::tap::Tap) observer that follows an h2 client's frames,
+/// keeps its [`BlockClock`] and charges its unfinished block.
 #[derive(Debug)]
 pub struct Blocks {
     at: At,
     head: [u8; FRAME_HEADER_LEN],
     in_block: bool,
+    /// The payload bytes of the unfinished block read so far.
+    pending: usize,
+    /// The fields begun in the unfinished block.
+    fields: FieldCount,
+    /// The field block bytes of the current frame, if a block frame.
+    fragment: Option<Fragment>,
     clock: Arc<BlockClock>,
+    /// The route's pending-head budget, and what `pending` holds of it.
+    charge: Option<Charge>,
 }
 
 impl Blocks {
@@ -88,7 +179,44 @@ impl Blocks {
             at: At::Preface(PREFACE_LEN),
             head: [0; FRAME_HEADER_LEN],
             in_block: false,
+            pending: 0,
+            fields: FieldCount::default(),
+            fragment: None,
             clock,
+            charge: None,
+        }
+    }
+
+    /// The same follower charging the unfinished block to a route's
+    /// budget.
+    pub fn charged(mut self, charge: Charge) -> Blocks {
+        self.charge = Some(charge);
+        self
+    }
+
+    /// `chunk`, payload bytes of the current frame, arrived: inside a
+    /// block they are charged, and the fields their fragment begins (a
+    /// frame other than CONTINUATION inside a block is a connection error
+    /// hyper acts on; charging its bytes too is harmless).
+    fn payload_read(&mut self, chunk: &[u8]) {
+        if self.in_block {
+            self.pending += chunk.len();
+            if let Some(f) = &mut self.fragment {
+                self.fields.feed(f.take(chunk));
+            }
+            self.charge_pending();
+        }
+    }
+
+    /// Brings what the block holds of the route's budget to its cost;
+    /// when the budget refuses, stops following (the connection is then
+    /// closed, see [`Observe::refused`]).
+    fn charge_pending(&mut self) {
+        let Some(c) = &mut self.charge else {
+            return;
+        };
+        if !c.hold(block_cost(self.pending, self.fields.fields())) {
+            self.at = At::Refused;
         }
     }
 
@@ -102,6 +230,7 @@ impl Blocks {
             self.clock.set(Some(Instant::now()));
         }
         let ends = ends_block(ty, flags);
+        self.fragment = is_block_frame(ty).then(|| Fragment::of(ty, flags, left));
         self.at = At::Payload { left, ends };
         if left == 0 {
             self.frame_ended(ends);
@@ -109,13 +238,16 @@ impl Blocks {
     }
 
     /// A frame's last byte arrived: the frame that ends a block stops the
-    /// clock.
+    /// clock and gives back what the block held.
     fn frame_ended(&mut self, ends: bool) {
+        self.at = At::Head(0);
         if ends && self.in_block {
             self.in_block = false;
             self.clock.set(None);
+            self.pending = 0;
+            self.fields.reset();
+            self.charge_pending();
         }
-        self.at = At::Head(0);
     }
 }
 
@@ -123,6 +255,7 @@ impl Observe for Blocks {
     fn read(&mut self, mut bytes: &[u8]) {
         while !bytes.is_empty() {
             match self.at {
+                At::Refused => return,
                 At::Preface(left) => {
                     let n = left.min(bytes.len());
                     bytes = &bytes[n..];
@@ -141,24 +274,32 @@ impl Observe for Blocks {
                     }
                 }
                 At::Payload { left, ends } => {
-                    let n = left.min(bytes.len());
-                    bytes = &bytes[n..];
+                    let (chunk, rest) = bytes.split_at(left.min(bytes.len()));
+                    let n = chunk.len();
+                    bytes = rest;
                     self.at = At::Payload {
                         left: left - n,
                         ends,
                     };
-                    if left == n {
+                    self.payload_read(chunk);
+                    if left == n && self.at != At::Refused {
                         self.frame_ended(ends);
                     }
                 }
             }
         }
     }
+
+    fn refused(&self) -> bool {
+        self.at == At::Refused
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proxy::http::{HeadBudget, FREE_HEAD_BYTES};
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     fn frame(ty: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
         let len = payload.len();
@@ -229,6 +370,146 @@ mod tests {
         rest.extend_from_slice(&frame(HEADERS, 0, &[0x82])[..9]);
         b.read(&rest);
         assert!(clock.since().is_some());
+    }
+
+    /// A follower of a connection charging `budget` with no free
+    /// allowance, and its over-budget flag.
+    fn charged(budget: &Arc<HeadBudget>) -> (Blocks, Arc<AtomicBool>) {
+        let over = Arc::new(AtomicBool::new(false));
+        let (b, _) = follower();
+        let b = b.charged(Charge::new(budget.clone(), over.clone()).with_free(0));
+        (b, over)
+    }
+
+    /// One whole field of `len` HPACK bytes (a literal with a new name
+    /// `a`), 4..=130 bytes.
+    fn field(len: usize) -> Vec<u8> {
+        let mut f = vec![0x00, 0x01, b'a', (len - 4) as u8];
+        f.resize(len, b'v');
+        f
+    }
+
+    /// An unfinished block holds its payload bytes and a cost per field
+    /// begun of the route's budget as they arrive, other frames nothing;
+    /// the frame that ends it gives all back, and so does a connection
+    /// that ends mid-block.
+    #[test]
+    fn an_unfinished_block_holds_the_routes_budget_until_it_ends() {
+        let budget = Arc::new(HeadBudget::new(10_000));
+        let (mut b, over) = charged(&budget);
+        b.read(&frame(0x4, 0, &[0; 6])); // SETTINGS
+        b.read(&frame(0x0, 0x1, &[0; 20])); // DATA
+        assert_eq!(budget.used(), 0, "only block frames are charged");
+        let headers = frame(HEADERS, 0, &field(30));
+        b.read(&headers[..9]);
+        assert_eq!(budget.used(), 0, "frame headers are not charged");
+        b.read(&headers[9..19]);
+        assert_eq!(budget.used(), 10 + FIELD_COST, "charged as it arrives");
+        b.read(&headers[19..]);
+        b.read(&frame(CONTINUATION, 0, &field(20)));
+        assert_eq!(budget.used(), 50 + 2 * FIELD_COST);
+        let last = frame(CONTINUATION, END_HEADERS, &field(5));
+        b.read(&last[..last.len() - 1]);
+        assert_eq!(budget.used(), 54 + 3 * FIELD_COST, "until its last byte");
+        b.read(&last[last.len() - 1..]);
+        assert_eq!(budget.used(), 0, "an ended block holds nothing");
+        b.read(&frame(HEADERS, 0, &field(40)));
+        assert_eq!(budget.used(), 40 + FIELD_COST, "fields counted anew");
+        assert!(!b.refused() && !over.load(Ordering::Acquire));
+        drop(b);
+        assert_eq!(budget.used(), 0, "a closed connection holds nothing");
+    }
+
+    /// Each one-byte HPACK reference is a field hyper keeps: charged as
+    /// one. Padding and priority are not read as fields, however the
+    /// bytes are split, nor a CONTINUATION's bits taken for them.
+    #[test]
+    fn fields_are_charged_from_the_fragment_alone() {
+        let budget = Arc::new(HeadBudget::new(100_000));
+        let (mut b, _) = charged(&budget);
+        b.read(&frame(HEADERS, 0, &[0x82; 10]));
+        assert_eq!(budget.used(), 10 + 10 * FIELD_COST);
+        drop(b);
+        // Pad length 3, priority (5 bytes), two fields, 3 bytes of padding
+        // (zeros, each a field were it read as one).
+        let mut payload = vec![3, 0, 0, 0, 0, 0, 0x82, 0x84];
+        payload.extend_from_slice(&[0, 0, 0]);
+        let padded = frame(HEADERS, PADDED | PRIORITY, &payload);
+        for split in [padded.len(), 1] {
+            let (mut b, _) = charged(&budget);
+            for chunk in padded.chunks(split) {
+                b.read(chunk);
+            }
+            assert_eq!(budget.used(), 11 + 2 * FIELD_COST, "split {split}");
+        }
+        let (mut b, _) = charged(&budget);
+        b.read(&frame(HEADERS, PADDED, &[0, 0x82]));
+        b.read(&frame(CONTINUATION, PADDED | PRIORITY, &[0x82, 0x82]));
+        assert_eq!(budget.used(), 4 + 3 * FIELD_COST);
+    }
+
+    #[test]
+    fn a_fragment_lies_between_its_front_and_its_padding() {
+        let mut f = Fragment::of(HEADERS, PADDED | PRIORITY, 12);
+        assert_eq!(f.take(&[2, 9, 9]), &[] as &[u8], "pad length, priority");
+        assert_eq!(f.take(&[9, 9, 9, 7]), &[7]);
+        assert_eq!(f.take(&[8, 8, 6]), &[8, 8, 6]);
+        assert_eq!(f.take(&[0, 0]), &[] as &[u8], "padding");
+        let mut f = Fragment::of(PUSH_PROMISE, 0, 6);
+        assert_eq!(f.take(&[0, 0, 0, 2, 5, 5]), &[5, 5]);
+        let mut f = Fragment::of(HEADERS, PADDED, 3);
+        assert_eq!(f.take(&[200, 1, 1]), &[] as &[u8], "padding past the end");
+        assert_eq!(Fragment::of(CONTINUATION, PADDED | PRIORITY, 4).front, 0);
+        assert_eq!(block_cost(usize::MAX, 2), usize::MAX);
+    }
+
+    /// Two connections share the budget: the block that would pass it
+    /// flags its connection (closed, `overload`), gives back what it held
+    /// and is followed no further; the other goes on, and once it ends a
+    /// new block fits again.
+    #[test]
+    fn a_block_past_the_budget_flags_its_connection() {
+        let budget = Arc::new(HeadBudget::new(600));
+        let (mut a, a_over) = charged(&budget);
+        let (mut b, b_over) = charged(&budget);
+        a.read(&frame(HEADERS, 0, &field(60)));
+        b.read(&frame(HEADERS, 0, &field(30)));
+        assert_eq!(budget.used(), 90 + 2 * FIELD_COST);
+        b.read(&frame(CONTINUATION, 0, &[0x82, 0x82]));
+        assert!(b.refused() && b_over.load(Ordering::Acquire));
+        assert_eq!(budget.used(), 60 + FIELD_COST, "b gave back its part");
+        b.read(&frame(CONTINUATION, END_HEADERS, &[]));
+        b.read(&frame(HEADERS, 0, &[0x82]));
+        assert_eq!(b.at, At::Refused, "not followed");
+        assert_eq!(budget.used(), 60 + FIELD_COST);
+        assert!(!a.refused() && !a_over.load(Ordering::Acquire));
+        a.read(&frame(CONTINUATION, END_HEADERS, &field(40)));
+        assert_eq!(budget.used(), 0);
+        let (mut c, c_over) = charged(&budget);
+        c.read(&frame(HEADERS, 0, &[0x82; 4]));
+        assert!(
+            !c.refused() && !c_over.load(Ordering::Acquire),
+            "fits again"
+        );
+    }
+
+    /// A block within the free allowance is never refused, however full
+    /// the budget; past it the full budget refuses.
+    #[test]
+    fn a_small_block_passes_a_full_budget() {
+        let budget = Arc::new(HeadBudget::new(100));
+        assert!(budget.take(100), "the budget is full");
+        let over = Arc::new(AtomicBool::new(false));
+        let (b, _) = follower();
+        let mut b = b.charged(Charge::new(budget.clone(), over.clone()));
+        // One field whose value fills the allowance with its cost.
+        let mut big = vec![0x00, 0x01, b'a', 0x7f, 0xff, 0x3e];
+        big.resize(FREE_HEAD_BYTES - FIELD_COST, b'v');
+        b.read(&frame(HEADERS, 0, &big));
+        assert!(!b.refused(), "a small block was refused");
+        b.read(&frame(CONTINUATION, 0, b"v"));
+        assert!(b.refused() && over.load(Ordering::Acquire));
+        assert_eq!(budget.used(), 100);
     }
 
     #[test]

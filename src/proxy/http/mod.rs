@@ -12,14 +12,15 @@
 //! `http/1.1` or none → HTTP/1.1.
 //!
 //! The parts: [`xfcc`] (the header's value and name predicate), [`body`]
-//! (`--http-body-timeout`), [`blocks`] (the h2 header-block clock), [`dn`]
+//! (`--http-body-timeout`), [`blocks`] (the h2 header-block clock and charge, with
+//! [`fields`] counting a block's fields), [`dn`]
 //! (the subject as OpenSSL's RFC 2253 line, with [`dn_names`] its names), [`headers`] (what is removed before ours is
 //! added), [`smuggle`] (framing checks on the raw HTTP/1.1 bytes), [`tap`] (what
 //! sees those bytes: the framing reader and the byte counters),
 //! [`service`] (one request's way to the target) and [`serve`](mod@serve) (the
 //! connection's drivers).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +31,7 @@ pub mod blocks;
 pub mod body;
 pub mod dn;
 pub mod dn_names;
+pub mod fields;
 pub mod headers;
 pub mod serve;
 pub mod service;
@@ -69,8 +71,8 @@ pub const MIN_BODY_TIMEOUT: Duration = Duration::from_millis(100);
 /// The longest `--http-body-timeout`.
 pub const MAX_BODY_TIMEOUT: Duration = Duration::from_secs(3600);
 /// The default `--http-max-pending-head-bytes`: what the unfinished
-/// HTTP/1.1 request heads of all a route's connections may hold together
-/// (64 maximal heads).
+/// request heads (HTTP/1.1) and header blocks (h2) of all a route's
+/// connections may hold together (64 maximal heads).
 pub const DEFAULT_PENDING_HEAD_BYTES: usize = 64 * DEFAULT_MAX_HEADER_BYTES;
 /// The largest `--http-max-pending-head-bytes`.
 pub const MAX_PENDING_HEAD_BYTES: usize = 1024 * 1024 * 1024;
@@ -87,8 +89,8 @@ pub struct HttpSettings {
     pub header_timeout: Duration,
     /// Bound on each wait for the next part of a request body.
     pub body_timeout: Duration,
-    /// Bound on the bytes of the route's unfinished HTTP/1.1 request heads,
-    /// all connections together.
+    /// Bound on the bytes of the route's unfinished request heads and h2
+    /// header blocks, all connections together.
     pub max_pending_head_bytes: usize,
 }
 
@@ -106,8 +108,9 @@ impl Default for HttpSettings {
 
 /// The bytes a route's unfinished request heads hold, against its
 /// `--http-max-pending-head-bytes`: one per route, shared by its
-/// connections' framing readers, which take what a head's bytes grow by
-/// and give it back when the head completes or the connection ends.
+/// connections' readers (HTTP/1.1's framing reader, h2's frame follower),
+/// which take what a head's bytes grow by and give it back when the head
+/// completes or the connection ends.
 #[derive(Debug)]
 pub struct HeadBudget {
     limit: usize,
@@ -141,6 +144,80 @@ impl HeadBudget {
     /// The bytes in use now.
     pub fn used(&self) -> usize {
         self.used.load(Ordering::Acquire)
+    }
+}
+
+/// What an unfinished request head (HTTP/1.1) or header block (h2) of
+/// each connection holds without charging the route's budget: an
+/// ordinary head fits, so peers filling the budget with large unfinished
+/// heads cannot starve everyone else's small ones. What this leaves
+/// uncharged is bounded by `--max-connections` times this.
+pub const FREE_HEAD_BYTES: usize = 8 * 1024;
+
+/// What one connection holds of its route's [`HeadBudget`]: what the
+/// head (or line, or h2 header block) it is receiving costs beyond
+/// [`FREE_HEAD_BYTES`]: its bytes as the client sent them (an h2 block's
+/// also a cost per field, see [`blocks`]). Everything held is given back
+/// when it is dropped (the connection ended).
+#[derive(Debug)]
+pub struct Charge {
+    budget: Arc<HeadBudget>,
+    held: usize,
+    /// The bytes of a head held without charge.
+    free: usize,
+    /// Set once the budget refused this connection's head: the connection
+    /// is closed (`overload`).
+    over: Arc<AtomicBool>,
+}
+
+impl Charge {
+    /// Nothing held yet of `budget`; `over` is set if it refuses.
+    pub fn new(budget: Arc<HeadBudget>, over: Arc<AtomicBool>) -> Charge {
+        Charge {
+            budget,
+            held: 0,
+            free: FREE_HEAD_BYTES,
+            over,
+        }
+    }
+
+    /// The same charge with another free allowance.
+    pub fn with_free(mut self, free: usize) -> Charge {
+        self.free = free;
+        self
+    }
+
+    /// Brings what this connection holds to what a head costing `bytes`
+    /// costs beyond the free allowance, taking or giving back the
+    /// difference. When the budget refuses the
+    /// growth, gives back everything held, flags the connection over
+    /// budget and returns false.
+    pub fn hold(&mut self, bytes: usize) -> bool {
+        let now = bytes.saturating_sub(self.free);
+        if now <= self.held {
+            self.budget.give(self.held - now);
+        } else if !self.budget.take(now - self.held) {
+            self.release();
+            self.over.store(true, Ordering::Release);
+            return false;
+        }
+        self.held = now;
+        true
+    }
+
+    /// True once the budget refused this connection's head.
+    pub fn refused(&self) -> bool {
+        self.over.load(Ordering::Acquire)
+    }
+
+    fn release(&mut self) {
+        self.budget.give(std::mem::take(&mut self.held));
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 

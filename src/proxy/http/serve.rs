@@ -26,9 +26,9 @@ use tokio::time::Instant;
 
 use super::blocks::{BlockClock, Blocks};
 use super::service::{self, H1, H2};
-use super::smuggle::{Charge, Scanner, Verdicts};
+use super::smuggle::{Scanner, Verdicts};
 use super::tap::{Observe, Tap};
-use super::{Identity, MIN_HEADER_BYTES};
+use super::{Charge, Identity, MIN_HEADER_BYTES};
 use crate::proxy::conn::LiveConn;
 use crate::reason::CloseReason;
 
@@ -103,7 +103,8 @@ where
 }
 
 /// How a server-side result ends the connection: `over_budget` when the
-/// route's pending-head budget refused its head (`overload`), hyper's
+/// route's pending-head budget refused its head or h2 header block
+/// (`overload`), hyper's
 /// header-read timeout and a request body that stopped arriving
 /// (`stalled`) as `http_timeout`.
 fn ended(r: Result<(), hyper::Error>, over_budget: bool, stalled: bool) -> CloseReason {
@@ -232,6 +233,8 @@ where
     let exec = Scoped(tx);
     let mut tasks = JoinSet::new();
     let limits = identity.settings;
+    let over_budget = Arc::new(AtomicBool::new(false));
+    let charge = Charge::new(identity.heads.clone(), over_budget.clone());
     let handshake =
         hyper::client::conn::http2::Builder::new(exec.clone()).handshake(TokioIo::new(target));
     let Ok((sender, client)) = handshake.await else {
@@ -259,11 +262,11 @@ where
         })
     };
     // The header block the client is sending, timed from its frames
-    // whatever else is open.
+    // whatever else is open, its bytes charged to the route's budget.
     let blocks = Arc::new(BlockClock::default());
     let peer = Tap {
         io: peer,
-        observer: Blocks::new(blocks.clone()),
+        observer: Blocks::new(blocks.clone()).charged(charge),
     };
     let server = hyper::server::conn::http2::Builder::new(exec)
         .timer(TokioTimer::new())
@@ -283,7 +286,7 @@ where
         let idle_deadline = idle_since.map(|t| t + timeout);
         let deadline = earliest(idle_deadline, blocks.since().map(|t| t + timeout));
         tokio::select! {
-            r = &mut server => break ended(r, false, false),
+            r = &mut server => break ended(r, over_budget.load(Ordering::Acquire), false),
             _ = activity.changed.notified() => {
                 idle_since = activity.idle().then(Instant::now);
             }

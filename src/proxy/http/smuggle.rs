@@ -16,12 +16,11 @@
 //! later request then finds no verdict and is refused — fail closed.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 
 use hyper::StatusCode;
 
-use super::HeadBudget;
+use super::Charge;
 
 /// The judgement of one request head: forward it, or refuse it with this
 /// status and reason.
@@ -164,52 +163,6 @@ pub struct Scanner {
     charge: Option<Charge>,
 }
 
-/// The bytes of a head each connection holds without charging the route's
-/// budget: an ordinary request head fits, so peers filling the budget with
-/// large unfinished heads cannot starve everyone else's small ones. What
-/// this leaves uncharged is bounded by `--max-connections` times this.
-pub const FREE_HEAD_BYTES: usize = 8 * 1024;
-
-/// What a reader holds of its route's [`HeadBudget`]: the bytes of the
-/// head (or line) it is gathering beyond [`FREE_HEAD_BYTES`], which
-/// hyper's read buffer holds too.
-#[derive(Debug)]
-pub struct Charge {
-    pub budget: Arc<HeadBudget>,
-    held: usize,
-    /// The bytes of a head held without charge.
-    free: usize,
-    /// Set once the budget refused this reader's head: the connection is
-    /// closed (`refused`).
-    pub over: Arc<AtomicBool>,
-}
-
-impl Charge {
-    /// Nothing held yet of `budget`; `over` is set if it refuses.
-    pub fn new(budget: Arc<HeadBudget>, over: Arc<AtomicBool>) -> Charge {
-        Charge {
-            budget,
-            held: 0,
-            free: FREE_HEAD_BYTES,
-            over,
-        }
-    }
-
-    /// The same charge with another free allowance.
-    pub fn with_free(mut self, free: usize) -> Charge {
-        self.free = free;
-        self
-    }
-}
-
-impl Drop for Scanner {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.charge {
-            c.budget.give(std::mem::take(&mut c.held));
-        }
-    }
-}
-
 impl Scanner {
     pub fn new(max_head: usize, max_headers: usize, verdicts: Verdicts) -> Scanner {
         Scanner {
@@ -235,15 +188,7 @@ impl Scanner {
         let Some(c) = &mut self.charge else {
             return;
         };
-        let now = self.line.len().saturating_sub(c.free);
-        if now <= c.held {
-            c.budget.give(c.held - now);
-            c.held = now;
-        } else if c.budget.take(now - c.held) {
-            c.held = now;
-        } else {
-            c.budget.give(std::mem::take(&mut c.held));
-            c.over.store(true, AtomicOrdering::Release);
+        if !c.hold(self.line.len()) {
             self.line = Vec::new();
             self.phase = Phase::Opaque;
         }
@@ -251,9 +196,7 @@ impl Scanner {
 
     /// True once the route's budget refused this connection's head.
     pub fn refused(&self) -> bool {
-        self.charge
-            .as_ref()
-            .is_some_and(|c| c.over.load(AtomicOrdering::Acquire))
+        self.charge.as_ref().is_some_and(Charge::refused)
     }
 
     fn queue(&mut self, v: Verdict) {
@@ -401,6 +344,8 @@ impl super::tap::Observe for Scanner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proxy::http::{HeadBudget, FREE_HEAD_BYTES};
+    use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 
     /// Two readers share a budget: each holds what its unfinished head
     /// holds, gives it back when the head completes or the reader goes,
