@@ -264,6 +264,25 @@ mod tests {
         assert_eq!((b.capacity(), b.data()), (SIZE, &b"cdefgh"[..]));
     }
 
+    /// Room past the end is made by moving the bytes held to the front
+    /// when that is enough, not by a larger buffer; and they are moved
+    /// only when it is needed.
+    #[test]
+    fn room_is_made_by_moving_the_bytes_to_the_front_only_when_needed() {
+        let mut b = Buf::default();
+        b.push(&[7; SIZE]);
+        b.consume(SIZE - 10);
+        b.push(&[8; 100]);
+        assert_eq!(b.capacity(), SIZE, "moved to the front, not grown");
+        assert_eq!((b.start, b.end), (0, 110));
+        assert!(b.data()[..10] == [7; 10] && b.data()[10..] == [8; 100]);
+        // Exactly the room left: nothing moves.
+        b.consume(10);
+        let left = SIZE - b.end;
+        b.push(&vec![9; left]);
+        assert_eq!((b.start, b.end, b.capacity()), (10, SIZE, SIZE));
+    }
+
     #[test]
     fn room_past_the_pool_size_is_allocated_to_fit() {
         let mut b = Buf::default();
