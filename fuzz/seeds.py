@@ -407,6 +407,26 @@ spec: {containers: [{name: app, ports: *a}]}
 """)
 
 
+def h2_blocks():
+    """The first byte seeds the splits, the second sizes the budget; then
+    frames as the target builds them (type, flags, a length byte, the
+    payload), each input also read whole as a field block."""
+
+    def frame(ty, flags, payload):
+        assert len(payload) < 256
+        return bytes([ty, flags, len(payload)]) + payload
+
+    settings = frame(0x4, 0, b"")
+    # :method GET, :scheme https, :path /, a literal with an indexed name.
+    fields = b"\x82\x87\x84\x41\x09localhost"
+    write("h2_blocks", "one-block", b"\x07\x10" + settings + frame(0x1, 0x4 | 0x1, fields))
+    write("h2_blocks", "continued", b"\x03\x01" + frame(0x1, 0, fields[:3]) + frame(0x9, 0, fields[3:6]) + frame(0x9, 0x4, fields[6:]))
+    # PADDED and PRIORITY: the pad length, priority and padding are no fields.
+    write("h2_blocks", "padded-priority", b"\x05\x02" + frame(0x1, 0x8 | 0x20 | 0x4, b"\x03" + bytes(5) + fields + bytes(3)))
+    write("h2_blocks", "references", b"\x00\x00" + frame(0x1, 0, b"\x82" * 250) + frame(0x9, 0, b"\x82" * 250) + frame(0x9, 0, b"\x82" * 100))
+    write("h2_blocks", "huffman-literal", b"\x09\x40" + frame(0x1, 0x4, b"\x40\x85" + bytes(5) + b"\x83abc" + b"\x3f\xe1\x1f"))
+    write("h2_blocks", "push-promise", b"\x02\x03" + frame(0x5, 0x4, b"\x00\x00\x00\x02" + fields))
+
 def main():
     only = sys.argv[1:]
     if only:
@@ -428,6 +448,7 @@ def main():
     tls_records()
     webhook_review()
     inject_manifest()
+    h2_blocks()
 
 
 if __name__ == "__main__":

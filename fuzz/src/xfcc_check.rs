@@ -111,17 +111,6 @@ pub fn check_scanner(data: &[u8]) {
     }
     let bytes = run(&mut stream.chunks(1));
     assert_eq!(whole, bytes, "one byte at a time");
-    let mut state = u32::from(*seed) | 1;
-    let mut rest = stream;
-    let mut pieces = Vec::new();
-    while !rest.is_empty() {
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        let n = (state as usize % 17).min(rest.len());
-        let (a, b) = rest.split_at(n);
-        pieces.push(a);
-        rest = b;
-    }
+    let pieces = crate::pieces(*seed, stream);
     assert_eq!(whole, run(&mut pieces.into_iter()), "random chunks");
 }

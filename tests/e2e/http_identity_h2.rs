@@ -624,7 +624,10 @@ async fn an_h2_block_of_one_byte_references_is_charged_per_field() {
     ])
     .await;
     // `accept-encoding: gzip, deflate` (static entry 16) 1,090 times: a
-    // header list of 65,400 bytes, within --http-max-header-bytes.
+    // header list of 65,400 bytes in RFC 7541 sizes (the pseudo-headers
+    // add 167, about --http-max-header-bytes), held while the block is
+    // unfinished: 1,096 bytes on the wire, within the free 8 KiB were
+    // fields not charged.
     let mut block = vec![0x82, 0x87, 0x84, 0x41, 0x01, b't'];
     block.resize(block.len() + 1090, 0x90);
     let mut frames = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
