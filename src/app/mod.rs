@@ -468,6 +468,14 @@ impl Running {
         let live: usize = self.shared.routes.iter().map(|r| r.registry.live()).sum();
         let handshakes: usize = self.shared.routes.iter().map(|r| r.pending.len()).sum();
         info!(live, handshakes, timeout = ?self.drain_timeout, "draining");
+        // The accept loops first: one still admitting a connection after
+        // the count below would leave it to be cut off at exit.
+        let loops_stopped = async {
+            for r in &self.shared.routes {
+                r.stopped_accepting().await;
+            }
+        };
+        let _ = tokio::time::timeout(self.drain_timeout, loops_stopped).await;
         let all_done = || wait_all_done(&self.shared.routes);
         if tokio::time::timeout(self.drain_timeout, all_done())
             .await

@@ -23,13 +23,13 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rustls_pki_types::ServerName;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, Notify, Semaphore};
 use tracing::{debug, info, warn};
 
 use super::settings::{Mode, RouteConfig};
@@ -90,6 +90,9 @@ pub struct Route {
     slots: Arc<Semaphore>,
     /// True while every accept loop runs.
     accepting: AtomicBool,
+    /// Accept loops running, and a wake-up when the last one ends.
+    loops: AtomicUsize,
+    loops_ended: Notify,
     /// Connections accepted by all of its loops (the test fault counts
     /// them).
     accepted: std::sync::atomic::AtomicU64,
@@ -111,13 +114,24 @@ impl std::fmt::Debug for Route {
     }
 }
 
-/// Sets `accepting` false when the accept loop ends, however it ends (a
-/// panic included).
-struct Accepting<'a>(&'a AtomicBool);
+/// One accept loop running: counted while it lives; when it ends, however
+/// it ends (a panic included), `accepting` turns false and the last loop
+/// to end wakes [`Route::stopped_accepting`].
+struct Accepting<'a>(&'a Route);
+
+impl<'a> Accepting<'a> {
+    fn new(route: &'a Route) -> Accepting<'a> {
+        route.loops.fetch_add(1, Ordering::SeqCst);
+        Accepting(route)
+    }
+}
 
 impl Drop for Accepting<'_> {
     fn drop(&mut self) {
-        self.0.store(false, Ordering::SeqCst);
+        self.0.accepting.store(false, Ordering::SeqCst);
+        if self.0.loops.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.loops_ended.notify_waiters();
+        }
     }
 }
 
@@ -217,6 +231,8 @@ impl Route {
             slots: Arc::new(Semaphore::new(cfg.max_connections)),
             // Bound and about to be served: only a loop that ended turns it off.
             accepting: AtomicBool::new(true),
+            loops: AtomicUsize::new(0),
+            loops_ended: Notify::new(),
             accepted: std::sync::atomic::AtomicU64::new(0),
             store,
             bound,
@@ -229,6 +245,20 @@ impl Route {
     /// True while every accept loop runs.
     pub fn is_accepting(&self) -> bool {
         self.accepting.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once no accept loop of the route runs (after a stop: each
+    /// has written what it writes when it stops, and accepts no more).
+    pub async fn stopped_accepting(&self) {
+        loop {
+            let ended = self.loops_ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self.loops.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            ended.await;
+        }
     }
 
     /// Starts the tasks that write the route's rate-limited log summaries
@@ -254,7 +284,7 @@ impl Route {
         runtimes: Arc<Runtimes>,
         me: usize,
     ) {
-        let _accepting = Accepting(&self.accepting);
+        let _accepting = Accepting::new(&self);
         let mut backoff = Duration::from_millis(5);
         if me == 0 {
             info!(
