@@ -150,6 +150,33 @@ impl Proc {
 }
 
 /// A file in `dir` as a command-line argument.
+/// `openssl s_client` to `addr` with the peer credentials in `dir` (its
+/// `ca.crt`, `tls.crt` and `tls.key`), sending `server_name` and refusing
+/// a server chain that does not verify; `extra` arguments last.
+pub fn s_client_with_cert(addr: &str, dir: &Path, server_name: &str, extra: &[&str]) -> Proc {
+    let (ca, cert, key) = (
+        path(dir, "ca.crt"),
+        path(dir, "tls.crt"),
+        path(dir, "tls.key"),
+    );
+    let mut args = vec![
+        "s_client",
+        "-connect",
+        addr,
+        "-servername",
+        server_name,
+        "-verify_return_error",
+        "-CAfile",
+        &ca,
+        "-cert",
+        &cert,
+        "-key",
+        &key,
+    ];
+    args.extend_from_slice(extra);
+    Proc::spawn("openssl", &args)
+}
+
 pub fn path(dir: &Path, file: &str) -> String {
     dir.join(file).to_str().unwrap().to_string()
 }

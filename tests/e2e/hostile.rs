@@ -688,31 +688,12 @@ async fn a_burst_of_connects_fits_in_the_listen_queue() {
 /// so an answer left queued would never leave.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_renegotiation_request_is_answered_at_once() {
-    use common::foreign::{path, Proc};
     if tools::skip_unless(&["openssl"]) {
         return;
     }
     let srv = ServerSide::start(&["--tls-min-version", "1.2"]).await;
     let d = &srv.controller_dir;
-    let mut p = Proc::spawn(
-        "openssl",
-        &[
-            "s_client",
-            "-connect",
-            &srv.addr,
-            "-servername",
-            REPLICA,
-            "-tls1_2",
-            "-verify_return_error",
-            "-CAfile",
-            &path(d, "ca.crt"),
-            "-cert",
-            &path(d, "tls.crt"),
-            "-key",
-            &path(d, "tls.key"),
-            "-state",
-        ],
-    );
+    let mut p = common::foreign::s_client_with_cert(&srv.addr, d, REPLICA, &["-tls1_2", "-state"]);
     p.send(b"before renegotiation\n").await;
     p.wait_stdout("before renegotiation\n").await;
     // s_client's command: a line "R" renegotiates (TLS 1.2).

@@ -21,7 +21,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use common::foreign::{path, Proc};
+use common::foreign::Proc;
 use common::*;
 use mtls_sidecar::pki::{Issued, LeafSpec, Role};
 use mtls_sidecar::tools::atomic_writer::AtomicDir;
@@ -341,23 +341,7 @@ async fn an_expired_peer_holding_a_ticket_is_refused() {
 
 /// `openssl s_client` presenting the identity in `d`, with `extra` flags.
 fn s_client(addr: &str, d: &Path, extra: &[&str]) -> Proc {
-    let (ca, cert, key) = (path(d, "ca.crt"), path(d, "tls.crt"), path(d, "tls.key"));
-    let mut args = vec![
-        "s_client",
-        "-connect",
-        addr,
-        "-servername",
-        REPLICA,
-        "-verify_return_error",
-        "-CAfile",
-        &ca,
-        "-cert",
-        &cert,
-        "-key",
-        &key,
-    ];
-    args.extend_from_slice(extra);
-    Proc::spawn("openssl", &args)
+    common::foreign::s_client_with_cert(addr, d, REPLICA, extra)
 }
 
 /// A first, full `s_client` session saved to `sess`; what

@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use common::foreign::{path, s_server, Proc};
+use common::foreign::{path, s_client_with_cert, s_server, Proc};
 use common::openssl_ca::OpensslCa;
 use common::*;
 use mtls_sidecar::pki::Role;
@@ -18,25 +18,11 @@ async fn openssl_s_client_with_a_certificate_round_trips() {
     }
     let srv = ServerSide::start(&[]).await;
     let d = &srv.controller_dir;
-    let mut p = Proc::spawn(
-        "openssl",
-        &[
-            "s_client",
-            "-connect",
-            &srv.addr,
-            "-servername",
-            REPLICA,
-            "-verify_hostname",
-            REPLICA,
-            "-verify_return_error",
-            "-CAfile",
-            &path(d, "ca.crt"),
-            "-cert",
-            &path(d, "tls.crt"),
-            "-key",
-            &path(d, "tls.key"),
-            "-quiet",
-        ],
+    let mut p = s_client_with_cert(
+        &srv.addr,
+        d,
+        REPLICA,
+        &["-verify_hostname", REPLICA, "-quiet"],
     );
     p.send(b"hello from openssl\n").await;
     p.wait_stdout("hello from openssl\n").await;

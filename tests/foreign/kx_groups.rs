@@ -12,7 +12,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use common::foreign::{path, s_server, Proc};
+use common::foreign::{s_server, Proc};
 use common::*;
 use mtls_sidecar::pki::write_secret_dir;
 use rustls::NamedGroup;
@@ -50,31 +50,10 @@ fn openssl_knows_the_hybrid() -> bool {
 /// `openssl s_client` against a `server` route, presenting the controller
 /// identity in `dir` and offering `groups` (OpenSSL's defaults when empty).
 fn s_client(addr: &str, dir: &Path, groups: &[&str]) -> Proc {
-    let (ca, cert, key) = (
-        path(dir, "ca.crt"),
-        path(dir, "tls.crt"),
-        path(dir, "tls.key"),
-    );
-    let mut args = vec![
-        "s_client",
-        "-connect",
-        addr,
-        "-servername",
-        REPLICA,
-        "-verify_hostname",
-        REPLICA,
-        "-verify_return_error",
-        "-CAfile",
-        &ca,
-        "-cert",
-        &cert,
-        "-key",
-        &key,
-        // Lines we send are data, not commands ("k…" would be KeyUpdate).
-        "-nocommands",
-    ];
-    args.extend_from_slice(groups);
-    Proc::spawn("openssl", &args)
+    // Lines we send are data, not commands ("k…" would be KeyUpdate).
+    let mut extra = vec!["-verify_hostname", REPLICA, "-nocommands"];
+    extra.extend_from_slice(groups);
+    common::foreign::s_client_with_cert(addr, dir, REPLICA, &extra)
 }
 
 /// `openssl s_server -trace` (see [`s_server`]) plus `extra`: the trace
