@@ -358,10 +358,11 @@ count() {
 # filters gets "::AREA::" for each area, which every test binary takes as
 # name filters (a test runs when its name holds one), so that only the
 # entry's areas of those programs run. With --lib the unit tests must pass
-# them too: their names start with the crate's top-level module, so filters
-# also gets "MODULE::" for each module src/lib.rs declares (such a filter
-# may also match an area's name, e2e::process:: say: a test more, never
-# one fewer).
+# them too: every one of them lives in a `tests` module (unit_tests_ok
+# checks it before the first run), so filters also gets "tests::", which
+# no test program's area matches. (A filter per top-level module, as
+# before, also matched the programs' areas of the same name, e2e::admin::
+# or e2e::process:: say: tens of seconds of unrelated tests a mutant.)
 test_args() {
     cargo_args=() filters=()
     local lib=0 programs=() words area found m
@@ -392,11 +393,25 @@ test_args() {
     done
     [ $lib = 1 ] && cargo_args+=(-C --lib)
     if [ $lib = 1 ] && [ ${#programs[@]} -gt 0 ]; then
-        for m in $(sed -nE 's/^\s*(pub(\([a-z]+\))? )?mod ([a-z_0-9]+);.*/\3/p' src/lib.rs); do
-            filters+=("$m::")
-        done
+        filters+=("tests::")
+        unit_filter=1
     fi
     for p in "${programs[@]}"; do cargo_args+=(-C "--test=$p"); done
+}
+
+# Whether every unit test's name holds "tests::", the filter test_args
+# gives them: a unit test outside a `tests` module would otherwise be left
+# out of every mutant's run without a word.
+unit_tests_ok() {
+    local names outside
+    names=$(cargo test --quiet --lib -- --list 2>/dev/null | sed -n 's/: test$//p') || return 1
+    [ -n "$names" ] || return 1
+    outside=$(grep -v 'tests::' <<<"$names" || true)
+    if [ -n "$outside" ]; then
+        echo "mutants.sh: unit tests outside a \`tests\` module (put them in one):" >&2
+        echo "$outside" >&2
+        return 1
+    fi
 }
 
 restore=()
@@ -419,7 +434,12 @@ for e in "${entries[@]}"; do
         echo "== $e: not in this tree, skipped"
         continue
     fi
+    unit_filter=0
     test_args "${TARGETS[$e]}"
+    if [ "$unit_filter" = 1 ] && [ "${unit_checked:-0}" = 0 ]; then
+        unit_tests_ok || { echo "mutants.sh: cannot list the unit tests" >&2; exit 2; }
+        unit_checked=1
+    fi
     mode=()
     if [ "$in_place" = 1 ]; then
         if ! git diff --quiet HEAD -- "${files[@]}"; then
