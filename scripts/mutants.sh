@@ -3,7 +3,8 @@
 # cargo-mutants, each file with only the test targets that exercise it, so
 # one file takes minutes rather than the whole suite per mutant.
 #
-#   scripts/mutants.sh [--in-place] [--stale] [--record] [--shard K/N] [FILE|DIR...]
+#   scripts/mutants.sh [--in-place] [--stale] [--record] [--shard K/N | --in-diff]
+#                      [FILE|DIR...]
 #
 # With no FILE: every admission file in the table below; with --stale, only
 # the entries whose stamp in docs/mutants-runs.tsv is missing or "not run"
@@ -24,6 +25,14 @@
 # figures summed over the shards recorded at that commit: such a line is no
 # stamp (--stale still runs the entry in full) until the last shard of the
 # same commit completes it and the line becomes a plain stamp.
+#
+# --in-diff runs, for each entry, only the mutants on the lines that
+# changed since its stamp (cargo-mutants --in-diff with `git diff STAMP
+# HEAD` of its files): the check of a fix to a file already run in full,
+# at a fraction of a full run's cost. An entry with no stamp is run in
+# full instead. --record writes such a run to docs/mutants-diff-runs.tsv
+# (entry, since, commit, date and the figures), not to the run table: it
+# is no stamp, and --stale still names the entry until a full run.
 #
 # --in-place (or MUTANTS_IN_PLACE=1) mutates the working tree itself and
 # reuses target/: fast, but do not edit the files while it runs. The files
@@ -146,6 +155,7 @@ ORDER=(
 )
 DOC=docs/mutants.md
 RUNS=docs/mutants-runs.tsv
+DIFF_RUNS=docs/mutants-diff-runs.tsv
 
 # Whether $1 is a shard K/N with 0 <= K < N.
 shard_ok() {
@@ -160,6 +170,7 @@ usage() {
 in_place=${MUTANTS_IN_PLACE:-0}
 stale=0
 record=0
+in_diff=0
 shard=
 args=()
 want_shard=0
@@ -174,6 +185,7 @@ for a in "$@"; do
     --shard=*) shard=${a#--shard=} ;;
     --in-place) in_place=1 ;;
     --stale) stale=1 ;;
+    --in-diff) in_diff=1 ;;
     --record) record=1 ;;
     -h | --help) usage ;;
     -*)
@@ -183,6 +195,10 @@ for a in "$@"; do
     *) args+=("$a") ;;
     esac
 done
+if [ -n "$shard" ] && [ "$in_diff" = 1 ]; then
+    echo "mutants.sh: --shard and --in-diff do not go together" >&2
+    exit 2
+fi
 if [ "$want_shard" = 1 ] || { [ -n "$shard" ] && ! shard_ok "$shard"; }; then
     echo "mutants.sh: --shard takes K/N with 0 <= K < N, e.g. --shard 0/4" >&2
     exit 2
@@ -237,6 +253,31 @@ is_stale() {
     mapfile -t files < <(files_of "$1")
     [ ${#files[@]} -eq 0 ] && return 1
     ! git diff --quiet "$c" -- "${files[@]}" || [ -n "$(git ls-files --others --exclude-standard -- "${files[@]}")" ]
+}
+
+# The table of --in-diff runs, docs/mutants-diff-runs.tsv: a header line,
+# then one line an entry (its last such run), tab-separated:
+#   ENTRY SINCE COMMIT DATE MUTANTS CAUGHT MISSED UNVIABLE TIMEOUT
+# SINCE is the stamp the diff starts from, COMMIT the tree mutated.
+record_diff_row() { # entry since commit date mutants caught missed unviable timeout
+    python3 - "$DIFF_RUNS" "$@" <<'PY'
+import sys
+path, cells = sys.argv[1], sys.argv[2:]
+HEADER = "entry\tsince\tcommit\tdate\tmutants\tcaught\tmissed\tunviable\ttimeout"
+try:
+    lines = [l for l in open(path).read().split("\n") if l]
+except FileNotFoundError:
+    lines = [HEADER]
+if not lines or lines[0] != HEADER:
+    sys.exit("mutants.sh: %s does not start with the header line" % path)
+row = "\t".join(cells)
+at = [i for i, l in enumerate(lines) if l.split("\t")[0] == cells[0]]
+if at:
+    lines[at[0]] = row
+else:
+    lines.append(row)
+open(path, "w").write("\n".join(lines) + "\n")
+PY
 }
 
 # Writes an entry's line of the run table (added at the end when the entry
@@ -451,11 +492,32 @@ for e in "${entries[@]}"; do
     fi
     file_args=()
     for f in "${files[@]}"; do file_args+=(--file "$f"); done
+    out="$out_root/$(tr '/.' '__' <<<"${e%/}")"
+    since=
+    if [ "$in_diff" = 1 ]; then
+        since=$(stamp_of "$e")
+        if [ -z "$since" ] || ! git cat-file -e "$since^{commit}" 2>/dev/null; then
+            echo "== $e: no stamp to diff from; run in full"
+            since=
+        else
+            mkdir -p "$out"
+            git diff "$since" HEAD -- "${files[@]}" >"$out/since.diff"
+            n=$(cargo mutants --list --in-diff "$out/since.diff" "${file_args[@]}" 2>/dev/null | grep -c . || true)
+            if [ "$n" = 0 ]; then
+                echo "== $e: no mutant on the lines changed since its stamp $since"
+                if [ "$record" = 1 ]; then
+                    record_diff_row "$e" "$since" "$(git rev-parse --short HEAD)" "$(date -u +%F)" 0 0 0 0 0
+                fi
+                summary+=("$e: no mutant on the lines changed since $since")
+                continue
+            fi
+            file_args+=(--in-diff "$out/since.diff")
+        fi
+    fi
     # As cargo arguments (-C), not test arguments (after --): -C reaches the
     # build of each mutant as well, which otherwise builds every test target
     # of the crate (minutes a mutant) to run a few.
     [ -n "$shard" ] && cargo_args+=(--shard "$shard")
-    out="$out_root/$(tr '/.' '__' <<<"${e%/}")"
     rm -rf "$out/mutants.out" "$out/mutants.out.old"
     mkdir -p "$out"
     echo "== $e: cargo mutants ${file_args[*]} ${cargo_args[*]}${filters[*]+ -- -- ${filters[*]}}"
@@ -494,12 +556,17 @@ for e in "${entries[@]}"; do
             fi
         done <"$mo/missed.txt"
     fi
-    line="$e: caught $caught, missed $missed ($equivalent listed equivalent), unviable $unviable, timeout $timeout ($(($(date +%s) - started))s)"
+    line="$e${since:+ (lines changed since $since)}: caught $caught, missed $missed ($equivalent listed equivalent), unviable $unviable, timeout $timeout ($(($(date +%s) - started))s)"
     echo "== $line"
     if [ "$record" = 1 ]; then
         if git diff --quiet HEAD -- "${files[@]}"; then
-            SHARD=$shard record_row "$e" "$(git rev-parse --short HEAD)" "$(date -u +%F)" \
-                $((caught + missed + unviable + timeout)) "$caught" "$missed" "$unviable" "$timeout"
+            if [ -n "$since" ]; then
+                record_diff_row "$e" "$since" "$(git rev-parse --short HEAD)" "$(date -u +%F)" \
+                    $((caught + missed + unviable + timeout)) "$caught" "$missed" "$unviable" "$timeout"
+            else
+                SHARD=$shard record_row "$e" "$(git rev-parse --short HEAD)" "$(date -u +%F)" \
+                    $((caught + missed + unviable + timeout)) "$caught" "$missed" "$unviable" "$timeout"
+            fi
         else
             echo "   not recorded: ${files[*]} differ from HEAD"
         fi
