@@ -255,40 +255,23 @@ is_stale() {
     ! git diff --quiet "$c" -- "${files[@]}" || [ -n "$(git ls-files --others --exclude-standard -- "${files[@]}")" ]
 }
 
-# The table of --in-diff runs, docs/mutants-diff-runs.tsv: a header line,
-# then one line an entry (its last such run), tab-separated:
-#   ENTRY SINCE COMMIT DATE MUTANTS CAUGHT MISSED UNVIABLE TIMEOUT
-# SINCE is the stamp the diff starts from, COMMIT the tree mutated.
-record_diff_row() { # entry since commit date mutants caught missed unviable timeout
-    python3 - "$DIFF_RUNS" "$@" <<'PY'
-import sys
-path, cells = sys.argv[1], sys.argv[2:]
-HEADER = "entry\tsince\tcommit\tdate\tmutants\tcaught\tmissed\tunviable\ttimeout"
-try:
-    lines = [l for l in open(path).read().split("\n") if l]
-except FileNotFoundError:
-    lines = [HEADER]
-if not lines or lines[0] != HEADER:
-    sys.exit("mutants.sh: %s does not start with the header line" % path)
-row = "\t".join(cells)
-at = [i for i, l in enumerate(lines) if l.split("\t")[0] == cells[0]]
-if at:
-    lines[at[0]] = row
-else:
-    lines.append(row)
-open(path, "w").write("\n".join(lines) + "\n")
-PY
-}
-
 # Writes an entry's line of the run table (added at the end when the entry
 # has none). With SHARD=K/N set, the figures are one shard's: they are
 # added to the line's when it holds other shards of the same commit and N.
+# With SINCE=STAMP set, the line goes to the table of --in-diff runs,
+# docs/mutants-diff-runs.tsv, whose lines (the last such run an entry) read
+#   ENTRY SINCE COMMIT DATE MUTANTS CAUGHT MISSED UNVIABLE TIMEOUT
+# SINCE being the stamp the diff starts from, COMMIT the tree mutated.
 record_row() { # entry commit date mutants caught missed unviable timeout
-    ENTRY=$1 SHARD=${SHARD:-} python3 - "$RUNS" "$@" <<'PY'
+    local table=$RUNS
+    [ -n "${SINCE:-}" ] && table=$DIFF_RUNS
+    ENTRY=$1 SHARD=${SHARD:-} SINCE=${SINCE:-} python3 - "$table" "$@" <<'PY'
 import os, re, sys
 path, cells = sys.argv[1], sys.argv[2:]
-entry, shard = os.environ["ENTRY"], os.environ["SHARD"]
+entry, shard, since = os.environ["ENTRY"], os.environ["SHARD"], os.environ["SINCE"]
 HEADER = "entry\tcommit\tdate\tmutants\tcaught\tmissed\tunviable\ttimeout"
+if since:
+    HEADER = HEADER.replace("entry\t", "entry\tsince\t")
 try:
     lines = [l for l in open(path).read().split("\n") if l]
 except FileNotFoundError:
@@ -311,7 +294,7 @@ if shard:
             figures = [a + int(b) for a, b in zip(figures, old[3:])]
     if len(done) < n:
         commit += " (shards %s of %d)" % (",".join(str(x) for x in sorted(done)), n)
-row = "\t".join([entry, commit, date] + [str(f) for f in figures])
+row = "\t".join([entry] + [since] * bool(since) + [commit, date] + [str(f) for f in figures])
 if at:
     lines[at[0]] = row
 else:
@@ -506,7 +489,7 @@ for e in "${entries[@]}"; do
             if [ "$n" = 0 ]; then
                 echo "== $e: no mutant on the lines changed since its stamp $since"
                 if [ "$record" = 1 ]; then
-                    record_diff_row "$e" "$since" "$(git rev-parse --short HEAD)" "$(date -u +%F)" 0 0 0 0 0
+                    SINCE=$since record_row "$e" "$(git rev-parse --short HEAD)" "$(date -u +%F)" 0 0 0 0 0
                 fi
                 summary+=("$e: no mutant on the lines changed since $since")
                 continue
@@ -560,13 +543,8 @@ for e in "${entries[@]}"; do
     echo "== $line"
     if [ "$record" = 1 ]; then
         if git diff --quiet HEAD -- "${files[@]}"; then
-            if [ -n "$since" ]; then
-                record_diff_row "$e" "$since" "$(git rev-parse --short HEAD)" "$(date -u +%F)" \
-                    $((caught + missed + unviable + timeout)) "$caught" "$missed" "$unviable" "$timeout"
-            else
-                SHARD=$shard record_row "$e" "$(git rev-parse --short HEAD)" "$(date -u +%F)" \
-                    $((caught + missed + unviable + timeout)) "$caught" "$missed" "$unviable" "$timeout"
-            fi
+            SHARD=$shard SINCE=$since record_row "$e" "$(git rev-parse --short HEAD)" "$(date -u +%F)" \
+                $((caught + missed + unviable + timeout)) "$caught" "$missed" "$unviable" "$timeout"
         else
             echo "   not recorded: ${files[*]} differ from HEAD"
         fi
