@@ -409,6 +409,20 @@ async fn a_sandboxed_sidecar_keeps_working() {
     .await;
     let line = sc.wait_log(&["sandbox applied"]).await;
     assert!(line.contains(" INFO "), "{line}");
+    // The host name was resolved once before the sandbox, so that the
+    // resolver had loaded what it needs (an NSS module outside libc, on a
+    // host whose nsswitch.conf names one) while it still could.
+    let logs = sc.logs();
+    let at = |needles: &[&str]| {
+        logs.iter()
+            .position(|l| needles.iter().all(|n| l.contains(n)))
+    };
+    let warmed = at(&["resolver warmed up", &target]);
+    assert!(
+        warmed.is_some() && warmed < at(&["sandbox applied"]),
+        "no warm-up of {target} before the sandbox:\n{}",
+        logs.join("\n")
+    );
     // The line says what is enforced and what is not.
     assert!(
         line.contains(r#"scopes=["abstract_unix_socket", "signal"]"#)
