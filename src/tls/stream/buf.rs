@@ -264,6 +264,21 @@ mod tests {
         assert_eq!((b.capacity(), b.data()), (SIZE, &b"cdefgh"[..]));
     }
 
+    /// A shrunk buffer that already has the room asked for (once its bytes
+    /// are moved to the front) is still traded for a pooled one: it would
+    /// otherwise stay small and be reallocated record after record.
+    #[test]
+    fn a_shrunk_buffer_is_traded_for_a_pooled_one_even_with_room() {
+        let mut b = Buf::default();
+        b.push(&[1; 100]);
+        b.shrink();
+        b.consume(50);
+        assert_eq!((b.capacity(), b.start, b.end), (100, 50, 100));
+        b.push(&[2; 10]);
+        assert_eq!(b.capacity(), SIZE);
+        assert!(b.data()[..50] == [1; 50] && b.data()[50..] == [2; 10]);
+    }
+
     /// Room past the end is made by moving the bytes held to the front
     /// when that is enough, not by a larger buffer; and they are moved
     /// only when it is needed.
@@ -276,11 +291,13 @@ mod tests {
         assert_eq!(b.capacity(), SIZE, "moved to the front, not grown");
         assert_eq!((b.start, b.end), (0, 110));
         assert!(b.data()[..10] == [7; 10] && b.data()[10..] == [8; 100]);
-        // Exactly the room left: nothing moves.
+        // Exactly the room left: nothing moves, and the memory is the same.
         b.consume(10);
         let left = SIZE - b.end;
+        let mem = b.mem.as_ptr();
         b.push(&vec![9; left]);
         assert_eq!((b.start, b.end, b.capacity()), (10, SIZE, SIZE));
+        assert_eq!(b.mem.as_ptr(), mem, "the buffer was swapped");
     }
 
     #[test]
@@ -290,6 +307,8 @@ mod tests {
         let room = b.spare(SIZE).len();
         assert!(room >= SIZE);
         assert_eq!(b.data(), &[1; 10]);
+        // Of exactly that size, not the pooled buffer grown (doubled).
+        assert_eq!(b.capacity(), SIZE + 10);
     }
 
     /// A buffer taken from the pool keeps the room it had initialised, so
