@@ -172,6 +172,85 @@ mod tests {
         assert_eq!(h11, [b"http/1.1".to_vec()]);
     }
 
+    /// The limits table of docs/http-identity.md is what `validate` does:
+    /// each row's default is the setting a route gets without the flag,
+    /// and its bounds are the first and last values taken (one past either
+    /// is refused).
+    #[test]
+    fn the_documented_limits_are_the_enforced_ones() {
+        let doc = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/docs/http-identity.md"
+        ))
+        .unwrap();
+        let table = doc.split("## Limits").nth(1).unwrap();
+        let cell = |c: &str| c.trim().split('`').nth(1).unwrap().to_string();
+        let mut rows = 0;
+        for line in table.lines().filter(|l| l.starts_with("| `--http-")) {
+            let cells: Vec<&str> = line.split(" | ").collect();
+            let flag = cell(cells[0]);
+            let default = cell(cells[2]);
+            let (lo, hi) = cells[3].trim_end_matches(" |").split_once("..").unwrap();
+            let (lo, hi) = (cell(lo), cell(hi));
+            let judged = |v: &str| {
+                let mut s = spec(Some("xfcc"));
+                let n = || v.parse::<u64>().ok();
+                match flag.as_str() {
+                    "--http-max-header-bytes" => s.max_header_bytes = n(),
+                    "--http-max-headers" => s.max_headers = n(),
+                    "--http-max-pending-head-bytes" => s.max_pending_head_bytes = n(),
+                    "--http-header-timeout" => s.header_timeout = Some(v.into()),
+                    "--http-body-timeout" => s.body_timeout = Some(v.into()),
+                    other => panic!("a row for {other}: add it here"),
+                }
+                validate(&s, Mode::Server, &mut Vec::new(), &p).map(Option::unwrap)
+            };
+            let field = |h: &HttpSettings| match flag.as_str() {
+                "--http-max-header-bytes" => h.max_header_bytes.to_string(),
+                "--http-max-headers" => h.max_headers.to_string(),
+                "--http-max-pending-head-bytes" => h.max_pending_head_bytes.to_string(),
+                "--http-header-timeout" => format!("{}ms", h.header_timeout.as_millis()),
+                _ => format!("{}ms", h.body_timeout.as_millis()),
+            };
+            let defaults = validate(&spec(Some("xfcc")), Mode::Server, &mut Vec::new(), &p)
+                .unwrap()
+                .unwrap();
+            assert_eq!(field(&defaults), norm(&default), "{flag}'s default");
+            // A bound named by another flag is that flag's default.
+            let lo = match lo.as_str() {
+                "--http-max-header-bytes" => field_default_header_bytes(),
+                _ => lo,
+            };
+            for (v, past) in [(&lo, step(&lo, -1)), (&hi, step(&hi, 1))] {
+                assert_eq!(field(&judged(v).unwrap()), norm(v), "{flag} {v}");
+                assert!(judged(&past).is_err(), "{flag} {past} is taken");
+            }
+            rows += 1;
+        }
+        assert_eq!(rows, 5, "the table's rows");
+
+        /// A count as it is, a duration in milliseconds.
+        fn norm(v: &str) -> String {
+            match v.parse::<u64>() {
+                Ok(n) => n.to_string(),
+                Err(_) => format!("{}ms", humantime::parse_duration(v).unwrap().as_millis()),
+            }
+        }
+        fn field_default_header_bytes() -> String {
+            http::DEFAULT_MAX_HEADER_BYTES.to_string()
+        }
+        /// One past a bound: a count ±1, a duration ±1 ms.
+        fn step(v: &str, by: i64) -> String {
+            match v.parse::<i64>() {
+                Ok(n) => (n + by).to_string(),
+                Err(_) => {
+                    let d = humantime::parse_duration(v).unwrap().as_millis() as i64;
+                    format!("{}ms", d + by)
+                }
+            }
+        }
+    }
+
     #[test]
     fn bad_http_options_are_refused() {
         let mut alpn = Vec::new();

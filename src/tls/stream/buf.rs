@@ -329,6 +329,34 @@ mod tests {
         assert_eq!(next.data(), b"x");
     }
 
+    /// Placing records is for an empty buffer only: bytes held stay put,
+    /// and so does a buffer asked for more than a pooled one has to spare
+    /// past its first page.
+    #[test]
+    fn records_are_placed_only_in_an_empty_buffer_with_a_page_to_spare() {
+        let mut held = Buf::default();
+        held.push(b"held");
+        held.spare_for_records(100);
+        assert_eq!((held.start, held.data()), (0, &b"held"[..]));
+
+        let mut big = Buf::default();
+        let room = big.spare_for_records(SIZE - 100).len();
+        assert!(room >= SIZE - 100);
+        assert_eq!((big.start, big.capacity()), (0, SIZE), "placed, or grown");
+    }
+
+    /// Placing records in a buffer from the pool keeps the room it had
+    /// initialised, as taking it for any other use does.
+    #[test]
+    fn placing_records_keeps_a_pooled_buffers_initialised_room() {
+        let mut out = Buf::default();
+        out.spare(40_000);
+        out.release();
+        let mut next = Buf::default();
+        next.spare_for_records(100);
+        assert!(next.initialised() >= 40_000, "{}", next.initialised());
+    }
+
     #[test]
     fn records_are_placed_clear_of_where_they_were_sealed() {
         let sealed = vec![0u8; 20_000];
