@@ -283,4 +283,27 @@ mod tests {
         assert_eq!(b.used(), 0);
         assert!(!b.take(usize::MAX), "no overflow");
     }
+
+    /// A connection's charge follows its head up and down, holding only
+    /// what passes the free allowance, and gives everything back at the
+    /// end; a refused growth gives back what it held and flags it.
+    #[test]
+    fn a_charge_holds_what_its_head_costs_past_the_free_bytes() {
+        let budget = Arc::new(HeadBudget::new(1000));
+        let over = Arc::new(AtomicBool::new(false));
+        let mut c = Charge::new(budget.clone(), over.clone()).with_free(100);
+        assert!(c.hold(60));
+        assert_eq!(budget.used(), 0, "within the free bytes");
+        assert!(c.hold(400));
+        assert_eq!(budget.used(), 300);
+        assert!(c.hold(250), "a smaller head");
+        assert_eq!(budget.used(), 150);
+        let mut other = Charge::new(budget.clone(), over.clone()).with_free(0);
+        assert!(other.hold(850));
+        assert!(!c.hold(300), "past the budget");
+        assert!(over.load(Ordering::Acquire));
+        assert_eq!(budget.used(), 850, "the refused charge holds nothing");
+        drop(other);
+        assert_eq!(budget.used(), 0);
+    }
 }
