@@ -264,6 +264,17 @@ mod tests {
         assert_eq!((b.capacity(), b.data()), (SIZE, &b"cdefgh"[..]));
     }
 
+    /// A buffer already of exactly its bytes' size is kept as it is by
+    /// shrinking, not copied.
+    #[test]
+    fn shrinking_a_full_buffer_keeps_it() {
+        let mut b = Buf::default();
+        b.push(&[3; SIZE]);
+        let mem = b.mem.as_ptr();
+        b.shrink();
+        assert_eq!((b.mem.as_ptr(), b.capacity(), b.len()), (mem, SIZE, SIZE));
+    }
+
     /// A shrunk buffer that already has the room asked for (once its bytes
     /// are moved to the front) is still traded for a pooled one: it would
     /// otherwise stay small and be reallocated record after record.
