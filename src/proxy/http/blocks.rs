@@ -360,6 +360,18 @@ mod tests {
         assert_eq!(b.at, At::Head(0));
     }
 
+    /// A frame of 64 KiB or more (a peer may allow frames up to 16 MiB)
+    /// is followed to its end by all three bytes of its length: the block
+    /// after it is seen where it starts.
+    #[test]
+    fn a_frame_past_64_kib_is_followed_to_its_end() {
+        let (mut b, clock) = follower();
+        b.read(&frame(0x0, 0, &vec![0; 0x1_0005])); // DATA
+        assert_eq!(b.at, At::Head(0), "at the next frame's header");
+        b.read(&frame(HEADERS, 0, &[0x82]));
+        assert!(clock.since().is_some(), "the block was seen");
+    }
+
     #[test]
     fn the_preface_is_skipped_across_reads() {
         let clock = Arc::new(BlockClock::default());
