@@ -372,6 +372,19 @@ mod tests {
         assert!(clock.since().is_some(), "the block was seen");
     }
 
+    /// A frame header split across reads is completed from the next read,
+    /// which may carry the rest of the frame and the next one.
+    #[test]
+    fn a_frame_header_is_gathered_across_reads() {
+        let (mut b, clock) = follower();
+        let mut bytes = frame(0x0, 0, &[7; 20]); // DATA
+        bytes.extend_from_slice(&frame(HEADERS, 0, &[0x82]));
+        b.read(&bytes[..4]);
+        assert_eq!(b.at, At::Head(4));
+        b.read(&bytes[4..]);
+        assert!(clock.since().is_some(), "the block after it was seen");
+    }
+
     #[test]
     fn the_preface_is_skipped_across_reads() {
         let clock = Arc::new(BlockClock::default());
