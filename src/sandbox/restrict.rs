@@ -48,6 +48,35 @@ fn scopes_in_force(in_force: bool, level: i32) -> Vec<&'static str> {
     }
 }
 
+/// How far the filesystem rules are in force: wholly with every access
+/// right this build asks for (ABI `FS_ABI` or later), partly on an older
+/// Landlock (the rights it lacks stay open), not at all without one.
+fn filesystem_in_force(in_force: bool, level: i32) -> Enforcement {
+    match (in_force, level) {
+        (false, _) | (_, ..=0) => Enforcement::NotEnforced,
+        (true, l) if l >= FS_ABI as i32 => Enforcement::Enforced,
+        _ => Enforcement::Partial,
+    }
+}
+
+/// Whether the TCP bind and connect rules are in force: they need ABI 4.
+fn network_in_force(in_force: bool, level: i32) -> Enforcement {
+    if in_force && level >= ABI::V4 as i32 {
+        Enforcement::Enforced
+    } else {
+        Enforcement::NotEnforced
+    }
+}
+
+/// What `/status` notes when threads ran before the sandbox (Landlock
+/// before ABI 8 restricts only the thread that applies it and those it
+/// starts later).
+fn threads_note(threads: usize) -> Option<String> {
+    (threads > 0).then(|| {
+        format!("{threads} threads started before the sandbox and are not restricted by it")
+    })
+}
+
 /// What stays open: UDP unless the filter refuses it, pathname unix
 /// sockets, and each scope not in force.
 fn unrestricted(scopes: &[&'static str], udp_refused: bool) -> Vec<&'static str> {
@@ -167,21 +196,11 @@ pub(super) fn restrict(plan: &Plan, mode: SandboxMode) -> Result<SandboxStatus, 
     };
     let in_force = restricted.ruleset != RulesetStatus::NotEnforced;
     let level = abi.unwrap_or(0);
-    let filesystem = match (in_force, level) {
-        (false, _) | (_, ..=0) => Enforcement::NotEnforced,
-        (true, l) if l >= FS_ABI as i32 => Enforcement::Enforced,
-        _ => Enforcement::Partial,
-    };
-    let network = if in_force && level >= ABI::V4 as i32 {
-        Enforcement::Enforced
-    } else {
-        Enforcement::NotEnforced
-    };
+    let filesystem = filesystem_in_force(in_force, level);
+    let network = network_in_force(in_force, level);
     let scopes = scopes_in_force(in_force, level);
     let (seccomp, udp_refused) = filter_sockets(plan);
-    let note = (threads > 0).then(|| {
-        format!("{threads} threads started before the sandbox and are not restricted by it")
-    });
+    let note = threads_note(threads);
     let status = SandboxStatus {
         mode,
         landlock_abi: abi,
@@ -222,6 +241,34 @@ mod tests {
         assert_eq!(scopes_in_force(true, 6), ["abstract_unix_socket", "signal"]);
         assert!(scopes_in_force(true, 5).is_empty());
         assert!(scopes_in_force(false, 7).is_empty());
+    }
+
+    #[test]
+    fn the_filesystem_rules_are_wholly_in_force_from_their_abi() {
+        let fs = FS_ABI as i32;
+        assert_eq!(filesystem_in_force(true, fs), Enforcement::Enforced);
+        assert_eq!(filesystem_in_force(true, fs + 1), Enforcement::Enforced);
+        assert_eq!(filesystem_in_force(true, fs - 1), Enforcement::Partial);
+        assert_eq!(filesystem_in_force(true, 1), Enforcement::Partial);
+        assert_eq!(filesystem_in_force(true, 0), Enforcement::NotEnforced);
+        assert_eq!(filesystem_in_force(false, fs), Enforcement::NotEnforced);
+    }
+
+    #[test]
+    fn the_network_rules_need_abi_4() {
+        assert_eq!(network_in_force(true, 4), Enforcement::Enforced);
+        assert_eq!(network_in_force(true, 7), Enforcement::Enforced);
+        assert_eq!(network_in_force(true, 3), Enforcement::NotEnforced);
+        assert_eq!(network_in_force(false, 7), Enforcement::NotEnforced);
+    }
+
+    #[test]
+    fn threads_started_before_the_sandbox_are_noted() {
+        assert_eq!(threads_note(0), None);
+        assert_eq!(
+            threads_note(1).as_deref(),
+            Some("1 threads started before the sandbox and are not restricted by it")
+        );
     }
 
     #[test]

@@ -163,6 +163,33 @@ mod tests {
         (tx, body, stalled)
     }
 
+    /// A failed client body reads as hyper's error and chains to it; a
+    /// stalled one says for how long.
+    #[tokio::test]
+    async fn a_body_error_says_why_and_chains_to_hypers() {
+        use std::error::Error as _;
+        let (io, target) = tokio::io::duplex(64);
+        drop(target);
+        let (mut tx, conn) =
+            hyper::client::conn::http1::handshake::<_, http_body_util::Empty<Bytes>>(
+                hyper_util::rt::TokioIo::new(io),
+            )
+            .await
+            .expect("handshake");
+        tokio::spawn(conn);
+        let e = tx
+            .send_request(hyper::Request::new(http_body_util::Empty::new()))
+            .await
+            .expect_err("no target");
+        let said = e.to_string();
+        let client = BodyError::Client(e);
+        assert_eq!(client.to_string(), said);
+        assert_eq!(client.source().map(ToString::to_string), Some(said));
+        let stalled = BodyError::Stalled(Duration::from_secs(10));
+        assert_eq!(stalled.to_string(), "no request body for 10s");
+        assert!(stalled.source().is_none());
+    }
+
     /// A body whose parts each come within the timeout is read whole,
     /// however long it takes in all; a wait past it fails the body and
     /// sets the flag.

@@ -222,3 +222,27 @@ impl<IO, C: Side> TlsStream<IO, C> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The room asked for holds `data` sealed in one go: per record of at
+    /// most 16 KiB, TLS 1.3's header, content type and tag (22 bytes) and
+    /// TLS 1.2's header, explicit nonce and tag (29).
+    #[test]
+    fn the_room_for_sealed_records_holds_either_version() {
+        for n in [
+            0usize,
+            1,
+            16 * 1024,
+            16 * 1024 + 1,
+            1024 * 1024,
+            4 * 1024 * 1024 + 7,
+        ] {
+            let records = n.div_ceil(16 * 1024).max(1);
+            let room = sealed_len(&vec![0; n]);
+            assert!(room >= n + records * 29, "{n} bytes: {room}");
+        }
+    }
+}
