@@ -121,3 +121,21 @@ pub(super) fn log(s: &SandboxStatus) {
         warn!(target: "mtls_sidecar::sandbox", "sandbox: this kernel offers no Landlock; the process is not sandboxed (--sandbox require would refuse to start)");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fully enforced takes both halves of the rule set, each wholly.
+    #[test]
+    fn fully_enforced_takes_both_halves() {
+        let mut s = SandboxStatus::unsandboxed(SandboxMode::Off, "none");
+        assert!(!s.fully_enforced());
+        s.filesystem = Enforcement::Enforced;
+        assert!(!s.fully_enforced(), "the network half is not");
+        s.network = Enforcement::Enforced;
+        assert!(s.fully_enforced());
+        s.filesystem = Enforcement::Partial;
+        assert!(!s.fully_enforced(), "the filesystem half is partial");
+    }
+}
