@@ -108,12 +108,6 @@ fn prefers_ring(vaes_avx2: bool, avx512: bool) -> bool {
     vaes_avx2 && !avx512
 }
 
-/// `suites` with the TLS 1.3 AES-GCM ones' record protection from ring
-/// when [`records_with_ring`], in the same order; else `suites` as given.
-pub fn cipher_suites(suites: &[SupportedCipherSuite]) -> Vec<SupportedCipherSuite> {
-    suites_for(suites, records_with_ring())
-}
-
 /// `suites`, their TLS 1.3 AES-GCM records protected by ring when `ring`.
 fn suites_for(suites: &[SupportedCipherSuite], ring: bool) -> Vec<SupportedCipherSuite> {
     suites
