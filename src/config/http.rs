@@ -218,7 +218,7 @@ mod tests {
             assert_eq!(field(&defaults), norm(&default), "{flag}'s default");
             // A bound named by another flag is that flag's default.
             let lo = match lo.as_str() {
-                "--http-max-header-bytes" => field_default_header_bytes(),
+                "--http-max-header-bytes" => http::DEFAULT_MAX_HEADER_BYTES.to_string(),
                 _ => lo,
             };
             for (v, past) in [(&lo, step(&lo, -1)), (&hi, step(&hi, 1))] {
@@ -235,9 +235,6 @@ mod tests {
                 Ok(n) => n.to_string(),
                 Err(_) => format!("{}ms", humantime::parse_duration(v).unwrap().as_millis()),
             }
-        }
-        fn field_default_header_bytes() -> String {
-            http::DEFAULT_MAX_HEADER_BYTES.to_string()
         }
         /// One past a bound: a count ±1, a duration ±1 ms.
         fn step(v: &str, by: i64) -> String {
