@@ -361,3 +361,57 @@ async fn one_write_takes_four_full_records() {
     s.read_exact(&mut got).await.unwrap();
     assert!(got.iter().all(|&b| b == 9));
 }
+
+/// A small read decrypts only as far as the reader's buffer: what arrived
+/// behind the record that filled it stays sealed in the receive buffer,
+/// so the plaintext held for the next read is one record's rest at most
+/// (decrypting all that arrived held 64 KiB for a 100-byte read).
+#[tokio::test]
+async fn a_small_read_decrypts_one_record_not_all_that_arrived() {
+    let (mut s, mut c) = pair(ALL_VERSIONS, 1 << 18).await;
+    let data: Vec<u8> = (0..65_536).map(|i| (i % 251) as u8).collect();
+    c.write_all(&data).await.unwrap();
+    c.flush().await.unwrap();
+    let mut got = vec![0u8; 100];
+    s.read_exact(&mut got).await.unwrap();
+    assert!(
+        s.plain.len() < 16_384,
+        "{} bytes decrypted ahead of the reader",
+        s.plain.len()
+    );
+    let mut rest = vec![0u8; data.len() - got.len()];
+    s.read_exact(&mut rest).await.unwrap();
+    got.extend_from_slice(&rest);
+    assert!(got == data, "the bytes arrive whole and in order");
+}
+
+/// A TLS 1.3 server that may send half-RTT data can write before the
+/// client's Finished arrives; its handshake still completes only when
+/// rustls says so, not at the first chance to write.
+#[tokio::test]
+async fn a_half_rtt_server_completes_only_with_the_clients_finished() {
+    let ca = DevCa::new("half-RTT CA", 1).unwrap();
+    let id = ca.issue(&LeafSpec::dns(NAME, Role::Server, 1)).unwrap();
+    let mut sc = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![id.cert_der.clone()], key(&id))
+        .unwrap();
+    sc.send_half_rtt_data = true;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca.cert_pem.as_bytes()).unwrap())
+        .unwrap();
+    let cc = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let (a, b) = duplex(1 << 16);
+    let server = tokio::spawn(accept(Arc::new(sc), a));
+    let mut c = connect(Arc::new(cc), name(), b).await.unwrap();
+    let mut s = server.await.unwrap().unwrap();
+    assert!(!s.get_ref().1.is_handshaking(), "accepted mid-handshake");
+    carry(&mut c, &mut s, 1000).await;
+}
