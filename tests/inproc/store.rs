@@ -632,3 +632,64 @@ fn a_revision_without_the_routes_usage_is_rejected() {
         Applied::Applied { .. }
     ));
 }
+
+/// A split source (identity and trust in two directories) waits out the
+/// settle window when either half is a plain directory, written file by
+/// file; two Secret mounts (`..data` links, swapped whole) are judged at
+/// once.
+#[test]
+fn a_split_source_settles_when_either_half_is_a_plain_directory() {
+    let pki = Pki::new("CA");
+    for (id_linked, trust_linked) in [(true, false), (false, true), (true, true)] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (id, trust) = (tmp.path().join("id"), tmp.path().join("trust"));
+        let write = |dir: &std::path::Path, linked: bool, files: &[(&str, &[u8])]| {
+            if linked {
+                AtomicDir::new(dir).unwrap().publish(files).unwrap();
+            } else {
+                std::fs::create_dir_all(dir).unwrap();
+                for (name, bytes) in files {
+                    std::fs::write(dir.join(name), bytes).unwrap();
+                }
+            }
+        };
+        let identity = |leaf: &Issued| {
+            write(
+                &id,
+                id_linked,
+                &[
+                    ("tls.crt", leaf.cert_pem.as_bytes()),
+                    ("tls.key", leaf.key_pem.as_bytes()),
+                ],
+            )
+        };
+        identity(&pki.leaf(REPLICA, Role::Server));
+        write(
+            &trust,
+            trust_linked,
+            &[("ca.crt", pki.ca.cert_pem.as_bytes())],
+        );
+        let source = CredentialSource::DirPair {
+            identity: id.clone(),
+            trust: trust.clone(),
+        };
+        let store = CredentialStore::load(source, provider(), Duration::ZERO).expect("load");
+        let next = pki.leaf(REPLICA, Role::Server);
+        identity(&next);
+        let t0 = SystemTime::now();
+        let case = format!("identity linked: {id_linked}, trust linked: {trust_linked}");
+        if id_linked && trust_linked {
+            assert!(matches!(store.poll(t0), Applied::Applied { .. }), "{case}");
+        } else {
+            assert!(
+                matches!(store.poll(t0), Applied::Settling { until, .. } if until == t0 + WINDOW),
+                "{case}"
+            );
+            assert!(
+                matches!(store.poll(t0 + WINDOW), Applied::Applied { .. }),
+                "{case}"
+            );
+        }
+        assert_eq!(store.current().leaf.serial, serial(&next), "{case}");
+    }
+}
