@@ -265,16 +265,6 @@ impl SanPattern {
             SanPattern::Uri(want) => names.uris.iter().any(|u| want.matches(u)),
         }
     }
-
-    /// True when the pattern names one identity (no wildcard): equal to
-    /// its normal form, it can be looked up rather than matched.
-    pub fn is_exact(&self) -> bool {
-        match self {
-            SanPattern::Dns(_) => true,
-            SanPattern::WildcardDns(_) => false,
-            SanPattern::Uri(u) => u.is_exact(),
-        }
-    }
 }
 
 /// Which peer identities a route accepts.
