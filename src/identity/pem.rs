@@ -46,4 +46,18 @@ mod tests {
         assert_eq!(back, ders);
         assert!(pem.lines().all(|l| l.len() <= 64));
     }
+
+    /// CRLs go out as `X509 CRL` blocks, which the CRL loader reads back.
+    #[test]
+    fn crls_round_trip_as_x509_crl_blocks() {
+        use rustls_pki_types::CertificateRevocationListDer;
+        let ders: Vec<Vec<u8>> = vec![vec![0x30, 0x03, 4, 5, 6], (0..100u8).collect()];
+        let pem = super::crls(&ders);
+        assert!(pem.starts_with("-----BEGIN X509 CRL-----\n"), "{pem}");
+        let back: Vec<Vec<u8>> = CertificateRevocationListDer::pem_slice_iter(pem.as_bytes())
+            .map(|c| c.map(|c| c.as_ref().to_vec()))
+            .collect::<Result<_, _>>()
+            .expect("parses");
+        assert_eq!(back, ders);
+    }
 }

@@ -350,6 +350,15 @@ mod tests {
         Uri::parse(u).is_ok_and(|u| pat(p).matches(&u))
     }
 
+    /// Only a pattern with no `*` segment and no `/**` names one URI (the
+    /// deny-list looks those up rather than matching them).
+    #[test]
+    fn only_a_pattern_without_wildcards_is_exact() {
+        assert!(pat("spiffe://td/ns/a/sa/b").is_exact());
+        assert!(!pat("spiffe://td/ns/*/sa/b").is_exact());
+        assert!(!pat("spiffe://td/ns/a/**").is_exact());
+    }
+
     #[test]
     fn exact_spiffe_ids() {
         assert!(m("spiffe://td/ns/a/sa/b", "spiffe://td/ns/a/sa/b"));

@@ -310,6 +310,18 @@ mod tests {
         )
     }
 
+    /// `certs revoke` finds its CA's CRL by key: a CRL under the same name
+    /// from another key is not the CA's.
+    #[test]
+    fn signed_by_is_true_only_for_the_cas_own_key() {
+        use rustls_pki_types::pem::PemObject;
+        let (a, twin) = (DevCa::new("A", 1).unwrap(), DevCa::new("A", 1).unwrap());
+        let der = rustls_pki_types::CertificateDer::from_pem_slice(a.cert_pem.as_bytes()).unwrap();
+        let p = crate::tls::provider::crypto_provider();
+        assert!(CrlSet::signed_by(&crl(&a, 1), &der, &p));
+        assert!(!CrlSet::signed_by(&crl(&twin, 1), &der, &p));
+    }
+
     /// Whether the trust changed hangs on this: a CRL added, removed or
     /// replaced, a change of what is known of its signer, or of why it is
     /// kept, each makes a different set.

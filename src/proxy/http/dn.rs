@@ -281,6 +281,23 @@ mod tests {
         out
     }
 
+    /// A BMPString and a UniversalString CN are decoded (UCS-2, UCS-4) and
+    /// escaped as OpenSSL prints them, not dumped as their DER.
+    #[test]
+    fn bmp_and_universal_strings_are_decoded_not_dumped() {
+        use x509_parser::prelude::FromDer;
+        for (value, want) in [
+            (tlv(&[0x1e], &[0x26, 0x03]), r"CN=\E2\98\83"),
+            (tlv(&[0x1c], &[0, 1, 0xd1, 0x1e]), r"CN=\F0\9D\84\9E"),
+        ] {
+            let oid = [0x06, 0x03, 0x55, 0x04, 0x03]; // 2.5.4.3, CN
+            let atv = tlv(&[0x30], &[&oid[..], &value].concat());
+            let name = tlv(&[0x30], &tlv(&[0x31], &atv));
+            let (_, parsed) = X509Name::from_der(&name).expect("a Name");
+            assert_eq!(rfc2253(&parsed), want);
+        }
+    }
+
     /// A value with no short name is its DER, rebuilt byte for byte from
     /// the parsed value: constructed, of every class, with a tag of one,
     /// two and three identifier octets, and lengths in short and long
