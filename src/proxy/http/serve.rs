@@ -369,3 +369,18 @@ impl Drop for Open {
         self.0.changed.notify_one();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An HTTP connection that ended well is `completed`; only a refused
+    /// head makes it `overload`, and only a stall `http_timeout`.
+    #[test]
+    fn an_ended_connection_is_completed_unless_refused_or_stalled() {
+        assert_eq!(ended(Ok(()), false, false), CloseReason::Completed);
+        assert_eq!(ended(Ok(()), false, true), CloseReason::HttpTimeout);
+        assert_eq!(ended(Ok(()), true, true), CloseReason::Overload);
+        assert_eq!(ended(Ok(()), true, false), CloseReason::Overload);
+    }
+}
