@@ -284,7 +284,7 @@ where
     let timeout = limits.header_timeout;
     loop {
         let idle_deadline = idle_since.map(|t| t + timeout);
-        let deadline = earliest(idle_deadline, blocks.since().map(|t| t + timeout));
+        let deadline = earliest(idle_deadline, block_deadline(blocks.since(), timeout));
         tokio::select! {
             r = &mut server => break ended(r, over_budget.load(Ordering::Acquire), false),
             _ = activity.changed.notified() => {
@@ -323,10 +323,15 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     }
 }
 
+/// When the header block begun at `since` (if one is) runs out of time.
+fn block_deadline(since: Option<Instant>, timeout: std::time::Duration) -> Option<Instant> {
+    since.map(|t| t + timeout)
+}
+
 /// True when the header block begun at `since` has taken `timeout` by
 /// `now`.
 fn block_expired(since: Option<Instant>, timeout: std::time::Duration, now: Instant) -> bool {
-    since.is_some_and(|t| t + timeout <= now)
+    block_deadline(since, timeout).is_some_and(|d| d <= now)
 }
 
 /// Sleeps until `deadline` (forever without one).
@@ -382,5 +387,38 @@ mod tests {
         assert_eq!(ended(Ok(()), false, true), CloseReason::HttpTimeout);
         assert_eq!(ended(Ok(()), true, true), CloseReason::Overload);
         assert_eq!(ended(Ok(()), true, false), CloseReason::Overload);
+    }
+
+    /// A failure that is not hyper's timeout is the peer's.
+    #[tokio::test]
+    async fn a_connection_that_failed_is_a_peer_error() {
+        use tokio::io::AsyncWriteExt;
+        let (a, mut b) = tokio::io::duplex(1024);
+        b.write_all(b"NOT HTTP\r\n\r\n").await.unwrap();
+        let svc = hyper::service::service_fn(|_req| async {
+            Ok::<_, std::convert::Infallible>(hyper::Response::new(String::new()))
+        });
+        let r = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(a), svc)
+            .await;
+        assert!(r.as_ref().is_err_and(|e| !e.is_timeout()), "{r:?}");
+        assert_eq!(ended(r, false, false), CloseReason::PeerError);
+    }
+
+    /// A header block's deadline is `timeout` after it began, and it has
+    /// expired from that moment on; with no block there is neither.
+    #[test]
+    fn a_header_block_expires_timeout_after_it_began() {
+        let (now, t) = (Instant::now(), std::time::Duration::from_secs(10));
+        assert_eq!(block_deadline(Some(now), t), Some(now + t));
+        assert_eq!(block_deadline(None, t), None);
+        assert!(!block_expired(None, t, now + t));
+        assert!(!block_expired(Some(now), t, now));
+        assert!(!block_expired(
+            Some(now),
+            t,
+            now + t - std::time::Duration::from_millis(1)
+        ));
+        assert!(block_expired(Some(now), t, now + t));
     }
 }
