@@ -171,6 +171,17 @@ mod tests {
         .with_issuers(Arc::from(intermediates), Arc::from(Vec::new()))
     }
 
+    /// A certificate is still valid at its notAfter second (RFC 5280:
+    /// the validity period includes it) and expired just after.
+    #[test]
+    fn a_certificate_expires_after_its_not_after() {
+        let d = der(&DevCa::new("A", 1).unwrap());
+        let end = CertInfo::parse(&d).unwrap().not_after_time();
+        assert!(!expired(&d, end));
+        assert!(expired(&d, end + Duration::from_secs(1)));
+        assert!(expired(&CertificateDer::from(vec![0u8; 3]), end));
+    }
+
     /// An intermediate the next revision no longer lists is held before
     /// while valid, and retired once expired; one still listed is
     /// neither; the history holds the newest `MAX_RETIRED`.

@@ -571,7 +571,8 @@ use common::broken_crl::ca_without_crl_sign;
 /// CRL (or a held intermediate's) is refused at load, naming why (it never
 /// loads silently), and the CRL of an intermediate the peer sends revokes
 /// nothing (the same CRL from one that may sign CRLs revokes). Kills
-/// `may_sign_crls -> true` and `der_may_sign_crls -> true`.
+/// `may_sign_crls -> true`, `der_may_sign_crls -> true` and `&&` to `||`
+/// in `Known::refusal`.
 #[test]
 fn a_ca_without_crl_sign_signs_no_crl_we_enforce() {
     let (anchor, signer) = ca_without_crl_sign("No CRL Sign", None);
@@ -582,6 +583,19 @@ fn a_ca_without_crl_sign_signs_no_crl_we_enforce() {
         .to_string();
     assert!(
         e.contains("CN=No CRL Sign") && e.contains("lacks cRLSign"),
+        "{e}"
+    );
+
+    // Under the same name from another key, it is the signature that
+    // fails: the message does not blame the anchor's keyUsage.
+    let twin = ca("No CRL Sign");
+    let c = crl(&twin, 1, vec![]);
+    let inp = inputs(&anchor, Some(&c));
+    let e = classify_crl_file(&inp, SystemTime::now())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("does not verify") && !e.contains("lacks cRLSign"),
         "{e}"
     );
 
