@@ -577,10 +577,12 @@ use common::broken_crl::ca_without_crl_sign;
 fn a_ca_without_crl_sign_signs_no_crl_we_enforce() {
     let (anchor, signer) = ca_without_crl_sign("No CRL Sign", None);
     let c = crl(&signer, 1, vec![]);
-    let inp = inputs(&anchor, Some(&c));
-    let e = classify_crl_file(&inp, SystemTime::now())
-        .unwrap_err()
-        .to_string();
+    let refused = |inp: &_| {
+        classify_crl_file(inp, SystemTime::now())
+            .unwrap_err()
+            .to_string()
+    };
+    let e = refused(&inputs(&anchor, Some(&c)));
     assert!(
         e.contains("CN=No CRL Sign") && e.contains("lacks cRLSign"),
         "{e}"
@@ -589,11 +591,7 @@ fn a_ca_without_crl_sign_signs_no_crl_we_enforce() {
     // Under the same name from another key, it is the signature that
     // fails: the message does not blame the anchor's keyUsage.
     let twin = ca("No CRL Sign");
-    let c = crl(&twin, 1, vec![]);
-    let inp = inputs(&anchor, Some(&c));
-    let e = classify_crl_file(&inp, SystemTime::now())
-        .unwrap_err()
-        .to_string();
+    let e = refused(&inputs(&anchor, Some(&crl(&twin, 1, vec![]))));
     assert!(
         e.contains("does not verify") && !e.contains("lacks cRLSign"),
         "{e}"
