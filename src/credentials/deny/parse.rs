@@ -194,6 +194,22 @@ mod tests {
 
     const PIN: &str = "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=";
 
+    /// An exact URI is kept in its normal form to be looked up; only one
+    /// with a wildcard is kept as a pattern to match.
+    #[test]
+    fn an_exact_uri_is_looked_up_and_a_wildcard_matched() {
+        assert!(matches!(
+            parse_san("SPIFFE://TD/ns/a/sa/b"),
+            Ok(DenyEntry::Uri(u)) if u == "spiffe://td/ns/a/sa/b"
+        ));
+        for wild in ["spiffe://td/ns/*/sa/b", "spiffe://td/ns/a/**"] {
+            assert!(
+                matches!(parse_san(wild), Ok(DenyEntry::Pattern(_))),
+                "{wild}"
+            );
+        }
+    }
+
     #[test]
     fn every_format_parses_and_prints_canonically() {
         let text = format!(
