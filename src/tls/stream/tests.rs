@@ -27,6 +27,15 @@ fn key(id: &Issued) -> PrivateKeyDer<'static> {
     PrivateKeyDer::from_pem_slice(id.key_pem.as_bytes()).unwrap()
 }
 
+/// A root store holding `ca` alone.
+fn roots(ca: &DevCa) -> Arc<rustls::RootCertStore> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca.cert_pem.as_bytes()).unwrap())
+        .unwrap();
+    Arc::new(roots)
+}
+
 fn configs(
     versions: &[&'static SupportedProtocolVersion],
 ) -> (Arc<ServerConfig>, Arc<ClientConfig>) {
@@ -35,11 +44,7 @@ fn configs(
     let client_id = ca
         .issue(&LeafSpec::dns("controller.test", Role::Client, 1))
         .unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(ca.cert_pem.as_bytes()).unwrap())
-        .unwrap();
-    let roots = Arc::new(roots);
+    let roots = roots(&ca);
     let verifier =
         rustls::server::WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
             .build()
@@ -399,14 +404,10 @@ async fn a_half_rtt_server_completes_only_with_the_clients_finished() {
         .with_single_cert(vec![id.cert_der.clone()], key(&id))
         .unwrap();
     sc.send_half_rtt_data = true;
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(ca.cert_pem.as_bytes()).unwrap())
-        .unwrap();
     let cc = ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()
-        .with_root_certificates(roots)
+        .with_root_certificates(roots(&ca))
         .with_no_client_auth();
     let (a, b) = duplex(1 << 16);
     let server = tokio::spawn(accept(Arc::new(sc), a));
