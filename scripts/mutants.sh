@@ -78,6 +78,7 @@ declare -A TARGETS=(
     [src/proxy/route/client.rs]="--test admin --test client_side --test limits --test process --test transparent"
     [src/proxy/route/verdict.rs]="--lib --test client_side --test client_reverify --test refusals --test admin"
     [src/proxy/route/mod.rs]="--lib --test admin --test limits --test process --test hostile --test logs --test transparent"
+    [src/proxy/route/loops.rs]="--lib"
     [src/proxy/route/refusal.rs]="--test refusals --test hostile --test logs --test addresses --test client_side --test resumption"
     [src/proxy/pending.rs]="--lib --test limits --test hostile"
     [src/proxy/preauth.rs]="--lib --test hostile --test disconnect"
@@ -128,6 +129,7 @@ ORDER=(
     src/proxy/route/client.rs
     src/proxy/route/verdict.rs
     src/proxy/route/mod.rs
+    src/proxy/route/loops.rs
     src/proxy/route/refusal.rs
     src/proxy/pending.rs
     src/proxy/preauth.rs

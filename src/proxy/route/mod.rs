@@ -11,25 +11,25 @@
 //!
 //! This file holds the route itself: building its TLS side and binding its
 //! listener, the accept loop, and the dispatch of each connection to its
-//! mode. A connection's life is in the files below it, in the order it
-//! lives it: `server.rs` or `client.rs` (one per mode, a transparent route's
-//! connections being client ones), `admission.rs` (the handshake and what
-//! admits the peer), `verdict.rs` (a client route's server accepting us),
-//! `supervise.rs` (forwarding until the close, and closing on revocation),
-//! `http.rs` (a server connection carried as HTTP, `--http-identity`),
-//! `access.rs` (the access line at close), and `refusal.rs` (how a refusal
-//! or an unreachable target is counted and
-//! logged).
+//! mode; `loops.rs` counts the accept loops for the drain. A connection's
+//! life is in the files below it, in the order it lives it: `server.rs` or
+//! `client.rs` (one per mode, a transparent route's connections being
+//! client ones), `admission.rs` (the handshake and what admits the peer),
+//! `verdict.rs` (a client route's server accepting us), `supervise.rs`
+//! (forwarding until the close, and closing on revocation), `http.rs` (a
+//! server connection carried as HTTP, `--http-identity`), `access.rs` (the
+//! access line at close), and `refusal.rs` (how a refusal or an unreachable
+//! target is counted and logged).
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rustls_pki_types::ServerName;
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::sync::{watch, Semaphore};
 use tracing::{debug, info, warn};
 
 use super::settings::{Mode, RouteConfig};
@@ -41,6 +41,7 @@ use crate::proxy::pending::{Pending, Ticket};
 use crate::proxy::transparent::Outbound;
 use crate::reason::FailureReason;
 use crate::tls::verify::{ClientCertPolicy, ServerCertPolicy};
+use loops::AcceptLoops;
 use runtimes::Runtimes;
 use supervise::Phased;
 use tracing::instrument::Instrumented;
@@ -56,6 +57,7 @@ pub use access::leaf_spki;
 mod admission;
 mod client;
 mod http;
+mod loops;
 mod refusal;
 pub mod runtimes;
 mod server;
@@ -88,11 +90,8 @@ pub struct Route {
     pub pending: Arc<Pending>,
     /// Authenticated, forwarded connections (`--max-connections`).
     slots: Arc<Semaphore>,
-    /// True while every accept loop runs.
-    accepting: AtomicBool,
-    /// Accept loops running, and a wake-up when the last one ends.
-    loops: AtomicUsize,
-    loops_ended: Notify,
+    /// Its accept loops: whether all run, and a wait for none running.
+    loops: AcceptLoops,
     /// Connections accepted by all of its loops (the test fault counts
     /// them).
     accepted: std::sync::atomic::AtomicU64,
@@ -111,27 +110,6 @@ impl std::fmt::Debug for Route {
             .field("name", &self.cfg.name)
             .field("bound", &self.bound)
             .finish()
-    }
-}
-
-/// One accept loop running: counted while it lives; when it ends, however
-/// it ends (a panic included), `accepting` turns false and the last loop
-/// to end wakes [`Route::stopped_accepting`].
-struct Accepting<'a>(&'a Route);
-
-impl<'a> Accepting<'a> {
-    fn new(route: &'a Route) -> Accepting<'a> {
-        route.loops.fetch_add(1, Ordering::SeqCst);
-        Accepting(route)
-    }
-}
-
-impl Drop for Accepting<'_> {
-    fn drop(&mut self) {
-        self.0.accepting.store(false, Ordering::SeqCst);
-        if self.0.loops.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.0.loops_ended.notify_waiters();
-        }
     }
 }
 
@@ -229,10 +207,7 @@ impl Route {
             registry: Arc::new(Registry::default()),
             pending: Pending::new(cfg.max_handshakes),
             slots: Arc::new(Semaphore::new(cfg.max_connections)),
-            // Bound and about to be served: only a loop that ended turns it off.
-            accepting: AtomicBool::new(true),
-            loops: AtomicUsize::new(0),
-            loops_ended: Notify::new(),
+            loops: AcceptLoops::new(),
             accepted: std::sync::atomic::AtomicU64::new(0),
             store,
             bound,
@@ -244,21 +219,13 @@ impl Route {
 
     /// True while every accept loop runs.
     pub fn is_accepting(&self) -> bool {
-        self.accepting.load(Ordering::SeqCst)
+        self.loops.is_accepting()
     }
 
     /// Resolves once no accept loop of the route runs (after a stop: each
     /// has written what it writes when it stops, and accepts no more).
     pub async fn stopped_accepting(&self) {
-        loop {
-            let ended = self.loops_ended.notified();
-            tokio::pin!(ended);
-            ended.as_mut().enable();
-            if self.loops.load(Ordering::SeqCst) == 0 {
-                return;
-            }
-            ended.await;
-        }
+        self.loops.none_running().await;
     }
 
     /// Starts the tasks that write the route's rate-limited log summaries
@@ -284,7 +251,7 @@ impl Route {
         runtimes: Arc<Runtimes>,
         me: usize,
     ) {
-        let _accepting = Accepting::new(&self);
+        let _running = self.loops.start();
         let mut backoff = Duration::from_millis(5);
         if me == 0 {
             info!(
@@ -491,11 +458,11 @@ pub enum RouteError {
 mod tests {
     use super::evicts_on;
     use std::io::Error;
+    use std::time::Duration;
 
     #[test]
     fn the_accept_back_off_doubles_up_to_a_second() {
         use super::next_backoff;
-        use std::time::Duration;
         let ms = Duration::from_millis;
         assert_eq!(next_backoff(ms(5)), ms(10));
         assert_eq!(next_backoff(ms(320)), ms(640));
@@ -510,6 +477,78 @@ mod tests {
             n += 1;
         }
         assert_eq!(n, 9);
+    }
+
+    /// A server route on loopback port 0 over a fresh development PKI.
+    fn route(dir: &std::path::Path) -> (std::sync::Arc<super::Route>, super::StdListener) {
+        use crate::pki::{write_secret_dir, DevCa, LeafSpec, Role};
+        let ca = DevCa::new("route test CA", 30).expect("CA");
+        let leaf = ca
+            .issue(&LeafSpec::dns("replica.test", Role::Server, 1))
+            .expect("leaf");
+        write_secret_dir(dir, &leaf, &ca.cert_pem).expect("write");
+        let source = crate::credentials::CredentialSource::Dir(dir.to_path_buf());
+        let store = crate::credentials::CredentialStore::load(
+            source.clone(),
+            crate::tls::provider::crypto_provider(),
+            Duration::ZERO,
+        )
+        .expect("load");
+        let cfg = super::RouteConfig {
+            name: "drained".into(),
+            mode: super::Mode::Server,
+            listen: super::Addr::Tcp("127.0.0.1:0".into()),
+            target: super::Addr::Tcp("127.0.0.1:9".into()),
+            peer_sans: crate::identity::SanPolicy::Any,
+            server_name: None,
+            exclusive: false,
+            handshake_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(10),
+            max_connections: 4,
+            max_handshakes: 4,
+            max_connection_lifetime: None,
+            tls_min_version: crate::tls::TlsVersion::Tls13,
+            half_close_linger: Duration::from_secs(1),
+            alpn: Vec::new(),
+            spki_pins: Vec::new(),
+            proxy_protocol: false,
+            credentials: source,
+            transparent: None,
+            mark: None,
+            resumption: false,
+            tproxy: false,
+            http: None,
+            access_log: false,
+        };
+        super::Route::bind(cfg, store).expect("bind")
+    }
+
+    /// The drain counts what is left only once every accept loop has
+    /// stopped: waiting for that stays pending while a loop serves, and
+    /// resolves once the stop has ended it. Seen failing with the wait
+    /// replaced by an immediate return.
+    #[tokio::test]
+    async fn the_drain_waits_for_a_serving_accept_loop() {
+        use std::future::Future;
+        use std::task::{Context, Waker};
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (route, listener) = route(tmp.path());
+        let listener = listener.into_tokio().expect("listener");
+        let runtimes = super::Runtimes::new(vec![tokio::runtime::Handle::current()]);
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut serve = std::pin::pin!(route.clone().serve(listener, stopped, runtimes, 0));
+        assert!(
+            serve.as_mut().poll(&mut cx).is_pending(),
+            "the loop accepts"
+        );
+        assert!(route.is_accepting());
+        let mut drained = std::pin::pin!(route.stopped_accepting());
+        assert!(drained.as_mut().poll(&mut cx).is_pending(), "a loop serves");
+        stop.send_replace(true);
+        assert!(serve.as_mut().poll(&mut cx).is_ready(), "the stop ends it");
+        assert!(!route.is_accepting());
+        assert!(drained.as_mut().poll(&mut cx).is_ready());
     }
 
     #[test]
