@@ -521,21 +521,14 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::credentials::CredentialSource;
-    use crate::pki::{write_secret_dir, DevCa, LeafSpec, Role};
+    use crate::pki::{DevCa, LeafSpec, Role};
 
     fn store(dir: &std::path::Path) -> std::sync::Arc<CredentialStore> {
         let ca = DevCa::new("status test CA", 30).expect("CA");
         let leaf = ca
             .issue(&LeafSpec::dns("replica.test", Role::Server, 2))
             .expect("leaf");
-        write_secret_dir(dir, &leaf, &ca.cert_pem).expect("write");
-        CredentialStore::load(
-            CredentialSource::Dir(dir.to_path_buf()),
-            crate::tls::provider::crypto_provider(),
-            Duration::ZERO,
-        )
-        .expect("load")
+        CredentialStore::for_test(dir, &leaf, &ca)
     }
 
     #[test]

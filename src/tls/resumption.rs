@@ -297,14 +297,7 @@ mod tests {
     /// `leaf` and its CA (each call: another revision, another trust).
     fn credentials(ca: &crate::pki::DevCa, leaf: &crate::pki::Issued) -> Arc<Credentials> {
         let dir = tempfile::tempdir().expect("tempdir");
-        crate::pki::write_secret_dir(dir.path(), leaf, &ca.cert_pem).expect("write");
-        let store = CredentialStore::load(
-            crate::credentials::CredentialSource::Dir(dir.path().to_path_buf()),
-            crate::tls::provider::crypto_provider(),
-            Duration::ZERO,
-        )
-        .expect("load");
-        store.current()
+        CredentialStore::for_test(dir.path(), leaf, ca).current()
     }
 
     /// A ticket is issued only for a peer judged against the trust in

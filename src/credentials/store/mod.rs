@@ -55,6 +55,24 @@ pub struct CredentialStore {
 pub const NO_REVISION: &str = "none";
 
 impl CredentialStore {
+    /// For the unit tests of every layer: a store over the directory `dir`,
+    /// `leaf` and the CA that issued it written there first (no trust
+    /// grace).
+    #[cfg(test)]
+    pub(crate) fn for_test(
+        dir: &std::path::Path,
+        leaf: &crate::pki::Issued,
+        ca: &crate::pki::DevCa,
+    ) -> Arc<CredentialStore> {
+        crate::pki::write_secret_dir(dir, leaf, &ca.cert_pem).expect("write");
+        CredentialStore::load(
+            CredentialSource::Dir(dir.to_path_buf()),
+            crate::tls::provider::crypto_provider(),
+            Duration::ZERO,
+        )
+        .expect("load")
+    }
+
     /// Reads and validates the source; any problem is an error naming the file.
     pub fn load(
         source: CredentialSource,

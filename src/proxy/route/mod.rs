@@ -481,19 +481,12 @@ mod tests {
 
     /// A server route on loopback port 0 over a fresh development PKI.
     fn route(dir: &std::path::Path) -> (std::sync::Arc<super::Route>, super::StdListener) {
-        use crate::pki::{write_secret_dir, DevCa, LeafSpec, Role};
+        use crate::pki::{DevCa, LeafSpec, Role};
         let ca = DevCa::new("route test CA", 30).expect("CA");
         let leaf = ca
             .issue(&LeafSpec::dns("replica.test", Role::Server, 1))
             .expect("leaf");
-        write_secret_dir(dir, &leaf, &ca.cert_pem).expect("write");
-        let source = crate::credentials::CredentialSource::Dir(dir.to_path_buf());
-        let store = crate::credentials::CredentialStore::load(
-            source.clone(),
-            crate::tls::provider::crypto_provider(),
-            Duration::ZERO,
-        )
-        .expect("load");
+        let store = crate::credentials::CredentialStore::for_test(dir, &leaf, &ca);
         let cfg = super::RouteConfig {
             name: "drained".into(),
             mode: super::Mode::Server,
@@ -512,7 +505,7 @@ mod tests {
             alpn: Vec::new(),
             spki_pins: Vec::new(),
             proxy_protocol: false,
-            credentials: source,
+            credentials: crate::credentials::CredentialSource::Dir(dir.to_path_buf()),
             transparent: None,
             mark: None,
             resumption: false,

@@ -157,7 +157,7 @@ impl Transparent {
 mod tests {
     use super::*;
     use crate::pki::{DevCa, LeafSpec, Role};
-    use std::time::{Duration, SystemTime};
+    use std::time::SystemTime;
 
     /// A route of two rules over one trust: the first expects any
     /// `*.env-1.svc` server, the second only `replica-1.env-1.svc`.
@@ -165,15 +165,7 @@ mod tests {
         let me = ca
             .issue(&LeafSpec::dns("controller.svc", Role::Client, 1))
             .expect("leaf");
-        crate::pki::write_secret_dir(dir, &me, &ca.cert_pem).expect("write");
-        let store = Arc::new(
-            CredentialStore::load(
-                crate::credentials::CredentialSource::Dir(dir.to_path_buf()),
-                crate::tls::provider::crypto_provider(),
-                Duration::ZERO,
-            )
-            .expect("load"),
-        );
+        let store = CredentialStore::for_test(dir, &me, ca);
         let spec = |matches: &str, san: &str| DestinationSpec {
             matches: matches.into(),
             expect_san: vec![san.into()],
